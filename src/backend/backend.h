@@ -1,0 +1,153 @@
+// The device interface (docs/DESIGN.md "The device interface"). Model, kvcache and engine code
+// talk to hardware only through Backend. Tensors passed to ops live in this backend's Buffers
+// (or, for host-accessible backends, in host memory). Activations are f32 unless stated.
+//
+// Ops are coarse and shaped for DeepSeek/Llama/Qwen models. Every op has a plain-loop
+// implementation in backend/reference; a backend derived from ReferenceBackend overrides what it
+// accelerates and inherits the rest.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/weight.h"
+#include "base/status.h"
+#include "tensor/tensor.h"
+
+namespace dh {
+
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() = 0;
+  virtual size_t size() const = 0;
+};
+
+// Rotary embedding pairing. kHalf: (x[i], x[i + d/2]) as Llama/Qwen2 HF checkpoints need;
+// kInterleaved: (x[2i], x[2i+1]) as DeepSeek's MLA rope slice needs (reference/deepseek-semantics).
+enum class RopeStyle : uint8_t { kHalf, kInterleaved };
+
+struct RopeParams {
+  RopeStyle style = RopeStyle::kHalf;
+  int offset = 0;          // first rotated element inside each head
+  int rot_dim = 0;         // rotated elements per head (even)
+  Tensor inv_freq;         // [rot_dim / 2] f32: angle_i = float(pos) * inv_freq[i]
+  float attention_factor = 1.0f;  // cos and sin are multiplied by this (YaRN's mscale ratio)
+};
+
+// Where each token of a batch comes from and where its keys/values live. The paged cache is a
+// pool of slots (slot = block * block_size + offset). Sequence s owns query rows
+// [query_start[s], query_start[s+1]) which are the last rows of its seq_lens[s] cached tokens.
+struct AttentionMeta {
+  int num_seqs = 0;
+  int num_tokens = 0;
+  int block_size = 16;
+  int max_blocks_per_seq = 0;
+  int max_seq_len = 0;          // max over seq_lens
+  Tensor query_start;           // [num_seqs + 1] i32
+  Tensor seq_lens;              // [num_seqs] i32
+  Tensor block_tables;          // [num_seqs, max_blocks_per_seq] i32
+  Tensor slot_mapping;          // [num_tokens] i32
+  // Host copies of the same arrays, for backends that plan work on the host.
+  std::span<const int32_t> host_query_start;
+  std::span<const int32_t> host_seq_lens;
+  std::span<const int32_t> host_block_tables;
+  std::span<const int32_t> host_slot_mapping;
+};
+
+enum class ScoringFunc : uint8_t { kSoftmax, kSigmoid };
+enum class TopkMethod : uint8_t { kGreedy, kGroupLimitedGreedy, kNoauxTc };
+
+struct MoeGateParams {
+  ScoringFunc scoring = ScoringFunc::kSoftmax;
+  TopkMethod method = TopkMethod::kGreedy;
+  int top_k = 1;
+  int n_group = 1;
+  int topk_group = 1;
+  bool norm_topk_prob = false;
+  float routed_scaling_factor = 1.0f;
+};
+
+// One routed expert: SwiGLU MLP down(silu(gate(x)) * up(x)).
+struct ExpertWeights {
+  Weight gate;
+  Weight up;
+  Weight down;
+};
+
+enum class OpKind : uint8_t {
+  kEmbedding, kRmsNorm, kAddRmsNorm, kMatMul, kRope, kKvWrite, kAttention, kSiluMul, kAdd,
+  kCopy, kGatherRows, kMoeGate, kMoeExperts,
+};
+
+struct OpDesc {
+  OpKind op;
+  WeightFormat format = WeightFormat::kDense;
+  DType dtype = DType::kF32;
+};
+
+struct BackendOptions {
+  int num_threads = 0;         // 0: all available CPUs
+  bool trace_kernels = false;  // log the kernel chosen per op and shape
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // False where this backend would fall back to a slow path for the op (logged once).
+  virtual bool Supports(const OpDesc& op) const = 0;
+
+  // ---- memory ----
+  virtual std::unique_ptr<Buffer> Allocate(size_t bytes) = 0;
+  // Copies dst.nbytes() bytes from host memory into a contiguous device tensor, and back.
+  virtual void CopyToDevice(const Tensor& dst, const void* src) = 0;
+  virtual void CopyToHost(void* dst, const Tensor& src) = 0;
+  virtual void Synchronize() {}
+  // Makes a weight read from a checkpoint (host memory) usable by this backend's kernels:
+  // uploads or repacks it. Host backends return it unchanged.
+  virtual Result<Weight> PrepareWeight(const Weight& w) { return w; }
+
+  // ---- ops ----
+  // out[t, :] = table[ids[t], :] as f32. ids: [T] i32; table rows: vocab.
+  virtual void Embedding(const Weight& table, const Tensor& ids, Tensor out) = 0;
+  // out = x * rsqrt(mean(x^2) + eps) * weight, per row. x, out: [T, H] (out may alias x).
+  virtual void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) = 0;
+  // residual += x; out = RmsNorm(residual).
+  virtual void AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
+                          Tensor out) = 0;
+  // out[M, N] = x[M, K] @ w^T (+ bias[N] if not empty), f32 accumulation.
+  virtual void MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) = 0;
+  // In place on x: [T, H, D] (dims 0 and 1 may be strided); positions: [T] i32.
+  virtual void Rope(Tensor x, const Tensor& positions, const RopeParams& p) = 0;
+  // k_cache[slot_mapping[t]] = k[t]; same for v. k: [T, Hkv, Dk]; caches: [slots, Hkv, D].
+  // An empty v skips the v write (MLA keeps one latent cache).
+  virtual void KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
+                       const Tensor& slot_mapping) = 0;
+  // Causal attention of q [T, Hq, Dk] over each sequence's cached keys/values
+  // (k_cache [slots, Hkv, Dk], v_cache [slots, Hkv, Dv], strided on dim 0 allowed), grouped
+  // query heads (Hq % Hkv == 0), softmax(q·k * scale). out: [T, Hq, Dv].
+  virtual void Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                         const AttentionMeta& meta, float scale, Tensor out) = 0;
+  // out = silu(gate) * up, elementwise. [T, I].
+  virtual void SiluMul(const Tensor& gate, const Tensor& up, Tensor out) = 0;
+  // out = a + b, elementwise, same shapes (out may alias a or b).
+  virtual void Add(const Tensor& a, const Tensor& b, Tensor out) = 0;
+  // Strided copy of same-shaped views; a source stride of 0 broadcasts.
+  virtual void Copy(const Tensor& src, Tensor dst) = 0;
+  // out[i, :] = x[rows[i], :]. x: [T, H]; rows: [n] i32.
+  virtual void GatherRows(const Tensor& x, const Tensor& rows, Tensor out) = 0;
+  // Router: logits [T, E] f32 (+ bias [E] for noaux_tc, else empty) -> top-k expert ids [T, k]
+  // i32 and weights [T, k] f32 (reference/deepseek-semantics.md "Router").
+  virtual void MoeGate(const Tensor& logits, const Tensor& bias, const MoeGateParams& p,
+                       Tensor topk_ids, Tensor topk_weights) = 0;
+  // out[t] = sum_k topk_weights[t, k] * expert[topk_ids[t, k]](x[t]); experts are computed
+  // grouped over the tokens routed to them. x, out: [T, H].
+  virtual void MoeExperts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                          std::span<const ExpertWeights> experts, Tensor out) = 0;
+};
+
+}  // namespace dh

@@ -1,0 +1,72 @@
+// safetensors reader: the header is parsed and validated in full (length limit, JSON, dtypes,
+// shapes, offsets inside the data region, byte lengths equal to shape x dtype, tensors
+// contiguous and non-overlapping, checked arithmetic); tensor data stays in the mapped file.
+// Checkpoint: one model directory — model.safetensors, a sharded
+// model.safetensors.index.json (shard names confined to the directory), or *.safetensors.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/mapped_file.h"
+#include "base/status.h"
+#include "tensor/tensor.h"
+
+namespace dh {
+
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100u << 20;  // as the reference library
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;  // inside the file's data region
+  uint64_t nbytes = 0;
+  std::string file;               // the file it came from, for error messages
+
+  // A host view of the stored bytes (read-only by convention).
+  Tensor View() const { return Tensor::FromDims(const_cast<uint8_t*>(data), dtype, shape); }
+  std::string ShapeString() const;
+};
+
+class SafetensorsFile {
+ public:
+  static Result<std::unique_ptr<SafetensorsFile>> Open(const std::string& path,
+                                                       const FileLoadOptions& options = {});
+  // Parses an in-memory image (the file's bytes); used by Open and by tests.
+  static Result<std::unique_ptr<SafetensorsFile>> FromMapped(std::shared_ptr<MappedFile> file);
+
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::string& path() const { return file_->path(); }
+
+ private:
+  std::shared_ptr<MappedFile> file_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+class Checkpoint {
+ public:
+  // progress(done_files, total_files) is called as shards are opened.
+  static Result<Checkpoint> Open(const std::string& dir, const FileLoadOptions& options = {});
+
+  const TensorInfo* Find(const std::string& name) const;
+  const std::vector<const TensorInfo*>& tensors() const { return ordered_; }
+  uint64_t total_bytes() const { return total_bytes_; }
+  const std::string& dir() const { return dir_; }
+  size_t num_files() const { return files_.size(); }
+
+ private:
+  std::string dir_;
+  std::vector<std::shared_ptr<SafetensorsFile>> files_;
+  std::unordered_map<std::string, const TensorInfo*> by_name_;
+  std::vector<const TensorInfo*> ordered_;
+  uint64_t total_bytes_ = 0;
+};
+
+}  // namespace dh

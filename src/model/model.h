@@ -1,0 +1,80 @@
+// Model: the interface every architecture implements, and the loader that picks one by the
+// config's `architectures`. A forward step takes a host-side Batch (flat tokens of many
+// sequences, their positions and paged-cache slots) and returns logits for the requested rows.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "base/mapped_file.h"
+#include "base/status.h"
+#include "io/model_config.h"
+#include "kvcache/kv_storage.h"
+
+namespace dh {
+
+// One forward step. Sequence s contributes tokens [query_start[s], query_start[s+1]); after the
+// step it has seq_lens[s] tokens in the cache (the new ones last).
+struct Batch {
+  std::vector<int32_t> token_ids;     // [T]
+  std::vector<int32_t> positions;     // [T]
+  std::vector<int32_t> query_start;   // [S + 1]
+  std::vector<int32_t> seq_lens;      // [S]
+  int max_blocks_per_seq = 0;
+  std::vector<int32_t> block_tables;  // [S * max_blocks_per_seq], -1 padded
+  std::vector<int32_t> slot_mapping;  // [T]
+  std::vector<int32_t> logits_rows;   // rows of T to compute logits for, in output order
+
+  int num_tokens() const { return static_cast<int>(token_ids.size()); }
+  int num_seqs() const { return static_cast<int>(seq_lens.size()); }
+  // Adds one sequence's chunk: tokens at positions [start_pos, start_pos + ids.size()) with the
+  // given block table; `all_logits` requests logits for every new token, else only the last.
+  void AddSequence(std::span<const int32_t> ids, int start_pos,
+                   std::span<const int32_t> block_table, int block_size, bool all_logits);
+};
+
+struct LoadOptions {
+  FileLoadOptions file;
+  std::string dtype = "auto";  // auto | float32 | bfloat16 | float16: activations stay f32;
+                               // this converts weights at load when not "auto"
+  bool show_progress = false;  // progress bar on a terminal
+};
+
+struct ModelInfo {
+  std::string architecture;
+  int64_t num_parameters = 0;
+  int64_t num_tensors = 0;
+  std::map<std::string, int64_t> bytes_by_dtype;
+  uint64_t weight_bytes = 0;
+  uint64_t active_weight_bytes_per_token = 0;  // bytes a decode step reads (active experts only)
+  size_t kv_bytes_per_token = 0;
+  int64_t skipped_tensors = 0;  // e.g. multi-token-prediction layers
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual KvCacheSpec kv_spec() const = 0;
+  virtual const ModelInfo& info() const = 0;
+  // Runs one step; writes [batch.logits_rows.size(), vocab] f32 logits to *logits (host).
+  virtual Status Forward(const Batch& batch, KvStorage& kv, std::vector<float>* logits) = 0;
+};
+
+using ModelFactory =
+    std::function<Result<std::unique_ptr<Model>>(const ModelConfig&, class WeightLoader&, Backend&)>;
+
+// Registers an architecture under its HF name (e.g. "LlamaForCausalLM").
+void RegisterArchitecture(const std::string& name, ModelFactory factory);
+std::vector<std::string> SupportedArchitectures();
+
+// Loads DIR (config.json + safetensors) onto `backend`.
+Result<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend& backend,
+                                         const LoadOptions& options);
+
+}  // namespace dh
