@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,7 +27,7 @@ struct TensorInfo {
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;  // inside the file's data region
   uint64_t nbytes = 0;
-  std::string file;               // the file it came from, for error messages
+  std::string file;  // the file it came from, for error messages
 
   // A host view of the stored bytes (read-only by convention).
   Tensor View() const { return Tensor::FromDims(const_cast<uint8_t*>(data), dtype, shape); }
@@ -52,8 +53,12 @@ class SafetensorsFile {
 
 class Checkpoint {
  public:
-  // progress(done_files, total_files) is called as shards are opened.
   static Result<Checkpoint> Open(const std::string& dir, const FileLoadOptions& options = {});
+  // progress(done_files, total_files) is called as shards are opened (with --no-mmap opening a
+  // shard reads it, which takes a while for large checkpoints).
+  using Progress = std::function<void(size_t done_files, size_t total_files)>;
+  static Result<Checkpoint> Open(const std::string& dir, const FileLoadOptions& options,
+                                 const Progress& progress);
 
   const TensorInfo* Find(const std::string& name) const;
   const std::vector<const TensorInfo*>& tensors() const { return ordered_; }

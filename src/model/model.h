@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -43,6 +44,9 @@ struct LoadOptions {
   std::string dtype = "auto";  // auto | float32 | bfloat16 | float16: activations stay f32;
                                // this converts weights at load when not "auto"
   bool show_progress = false;  // progress bar on a terminal
+  // MLA attention path: auto (decompressed for prefill, absorbed for decode), naive or absorbed
+  // everywhere. Both give the same numbers; tests compare them.
+  std::string mla_mode = "auto";
 };
 
 struct ModelInfo {
@@ -64,10 +68,17 @@ class Model {
   virtual const ModelInfo& info() const = 0;
   // Runs one step; writes [batch.logits_rows.size(), vocab] f32 logits to *logits (host).
   virtual Status Forward(const Batch& batch, KvStorage& kv, std::vector<float>* logits) = 0;
+
+  // Keeps `resource` (e.g. the mapped checkpoint the weights point into) alive with the model.
+  void KeepAlive(std::shared_ptr<void> resource) { resources_.push_back(std::move(resource)); }
+
+ private:
+  std::vector<std::shared_ptr<void>> resources_;
 };
 
+class WeightLoader;
 using ModelFactory =
-    std::function<Result<std::unique_ptr<Model>>(const ModelConfig&, class WeightLoader&, Backend&)>;
+    std::function<Result<std::unique_ptr<Model>>(const ModelConfig&, WeightLoader&, Backend&)>;
 
 // Registers an architecture under its HF name (e.g. "LlamaForCausalLM").
 void RegisterArchitecture(const std::string& name, ModelFactory factory);

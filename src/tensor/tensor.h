@@ -74,6 +74,14 @@ struct Tensor {
     r.shape[0] = count;
     return r;
   }
+  // Elements [begin, begin + count) of dimension `d` (a strided view).
+  Tensor Narrow(int d, int64_t begin, int64_t count) const {
+    DH_CHECK(d >= 0 && d < ndim && begin >= 0 && begin + count <= shape[d], "narrow");
+    Tensor r = *this;
+    r.data = static_cast<char*>(data) + begin * stride[d] * static_cast<int64_t>(DTypeSize(dtype));
+    r.shape[d] = count;
+    return r;
+  }
   // Same memory, new contiguous shape with the same element count.
   Tensor Reshape(std::initializer_list<int64_t> dims) const {
     DH_CHECK(contiguous(), "reshape of a strided view");

@@ -1,0 +1,119 @@
+// `deepharness bench` (the host of the benchmark subcommands, see bench_commands.h) and
+// `deepharness bench serve`: the mixed-traffic load generator against a running server.
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "apps/bench_commands.h"
+#include "apps/command.h"
+#include "tools/bench_serve.h"
+
+namespace dh::app {
+
+std::vector<CommandSpec>& BenchCommandRegistry() {
+  static std::vector<CommandSpec> registry;
+  return registry;
+}
+
+namespace {
+
+std::function<int()> SetupBench(CLI::App* bench) {
+  auto chosen = std::make_shared<std::function<int()>>();
+  std::function<int()> own_action;
+  for (CommandSpec& spec : BenchCommandRegistry()) {
+    if (spec.name.empty()) {
+      own_action = spec.setup(bench);
+      continue;
+    }
+    CLI::App* sub = bench->add_subcommand(spec.name, spec.description);
+    auto run = spec.setup(sub);
+    sub->callback([chosen, run] { *chosen = run; });
+  }
+  bench->require_subcommand(own_action ? 0 : 1, 1);
+  return [chosen, own_action]() -> int {
+    if (*chosen) return (*chosen)();
+    if (own_action) return own_action();
+    std::fprintf(stderr, "error: bench: name a benchmark (e.g. bench serve)\n");
+    return kExitBadInput;
+  };
+}
+
+DH_REGISTER_COMMAND(bench_command, "bench", "Benchmarks (bench serve: load-test a running server)",
+                    SetupBench);
+
+std::function<int()> SetupBenchServe(CLI::App* sub) {
+  struct Args {
+    tools::BenchServeOptions options;
+    std::string mix = "short:20,medium:60,long:20";
+    std::string request_rate = "inf";
+    bool json = false;
+    std::string output;
+  };
+  auto a = std::make_shared<Args>();
+  tools::BenchServeOptions& o = a->options;
+  sub->add_option("--url", o.url, "Server base URL (default http://127.0.0.1:8000)");
+  sub->add_option("--model", o.model, "Model name to send (default: the server's first model)");
+  sub->add_option("--api-key", o.api_key, "Bearer key (default: env DEEPHARNESS_API_KEY)");
+  sub->add_option("--concurrency,--max-concurrency", o.concurrency,
+                  "Requests in flight at once (default 8)");
+  sub->add_option("--num-prompts", o.num_prompts, "Requests to send (default 100)");
+  sub->add_option("--mix", a->mix,
+                  "Prompt classes and weights (default short:20,medium:60,long:20); lengths scale "
+                  "with the model's context: short 1/16 in + 1/16 out, medium 1/4 + 1/8, long "
+                  "1/2 + 1/4 (capped at 32+32, 256+128, 1024+256 tokens)");
+  sub->add_option("--request-rate", a->request_rate,
+                  "Poisson arrival rate in req/s, or inf to send as fast as concurrency allows "
+                  "(default inf)");
+  sub->add_option("--duration", o.duration_s,
+                  "Run for this many seconds instead of --num-prompts requests");
+  sub->add_option("--seed", o.seed, "Seed for the prompt plan and arrivals (default 0)");
+  sub->add_option("--temperature", o.temperature, "Sampling temperature (default 0: greedy)");
+  sub->add_option("--timeout", o.timeout_s, "Per-request timeout in seconds (default 600)");
+  sub->add_flag("--json", a->json, "Print the result as JSON (vllm bench serve keys)");
+  sub->add_flag("--save-detailed", o.detailed, "Include every request in the JSON");
+  sub->add_option("--result-file", a->output, "Also write the JSON result to this file");
+  return [a]() -> int {
+    tools::BenchServeOptions& o = a->options;
+    auto mix = tools::ParseMix(a->mix);
+    if (!mix.ok()) {
+      std::fprintf(stderr, "error: %s\n", mix.status().message().c_str());
+      return kExitBadInput;
+    }
+    o.mix = *mix;
+    if (a->request_rate == "inf") {
+      o.request_rate = std::numeric_limits<double>::infinity();
+    } else {
+      char* end = nullptr;
+      o.request_rate = std::strtod(a->request_rate.c_str(), &end);
+      if (*end != '\0' || !(o.request_rate > 0)) {
+        std::fprintf(stderr, "error: --request-rate: expected a positive number or inf\n");
+        return kExitBadInput;
+      }
+    }
+    auto result = tools::RunBenchServe(o);
+    if (!result.ok()) {
+      std::fprintf(stderr, "error: %s\n", result.status().message().c_str());
+      return result.status().code() == StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
+    }
+    const std::string json = tools::FormatJson(*result, o);
+    if (!a->output.empty()) {
+      FILE* f = std::fopen(a->output.c_str(), "w");
+      if (!f) {
+        std::fprintf(stderr, "error: --result-file: cannot write %s\n", a->output.c_str());
+        return kExitFailure;
+      }
+      std::fputs(json.c_str(), f);
+      std::fclose(f);
+    }
+    std::fputs(a->json ? (json + "\n").c_str() : tools::FormatTable(*result, o).c_str(), stdout);
+    return result->failed == 0 ? kExitOk : kExitFailure;
+  };
+}
+
+DH_REGISTER_BENCH_COMMAND(bench_serve_command, "serve",
+                          "Load-test an OpenAI-compatible server (TTFT, TPOT, ITL, E2E, "
+                          "throughput; vllm bench serve definitions)",
+                          SetupBenchServe);
+
+}  // namespace
+}  // namespace dh::app

@@ -1,0 +1,177 @@
+// Offline model commands: `logits` (all-position logits as .npy), `generate` (token ids in, new
+// token ids out, incremental decoding with the KV cache) and `info`.
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/command.h"
+#include "apps/model_options.h"
+#include "io/npy.h"
+#include "model/sequence_runner.h"
+
+namespace dh::app {
+namespace {
+
+std::function<int()> SetupLogits(CLI::App* sub) {
+  struct Args {
+    ModelOptions model;
+    std::string ids, output;
+  };
+  auto a = std::make_shared<Args>();
+  AddModelOptions(sub, &a->model);
+  sub->add_option("--token-ids", a->ids, "Comma-separated prompt token ids")->required();
+  sub->add_option("--output,-o", a->output, "Output .npy file: float32 [n_tokens, vocab_size]")
+      ->required();
+  return [a]() -> int {
+    auto ids = ParseIdList(a->ids, "--token-ids");
+    if (!ids.ok()) return ReportError(ids.status());
+    auto loaded = LoadFromOptions(a->model);
+    if (!loaded.ok()) return ReportError(loaded.status());
+    auto runner = SequenceRunner::Create(*loaded->model, *loaded->backend,
+                                         static_cast<int>(ids->size()));
+    if (!runner.ok()) return ReportError(runner.status());
+    auto logits = (*runner)->Feed(*ids, /*all_logits=*/true);
+    if (!logits.ok()) return ReportError(logits.status());
+    const int64_t shape[] = {static_cast<int64_t>(ids->size()),
+                             loaded->model->config().vocab_size};
+    Status st = WriteNpy(a->output, DType::kF32, logits->data(), shape);
+    if (!st.ok()) return ReportError(st);
+    return kExitOk;
+  };
+}
+
+std::function<int()> SetupGenerate(CLI::App* sub) {
+  struct Args {
+    ModelOptions model;
+    std::string ids;
+    int max_tokens = 16;
+    double temperature = 0.0;
+    uint64_t seed = 0;
+    bool json = false;
+    bool ignore_eos = false;
+  };
+  auto a = std::make_shared<Args>();
+  AddModelOptions(sub, &a->model);
+  sub->add_option("--token-ids", a->ids, "Comma-separated prompt token ids")->required();
+  sub->add_option("--max-tokens", a->max_tokens, "New tokens to generate (default 16)");
+  sub->add_option("--temperature", a->temperature, "0 = greedy (default); > 0 samples");
+  sub->add_option("--seed", a->seed, "Sampling seed (default 0)");
+  sub->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-sequence token");
+  sub->add_flag("--json", a->json, "Print {\"ids\": [...]} instead of space-separated ids");
+  return [a]() -> int {
+    auto ids = ParseIdList(a->ids, "--token-ids");
+    if (!ids.ok()) return ReportError(ids.status());
+    if (a->max_tokens < 0) {
+      return ReportError(InvalidArgument("--max-tokens: expected >= 0, got {}", a->max_tokens));
+    }
+    if (!(a->temperature >= 0.0) || !std::isfinite(a->temperature)) {
+      return ReportError(InvalidArgument("--temperature: expected >= 0"));
+    }
+    auto loaded = LoadFromOptions(a->model);
+    if (!loaded.ok()) return ReportError(loaded.status());
+    Model& model = *loaded->model;
+    auto runner = SequenceRunner::Create(model, *loaded->backend,
+                                         static_cast<int>(ids->size()) + a->max_tokens);
+    if (!runner.ok()) return ReportError(runner.status());
+    std::vector<int32_t> out;
+    std::mt19937_64 rng(a->seed);
+    std::span<const int32_t> next = *ids;
+    int32_t token = 0;
+    const auto& eos = model.config().eos_token_ids;
+    for (int step = 0; step < a->max_tokens; ++step) {
+      auto logits = (*runner)->Feed(next, /*all_logits=*/false);
+      if (!logits.ok()) return ReportError(logits.status());
+      if (a->temperature == 0.0) {
+        token = ArgMax(*logits);
+      } else {
+        std::vector<double> p(logits->size());
+        const float mx = (*logits)[ArgMax(*logits)];
+        for (size_t i = 0; i < p.size(); ++i) {
+          p[i] = std::exp(((*logits)[i] - mx) / a->temperature);
+        }
+        std::discrete_distribution<int32_t> dist(p.begin(), p.end());
+        token = dist(rng);
+      }
+      out.push_back(token);
+      if (!a->ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) break;
+      next = std::span<const int32_t>(&token, 1);
+    }
+    if (a->json) {
+      std::printf("%s\n", nlohmann::json{{"ids", out}}.dump().c_str());
+    } else {
+      for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? " " : "", out[i]);
+      std::printf("\n");
+    }
+    return kExitOk;
+  };
+}
+
+std::function<int()> SetupInfo(CLI::App* sub) {
+  struct Args {
+    ModelOptions model;
+    int max_seq_len = 0;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  AddModelOptions(sub, &a->model);
+  sub->add_option("--max-seq-len", a->max_seq_len,
+                  "Context for the KV figure (default: max_position_embeddings)");
+  sub->add_flag("--json", a->json, "Print JSON");
+  return [a]() -> int {
+    auto loaded = LoadFromOptions(a->model);
+    if (!loaded.ok()) return ReportError(loaded.status());
+    const Model& m = *loaded->model;
+    const ModelInfo& info = m.info();
+    const ModelConfig& c = m.config();
+    const int64_t ctx = a->max_seq_len > 0 ? a->max_seq_len : c.max_position_embeddings;
+    const double kv_per_seq = static_cast<double>(info.kv_bytes_per_token) * ctx;
+    nlohmann::json j = {
+        {"architecture", info.architecture},
+        {"parameters", info.num_parameters},
+        {"tensors", info.num_tensors},
+        {"skipped_tensors", info.skipped_tensors},
+        {"bytes_by_dtype", info.bytes_by_dtype},
+        {"weight_bytes", info.weight_bytes},
+        {"active_weight_bytes_per_token", info.active_weight_bytes_per_token},
+        {"kv_bytes_per_token", info.kv_bytes_per_token},
+        {"kv_bytes_per_sequence", kv_per_seq},
+        {"context", ctx},
+        {"layers", c.num_hidden_layers},
+        {"hidden_size", c.hidden_size},
+        {"vocab_size", c.vocab_size},
+        {"load_seconds", loaded->load_seconds},
+    };
+    if (a->json) {
+      std::printf("%s\n", j.dump(2).c_str());
+      return kExitOk;
+    }
+    auto gib = [](double b) { return b / (1024.0 * 1024.0 * 1024.0); };
+    std::printf("architecture       %s\n", info.architecture.c_str());
+    std::printf("parameters         %lld (%.3f B)\n", static_cast<long long>(info.num_parameters),
+                info.num_parameters / 1e9);
+    std::printf("tensors            %lld (%lld skipped)\n",
+                static_cast<long long>(info.num_tensors),
+                static_cast<long long>(info.skipped_tensors));
+    for (const auto& [dtype, bytes] : info.bytes_by_dtype) {
+      std::printf("dtype %-12s %.3f GiB\n", dtype.c_str(), gib(static_cast<double>(bytes)));
+    }
+    std::printf("weights            %.3f GiB (%.3f GiB read per decoded token)\n",
+                gib(static_cast<double>(info.weight_bytes)),
+                gib(static_cast<double>(info.active_weight_bytes_per_token)));
+    std::printf("kv cache           %zu bytes per token, %.3f GiB per %lld-token sequence\n",
+                info.kv_bytes_per_token, gib(kv_per_seq), static_cast<long long>(ctx));
+    return kExitOk;
+  };
+}
+
+DH_REGISTER_COMMAND(kLogits, "logits", "Write float32 logits for every prompt position (.npy)",
+                    SetupLogits);
+DH_REGISTER_COMMAND(kGenerate, "generate", "Generate token ids from prompt token ids",
+                    SetupGenerate);
+DH_REGISTER_COMMAND(kInfo, "info", "Architecture, parameters, dtypes and memory of a model",
+                    SetupInfo);
+
+}  // namespace
+}  // namespace dh::app

@@ -1,0 +1,314 @@
+// `deepharness serve`: the OpenAI-compatible server. Listens first (so /health answers 503 while
+// the model loads), loads model + tokenizer + chat template, starts the engine, serves. SIGTERM
+// or SIGINT: stop accepting, drain in-flight requests for up to --shutdown-timeout seconds, exit
+// 0; a second signal aborts what is left at once.
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "apps/command.h"
+#include "apps/default_model.h"
+#include "apps/model_options.h"
+#include "backend/registry.h"
+#include "base/log.h"
+#include "engine/engine.h"
+#include "server/http_server.h"
+#include "server/template_renderer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dh::app {
+namespace {
+
+struct ServeArgs {
+  ModelOptions model;
+  int max_seq_len = 0;
+  int tp_size = 1;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;
+  std::vector<std::string> served_model_names;
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  std::string kv_cache_memory;
+  int num_kv_blocks = 0;
+  int max_queued = 1024;
+  std::string chat_template;
+  std::string metrics_prefix = "deepharness:";
+  std::string reasoning_parser = "auto";
+  double shutdown_timeout = 30;
+  int http_threads = 0;
+  size_t max_body_bytes = 8u << 20;
+  bool no_prefix_caching = false;
+};
+
+// "8GiB", "512MiB", "1.5G", "1000000" -> bytes.
+Result<uint64_t> ParseByteSize(const std::string& text) {
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (...) {
+    return InvalidArgument("--kv-cache-memory: '{}' is not a size (e.g. 2GiB, 512MiB)", text);
+  }
+  std::string unit = text.substr(pos);
+  double scale = 1;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "K" || unit == "KiB" || unit == "KB") scale = 1024.0;
+  else if (unit == "M" || unit == "MiB" || unit == "MB") scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB" || unit == "GB") scale = 1024.0 * 1024 * 1024;
+  else return InvalidArgument("--kv-cache-memory: unknown unit '{}' (use B, KiB, MiB, GiB)", unit);
+  if (!(value > 0) || value * scale > 1e15)
+    return InvalidArgument("--kv-cache-memory: expected a positive size, got '{}'", text);
+  return static_cast<uint64_t>(value * scale);
+}
+
+Status ValidateArgs(ServeArgs& a) {
+  if (a.tp_size != 1) {
+    return Unsupported("--tp-size/--tensor-parallel-size {}: tensor parallelism is not "
+                       "implemented yet; only 1 is supported", a.tp_size);
+  }
+  if (a.port < 0 || a.port > 65535) return InvalidArgument("--port: expected 0-65535, got {}", a.port);
+  if (a.max_num_seqs < 1) return InvalidArgument("--max-num-seqs: expected >= 1, got {}", a.max_num_seqs);
+  if (a.max_num_batched_tokens < 1)
+    return InvalidArgument("--max-num-batched-tokens: expected >= 1, got {}", a.max_num_batched_tokens);
+  if (a.max_seq_len < 0) return InvalidArgument("--max-seq-len: expected >= 0, got {}", a.max_seq_len);
+  if (a.max_queued < 1) return InvalidArgument("--max-num-queued-reqs: expected >= 1, got {}", a.max_queued);
+  if (!(a.shutdown_timeout >= 0)) return InvalidArgument("--shutdown-timeout: expected >= 0 seconds");
+  if (a.metrics_prefix.empty() || a.metrics_prefix.back() != ':')
+    return InvalidArgument("--metrics-prefix: expected a name ending in ':' (e.g. vllm:), got '{}'",
+                           a.metrics_prefix);
+  for (char c : a.metrics_prefix) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == ':'))
+      return InvalidArgument("--metrics-prefix: only letters, digits, '_' and ':' are allowed");
+  }
+  if (a.reasoning_parser != "auto" && a.reasoning_parser != "none" &&
+      a.reasoning_parser != "deepseek_r1") {
+    return InvalidArgument("--reasoning-parser: expected auto, none or deepseek_r1, got '{}'",
+                           a.reasoning_parser);
+  }
+  const auto devices = RegisteredBackends();
+  if (std::find(devices.begin(), devices.end(), a.model.device) == devices.end()) {
+    auto backend = CreateBackend(a.model.device, BackendOptions{});
+    if (!backend.ok()) return backend.status();
+  }
+  if (a.api_key.empty()) {
+    if (const char* env = std::getenv("DEEPHARNESS_API_KEY")) a.api_key = env;
+  }
+  if (a.model.model_path.empty()) {
+    a.model.model_path = DefaultModelPath();
+    if (a.model.model_path.empty()) {
+      return NotFound("no --model-path given and the embedded model was not found (looked in {})",
+                      DefaultModelCandidates());
+    }
+  }
+  if (a.served_model_names.empty()) {
+    std::string name = std::filesystem::path(a.model.model_path).lexically_normal().filename();
+    if (name.empty()) name = std::filesystem::path(a.model.model_path).parent_path().filename();
+    a.served_model_names.push_back(name.empty() ? "default" : name);
+  }
+  return Status::Ok();
+}
+
+// Signals are handled by one thread with sigwait (no async-signal-safety concerns).
+class SignalWaiter {
+ public:
+  SignalWaiter() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // inherited by every thread started later
+    signal(SIGPIPE, SIG_IGN);
+  }
+  // Blocks until the next SIGTERM/SIGINT.
+  int Wait() {
+    int sig = 0;
+    sigwait(&set_, &sig);
+    return sig;
+  }
+
+ private:
+  sigset_t set_;
+};
+
+int RunServe(ServeArgs& a) {
+  SignalWaiter signals;
+  if (Status st = ValidateArgs(a); !st.ok()) return ReportError(st);
+
+  server::ServerOptions so;
+  so.host = a.host;
+  so.port = a.port;
+  so.api_key = a.api_key;
+  so.served_model_names = a.served_model_names;
+  so.metrics_prefix = a.metrics_prefix;
+  so.max_body_bytes = a.max_body_bytes;
+  so.http_threads = a.http_threads > 0 ? a.http_threads : std::max(64, 2 * a.max_num_seqs + 16);
+  server::OpenAIServer http(so);
+  if (Status st = http.Bind(); !st.ok()) {
+    ReportError(st);
+    return kExitFailure;
+  }
+  std::thread http_thread([&http] { http.Run(); });
+  auto fail = [&](const Status& st) {
+    http.Stop();
+    http_thread.join();
+    return ReportError(st);
+  };
+  std::fprintf(stderr, "deepharness serve: listening on http://%s:%d (loading %s)\n",
+               a.host.c_str(), http.port(), a.model.model_path.c_str());
+
+  // A signal while loading ends the process at once.
+  std::atomic<bool> loaded{false};
+  std::atomic<int> signal_count{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::thread signal_thread([&] {
+    while (true) {
+      signals.Wait();
+      if (!loaded.load()) std::_Exit(0);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        signal_count.fetch_add(1);
+      }
+      cv.notify_all();
+      if (signal_count.load() >= 2) return;
+    }
+  });
+  signal_thread.detach();
+
+  auto model = LoadFromOptions(a.model);
+  if (!model.ok()) return fail(model.status());
+  auto tokenizer = Tokenizer::Load(a.model.model_path);
+  if (!tokenizer.ok()) return fail(tokenizer.status().WithContext(a.model.model_path));
+  auto renderer = server::LoadChatRenderer(a.model.model_path, a.chat_template);
+  if (!renderer.ok()) return fail(renderer.status());
+  std::string reasoning = a.reasoning_parser;
+  if (reasoning == "auto") reasoning = (*renderer)->OpensThinkBlock() ? "deepseek_r1" : "none";
+  if (reasoning == "deepseek_r1" && !(*tokenizer)->TokenToId("</think>")) {
+    DH_LOG(Warning, "--reasoning-parser deepseek_r1: '</think>' is not a single token in this "
+                    "vocabulary; splitting on the text instead");
+  }
+
+  EngineOptions eo;
+  eo.max_num_seqs = a.max_num_seqs;
+  eo.max_num_batched_tokens = a.max_num_batched_tokens;
+  eo.max_model_len = a.max_seq_len;
+  eo.max_queue_size = a.max_queued;
+  eo.num_kv_blocks = a.num_kv_blocks;
+  eo.enable_prefix_caching = !a.no_prefix_caching;
+  if (!a.kv_cache_memory.empty()) {
+    auto bytes = ParseByteSize(a.kv_cache_memory);
+    if (!bytes.ok()) return fail(bytes.status());
+    eo.kv_cache_memory = *bytes;
+  }
+  Engine engine(eo, std::move(model->model), *model->backend, tokenizer->get());
+  if (Status st = engine.Start(); !st.ok()) return fail(st);
+
+  // The reasoning parser is decided only now; the server reads it at Attach.
+  server::ServingContext ctx;
+  ctx.engine = &engine;
+  ctx.tokenizer = tokenizer->get();
+  ctx.chat_renderer = renderer->get();
+  ctx.model_load_seconds = model->load_seconds;
+  ctx.model_created_unix = std::time(nullptr);
+  http.SetReasoningParser(reasoning == "deepseek_r1" ? "deepseek_r1" : "");
+  http.Attach(ctx);
+  loaded.store(true);
+  std::fprintf(stderr,
+               "deepharness serve: ready on http://%s:%d (model %s, max_model_len %d, "
+               "reasoning parser %s)\n",
+               a.host.c_str(), http.port(), a.served_model_names.front().c_str(),
+               engine.max_model_len(), reasoning.c_str());
+
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return signal_count.load() >= 1; });
+  }
+  std::fprintf(stderr, "deepharness serve: draining (up to %.0f s)\n", a.shutdown_timeout);
+  http.BeginDrain();
+  // A second signal while draining cuts the drain short.
+  std::thread stopper([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return signal_count.load() >= 2 || loaded.load() == false; });
+    if (signal_count.load() >= 2) engine.Stop();
+  });
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_timeout * 1000));
+  engine.Drain(timeout);
+  engine.Stop();  // aborts what is left; streams then write their last events
+  http.WaitIdle(std::chrono::seconds(5));
+  http.Stop();
+  http_thread.join();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    loaded.store(false);
+  }
+  cv.notify_all();
+  stopper.join();
+  std::fprintf(stderr, "deepharness serve: stopped\n");
+  return kExitOk;
+}
+
+std::function<int()> SetupServe(CLI::App* sub) {
+  auto a = std::make_shared<ServeArgs>();
+  AddModelOptions(sub, &a->model, /*require_model=*/false);
+  sub->footer("Without --model-path the embedded model (models/" + std::string(kDefaultModelName) +
+              " next to the binary) is served.");
+  sub->add_option("--max-seq-len,--max-model-len", a->max_seq_len,
+                  "Longest sequence, prompt + output (default: the model's "
+                  "max_position_embeddings, capped by the KV pool)");
+  sub->add_option("--tp-size,--tensor-parallel-size", a->tp_size,
+                  "Tensor-parallel degree (only 1 is supported for now)");
+  sub->add_option("--host", a->host, "Address to listen on (default 127.0.0.1)");
+  sub->add_option("--port", a->port, "Port to listen on (default 8000; 0 picks a free one)");
+  sub->add_option("--api-key", a->api_key,
+                  "Require 'Authorization: Bearer KEY' on every route but /health (default: env "
+                  "DEEPHARNESS_API_KEY; none when unset)");
+  sub->add_option("--served-model-name", a->served_model_names,
+                  "Model name(s) clients send in 'model' (default: the model directory's name)");
+  sub->add_option("--max-num-seqs", a->max_num_seqs, "Sequences batched per step (default 64)");
+  sub->add_option("--max-num-batched-tokens", a->max_num_batched_tokens,
+                  "Token budget per engine step, decodes + prefill chunks (default 2048)");
+  sub->add_option("--kv-cache-memory", a->kv_cache_memory,
+                  "KV-cache pool size, e.g. 2GiB or 512MiB (default: half of the free memory)");
+  sub->add_option("--num-kv-blocks", a->num_kv_blocks,
+                  "KV-cache pool size in 16-token blocks (overrides --kv-cache-memory; for tests)");
+  sub->add_option("--max-num-queued-reqs", a->max_queued,
+                  "Waiting requests beyond which new ones get 503 + Retry-After (default 1024)");
+  sub->add_option("--chat-template", a->chat_template,
+                  "Jinja chat template: a file, or the template text (default: "
+                  "tokenizer_config.json's)");
+  sub->add_option("--metrics-prefix", a->metrics_prefix,
+                  "Prefix of the /metrics names (default deepharness:; vllm: for vLLM dashboards)");
+  sub->add_option("--reasoning-parser", a->reasoning_parser,
+                  "Split <think> output into reasoning_content: auto (default: on when the chat "
+                  "template opens a <think> block), deepseek_r1, none");
+  sub->add_option("--shutdown-timeout", a->shutdown_timeout,
+                  "Seconds to let in-flight requests finish after SIGTERM (default 30; 0 aborts "
+                  "them at once)");
+  sub->add_option("--http-threads", a->http_threads,
+                  "HTTP worker threads, i.e. concurrent connections served (default: "
+                  "max(64, 2 * max-num-seqs + 16))");
+  sub->add_option("--max-body-bytes", a->max_body_bytes,
+                  "Largest request body; larger ones get 413 (default 8 MiB)");
+  sub->add_flag("--no-enable-prefix-caching", a->no_prefix_caching,
+                "Turn off prefix caching (on by default)");
+  return [a]() -> int { return RunServe(*a); };
+}
+
+DH_REGISTER_COMMAND(serve_command, "serve",
+                    "Serve a model over an OpenAI-compatible HTTP API (chat, completions, "
+                    "streaming, /metrics)",
+                    SetupServe);
+
+}  // namespace
+}  // namespace dh::app

@@ -1,0 +1,84 @@
+// Shared model-loading flags and helpers for the subcommands.
+#include "apps/model_options.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "apps/command.h"
+#include "backend/registry.h"
+#include "base/log.h"
+
+namespace dh::app {
+
+void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model) {
+  auto* path = sub->add_option("--model-path,--model", o->model_path,
+                               "Hugging Face model directory (config.json + *.safetensors)");
+  if (require_model) path->required();
+  sub->add_option("--device", o->device, "Backend to run on: cpu (default) or reference");
+  sub->add_option("--dtype", o->dtype,
+                  "Weight dtype: auto (as stored, default), float32, bfloat16, float16");
+  sub->add_option("--threads", o->threads, "Worker threads (default: all available CPUs)");
+  sub->add_flag("--no-mmap", o->no_mmap,
+                "Read weights into anonymous memory instead of mapping the files");
+  sub->add_flag("--mlock", o->mlock, "Lock weights in RAM (needs RLIMIT_MEMLOCK)");
+  sub->add_flag("--trace-kernels", o->trace_kernels, "Log the kernel chosen for each op and shape");
+  sub->add_flag("--quiet,-q", o->quiet, "Only print errors on stderr");
+}
+
+Result<LoadedModel> LoadFromOptions(const ModelOptions& o) {
+  if (o.quiet) SetLogLevel(LogLevel::kError);
+  if (o.threads < 0) return InvalidArgument("--threads: expected >= 0, got {}", o.threads);
+  BackendOptions bo;
+  bo.num_threads = o.threads;
+  bo.trace_kernels = o.trace_kernels;
+  LoadedModel loaded;
+  DH_ASSIGN_OR_RETURN(loaded.backend, CreateBackend(o.device, bo));
+  LoadOptions lo;
+  lo.dtype = o.dtype;
+  lo.file.use_mmap = !o.no_mmap;
+  lo.file.mlock = o.mlock;
+  lo.show_progress = !o.quiet;
+  const auto start = std::chrono::steady_clock::now();
+  DH_ASSIGN_OR_RETURN(loaded.model, LoadModel(o.model_path, *loaded.backend, lo));
+  loaded.load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return loaded;
+}
+
+Result<std::vector<int32_t>> ParseIdList(const std::string& text, const std::string& flag) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i <= text.size()) {
+    size_t end = text.find(',', i);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(i, end - i);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    if (item.empty() || item.size() > 10 ||
+        item.find_first_not_of("0123456789") != std::string::npos) {
+      return InvalidArgument("{}: '{}' is not a token id (expected non-negative integers "
+                             "separated by commas)", flag, item);
+    }
+    const long long v = std::stoll(item);
+    if (v > INT32_MAX) return InvalidArgument("{}: token id {} is too large", flag, item);
+    ids.push_back(static_cast<int32_t>(v));
+    i = end + 1;
+  }
+  return ids;
+}
+
+int ReportError(const Status& status) {
+  std::string msg = status.message();
+  for (char& c : msg) {
+    if (c == '\n') c = ' ';
+  }
+  std::fprintf(stderr, "error: %s\n", msg.c_str());
+  switch (status.code()) {
+    case StatusCode::kInternal:
+    case StatusCode::kCancelled:
+    case StatusCode::kResourceExhausted: return kExitFailure;
+    default: return kExitBadInput;
+  }
+}
+
+}  // namespace dh::app

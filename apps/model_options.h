@@ -1,0 +1,45 @@
+// Flags shared by every subcommand that loads a model (--model-path, --device, --dtype,
+// --threads, --no-mmap, --mlock, --trace-kernels) and the code that turns them into a loaded
+// backend + model.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+namespace dh::app {
+
+struct ModelOptions {
+  std::string model_path;
+  std::string device = "cpu";
+  std::string dtype = "auto";
+  int threads = 0;
+  bool no_mmap = false;
+  bool mlock = false;
+  bool trace_kernels = false;
+  bool quiet = false;
+};
+
+// Adds the flags; `require_model` makes --model-path mandatory.
+void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model = true);
+
+struct LoadedModel {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  double load_seconds = 0;
+};
+
+Result<LoadedModel> LoadFromOptions(const ModelOptions& o);
+
+// Parses "1,2,3" (spaces allowed). Errors name the flag and the offending item.
+Result<std::vector<int32_t>> ParseIdList(const std::string& text, const std::string& flag);
+
+// Prints "error: <message>" on one line and returns the exit code for the status.
+int ReportError(const Status& status);
+
+}  // namespace dh::app

@@ -1,0 +1,373 @@
+// CpuBackend: thread pool set-up, kernel tracing, and for each op the choice between the SIMD
+// kernels of cpu_kernels.cc (f32 activations with contiguous rows) and the reference fallback.
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/reference/reference_ops.h"
+#include "base/check.h"
+#include "base/log.h"
+
+namespace dh {
+namespace {
+
+using cpu::WType;
+
+// A tensor seen as `rows` rows of `cols` contiguous elements, `stride` elements apart.
+struct RowView {
+  char* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t stride = 0;
+  bool contiguous = false;  // rows are back to back
+  float* row(int64_t r) const { return reinterpret_cast<float*>(data) + r * stride; }
+};
+
+std::optional<RowView> AsRows(const Tensor& t, DType dtype = DType::kF32) {
+  if (t.dtype != dtype || t.ndim < 1 || t.empty()) return std::nullopt;
+  const int last = t.ndim - 1;
+  if (t.shape[last] != 1 && t.stride[last] != 1) return std::nullopt;
+  RowView v;
+  v.data = static_cast<char*>(t.data);
+  v.cols = t.shape[last];
+  v.rows = 1;
+  for (int i = 0; i < last; ++i) v.rows *= t.shape[i];
+  v.stride = t.ndim >= 2 ? t.stride[last - 1] : v.cols;
+  // Leading dims must collapse into one stride.
+  for (int i = 0; i + 1 < last; ++i) {
+    if (t.shape[i] != 1 && t.stride[i] != t.stride[i + 1] * t.shape[i + 1]) return std::nullopt;
+  }
+  if (v.rows == 1) v.stride = v.cols;
+  v.contiguous = v.stride == v.cols;
+  return v;
+}
+
+std::optional<WType> WTypeOf(DType t) {
+  switch (t) {
+    case DType::kF32: return WType::kF32;
+    case DType::kBF16: return WType::kBF16;
+    case DType::kF16: return WType::kF16;
+    default: return std::nullopt;
+  }
+}
+
+// A vector of n weights (norm weight) usable by the kernels.
+bool IsPlainVector(const Tensor& t, int64_t n) {
+  return !t.empty() && WTypeOf(t.dtype) && t.numel() == n && (t.ndim <= 1 || t.contiguous()) &&
+         (t.ndim != 1 || t.stride[0] == 1 || n == 1);
+}
+
+bool SameRows(const RowView& a, const RowView& b) { return a.rows == b.rows && a.cols == b.cols; }
+
+const std::array<float, 256>& Fp8Table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int i = 0; i < 256; ++i) t[i] = F8E4M3ToF32(static_cast<uint8_t>(i));
+    return t;
+  }();
+  return table;
+}
+
+// Dequantizes row `row` of a quantized weight into out (w.cols floats); fast paths for f32
+// scales, the reference decoder otherwise.
+void DecodeQuantizedRow(const Weight& w, int64_t row, float* out) {
+  const bool f32_scales = w.scales.dtype == DType::kF32 &&
+                          (w.mins.empty() || w.mins.dtype == DType::kF32) &&
+                          w.scales.ndim == 2 && w.scales.stride[1] == 1;
+  if (!f32_scales) return ref::DecodeWeightRow(w, row, out);
+  const float* scales = w.scales.as<const float>();
+  switch (w.format) {
+    case WeightFormat::kFp8Block: {
+      const auto& lut = Fp8Table();
+      const uint8_t* q = w.data.as<const uint8_t>() + row * w.data.stride[0];
+      const float* s = scales + (row / w.block_rows) * w.scales.stride[0];
+      for (int64_t c0 = 0, b = 0; c0 < w.cols; c0 += w.block_cols, ++b) {
+        const int64_t c1 = std::min<int64_t>(w.cols, c0 + w.block_cols);
+        for (int64_t c = c0; c < c1; ++c) out[c] = lut[q[c]] * s[b];
+      }
+      return;
+    }
+    case WeightFormat::kInt8: {
+      const int8_t* q = w.data.as<const int8_t>() + row * w.data.stride[0];
+      const float* s = scales + row * w.scales.stride[0];
+      for (int64_t c = 0; c < w.cols; ++c) out[c] = static_cast<float>(q[c]) * s[c / w.group_size];
+      return;
+    }
+    case WeightFormat::kInt4: {
+      if (w.mins.empty() || w.mins.stride[1] != 1) return ref::DecodeWeightRow(w, row, out);
+      const uint8_t* q = w.data.as<const uint8_t>() + row * w.data.stride[0];
+      const float* s = scales + row * w.scales.stride[0];
+      const float* mn = w.mins.as<const float>() + row * w.mins.stride[0];
+      for (int64_t c = 0; c < w.cols; ++c) {
+        const int nibble = (c & 1) ? (q[c >> 1] >> 4) : (q[c >> 1] & 0xf);
+        out[c] = static_cast<float>(nibble) * s[c / w.group_size] + mn[c / w.group_size];
+      }
+      return;
+    }
+    case WeightFormat::kDense: break;
+  }
+  ref::DecodeWeightRow(w, row, out);
+}
+
+// Chunk size (in units of `work_per_item`) that gives each thread at least ~32K operations.
+size_t GrainFor(int64_t work_per_item) {
+  return static_cast<size_t>(std::max<int64_t>(1, 32768 / std::max<int64_t>(1, work_per_item)));
+}
+
+// Runs fn(a, b, out, n) over all elements of three same-shaped row views: over flat chunks when
+// all are contiguous (one long row parallelises too), else row by row.
+template <typename Fn>
+void ForEachElementChunk(ThreadPool& pool, const RowView& a, const RowView& b, const RowView& o,
+                         Fn fn) {
+  if (a.contiguous && b.contiguous && o.contiguous) {
+    pool.ParallelFor(a.rows * a.cols, 16384, [&](size_t begin, size_t end) {
+      fn(a.row(0) + begin, b.row(0) + begin, o.row(0) + begin, static_cast<int64_t>(end - begin));
+    });
+    return;
+  }
+  pool.ParallelFor(a.rows, GrainFor(a.cols), [&](size_t begin, size_t end) {
+    for (size_t r = begin; r < end; ++r) fn(a.row(r), b.row(r), o.row(r), a.cols);
+  });
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(const BackendOptions& options)
+    : ReferenceBackend(options),
+      pool_(std::make_unique<ThreadPool>(options.num_threads > 0 ? options.num_threads
+                                                                 : AvailableCpus())) {}
+
+CpuBackend::~CpuBackend() = default;
+
+bool CpuBackend::Supports(const OpDesc& op) const {
+  switch (op.op) {
+    case OpKind::kMatMul:
+    case OpKind::kEmbedding:
+      return op.format != WeightFormat::kDense || WTypeOf(op.dtype).has_value();
+    case OpKind::kRmsNorm:
+    case OpKind::kAddRmsNorm:
+    case OpKind::kAttention:
+    case OpKind::kSiluMul:
+    case OpKind::kAdd:
+      return op.dtype == DType::kF32;
+    case OpKind::kMoeExperts:  // grouped over the accelerated MatMul and SiluMul
+      return true;
+    default:
+      return false;
+  }
+}
+
+void CpuBackend::Trace(const std::string& what) {
+  if (!options().trace_kernels) return;
+  std::lock_guard<std::mutex> lock(trace_mu_);
+  if (traced_.insert(what).second) {
+    DH_LOG(Info, "kernel: {} target={}", what, cpu::DispatchedTargetName());
+  }
+}
+
+void CpuBackend::Embedding(const Weight& table, const Tensor& ids, Tensor out) {
+  const auto o = AsRows(out);
+  const auto wtype = WTypeOf(table.data.dtype);
+  if (table.format != WeightFormat::kDense || !wtype || !o || table.data.ndim != 2 ||
+      table.data.stride[1] != 1 || o->rows != ids.numel() || o->cols != table.cols) {
+    Trace(fmt::format("embedding reference {}", WeightFormatName(table.format)));
+    return ReferenceBackend::Embedding(table, ids, out);
+  }
+  Trace(fmt::format("embedding {} T={} H={}", DTypeName(table.data.dtype), o->rows, o->cols));
+  const size_t esize = DTypeSize(table.data.dtype);
+  pool_->ParallelFor(o->rows, GrainFor(o->cols), [&](size_t b, size_t e) {
+    for (size_t t = b; t < e; ++t) {
+      const int32_t id = ref::GetI32(ids, t);
+      DH_CHECK(id >= 0 && id < table.rows, "token id {} outside the vocabulary of {}", id,
+               table.rows);
+      const char* src = static_cast<const char*>(table.data.data) +
+                        static_cast<int64_t>(id) * table.data.stride[0] * esize;
+      cpu::WidenRow(src, *wtype, o->row(t), o->cols);
+    }
+  });
+}
+
+void CpuBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) {
+  const auto xr = AsRows(x), o = AsRows(out);
+  if (!xr || !o || !SameRows(*xr, *o) || !IsPlainVector(weight, xr->cols)) {
+    Trace("rmsnorm reference");
+    return ReferenceBackend::RmsNorm(x, weight, eps, out);
+  }
+  Trace(fmt::format("rmsnorm T={} H={} w={}", xr->rows, xr->cols, DTypeName(weight.dtype)));
+  const WType wtype = *WTypeOf(weight.dtype);
+  pool_->ParallelFor(xr->rows, GrainFor(xr->cols), [&](size_t b, size_t e) {
+    for (size_t r = b; r < e; ++r) {
+      const float ss = cpu::SumOfSquares(xr->row(r), xr->cols);
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(xr->cols) + eps);
+      cpu::ScaleByWeight(xr->row(r), inv, weight.data, wtype, o->row(r), xr->cols);
+    }
+  });
+}
+
+void CpuBackend::AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
+                            Tensor out) {
+  const auto res = AsRows(residual), xr = AsRows(x), o = AsRows(out);
+  if (!res || !xr || !o || !SameRows(*res, *xr) || !SameRows(*res, *o) ||
+      !IsPlainVector(weight, res->cols)) {
+    Trace("add_rmsnorm reference");
+    return ReferenceBackend::AddRmsNorm(residual, x, weight, eps, out);
+  }
+  Trace(fmt::format("add_rmsnorm T={} H={} w={}", res->rows, res->cols, DTypeName(weight.dtype)));
+  const WType wtype = *WTypeOf(weight.dtype);
+  pool_->ParallelFor(res->rows, GrainFor(res->cols), [&](size_t b, size_t e) {
+    for (size_t r = b; r < e; ++r) {
+      cpu::AddRow(res->row(r), xr->row(r), res->row(r), res->cols);
+      const float ss = cpu::SumOfSquares(res->row(r), res->cols);
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(res->cols) + eps);
+      cpu::ScaleByWeight(res->row(r), inv, weight.data, wtype, o->row(r), res->cols);
+    }
+  });
+}
+
+void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) {
+  const auto xr = AsRows(x), o = AsRows(out);
+  const bool bias_ok = bias.empty() || (bias.dtype == DType::kF32 && IsPlainVector(bias, w.rows));
+  const bool dense = w.format == WeightFormat::kDense;
+  const auto wtype = WTypeOf(w.data.dtype);
+  const bool layout_ok = xr && o && bias_ok && xr->cols == w.cols && o->rows == xr->rows &&
+                         o->cols == w.rows && w.data.ndim == 2 &&
+                         (w.data.stride[1] == 1 || w.cols == 1);
+  if (!layout_ok || (dense && !wtype)) {
+    Trace(fmt::format("matmul reference {} {}", WeightFormatName(w.format),
+                      DTypeName(w.data.dtype)));
+    return ReferenceBackend::MatMul(x, w, bias, out);
+  }
+  const int64_t m = xr->rows, n = w.rows, k = w.cols;
+  cpu::MatMulArgs a;
+  a.x = xr->row(0);
+  a.x_stride = xr->stride;
+  a.m = m;
+  a.k = k;
+  a.bias = bias.empty() ? nullptr : bias.as<const float>();
+  a.out = o->row(0);
+  a.out_stride = o->stride;
+  const char* kind = m >= 4 ? "gemm" : "gemv";
+  if (dense) {
+    Trace(fmt::format("matmul {} {} M={} N={} K={}", kind, DTypeName(w.data.dtype), m, n, k));
+    a.w = w.data.data;
+    a.wtype = *wtype;
+    a.w_stride = w.data.stride[0];
+    pool_->ParallelFor(n, GrainFor(m * k),
+                       [&](size_t b, size_t e) { cpu::MatMulRange(a, b, e); });
+    return;
+  }
+  // Quantized: dequantize a few rows at a time into a per-chunk f32 buffer and multiply that.
+  Trace(fmt::format("matmul {} {} dequant M={} N={} K={}", kind, WeightFormatName(w.format), m, n,
+                    k));
+  constexpr int64_t kRowsPerStep = 8;
+  pool_->ParallelFor(n, GrainFor(m * k), [&](size_t b, size_t e) {
+    std::vector<float> rows(kRowsPerStep * k);
+    for (int64_t j0 = b; j0 < static_cast<int64_t>(e); j0 += kRowsPerStep) {
+      const int64_t nb = std::min<int64_t>(kRowsPerStep, e - j0);
+      for (int64_t j = 0; j < nb; ++j) DecodeQuantizedRow(w, j0 + j, rows.data() + j * k);
+      cpu::MatMulArgs step = a;
+      step.w = rows.data();
+      step.wtype = WType::kF32;
+      step.w_stride = k;
+      step.out = a.out + j0;
+      step.bias = a.bias ? a.bias + j0 : nullptr;
+      cpu::MatMulRange(step, 0, nb);
+    }
+  });
+}
+
+void CpuBackend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                           const AttentionMeta& meta, float scale, Tensor out) {
+  auto inner_ok = [](const Tensor& t) {
+    return t.dtype == DType::kF32 && t.ndim == 3 && (t.stride[2] == 1 || t.shape[2] == 1);
+  };
+  if (!inner_ok(q) || !inner_ok(k_cache) || !inner_ok(v_cache) || !inner_ok(out)) {
+    Trace("attention reference");
+    return ReferenceBackend::Attention(q, k_cache, v_cache, meta, scale, out);
+  }
+  const int64_t hq = q.shape[1], dk = q.shape[2], hkv = k_cache.shape[1], dv = v_cache.shape[2];
+  DH_CHECK(hkv > 0 && hq % hkv == 0 && v_cache.shape[1] == hkv && k_cache.shape[2] == dk &&
+               out.shape[0] == q.shape[0] && out.shape[1] == hq && out.shape[2] == dv,
+           "attention q {} k_cache {} v_cache {} out {}", q.ShapeString(), k_cache.ShapeString(),
+           v_cache.ShapeString(), out.ShapeString());
+  const int64_t t_count = q.shape[0];
+  Trace(fmt::format("attention T={} Hq={} Hkv={} Dk={} Dv={} seqs={}", t_count, hq, hkv, dk, dv,
+                    meta.num_seqs));
+  // Per sequence, the cache slot of every position; per query row, its sequence and position.
+  std::vector<std::vector<int64_t>> slots(meta.num_seqs);
+  std::vector<int32_t> row_seq(t_count, -1);
+  std::vector<int64_t> row_pos(t_count, 0);
+  int64_t max_len = 0;
+  for (int s = 0; s < meta.num_seqs; ++s) {
+    const ref::SeqLayout seq = ref::GetSeqLayout(meta, s);
+    DH_CHECK(seq.query_start >= 0 && seq.query_end <= t_count, "sequence {} rows [{}, {}) of {}",
+             s, seq.query_start, seq.query_end, t_count);
+    slots[s].resize(seq.seq_len);
+    for (int64_t p = 0; p < seq.seq_len; ++p) {
+      slots[s][p] = ref::SlotOf(seq, meta.block_size, p);
+      DH_CHECK(slots[s][p] >= 0 && slots[s][p] < k_cache.shape[0], "slot {} of {}", slots[s][p],
+               k_cache.shape[0]);
+    }
+    const int32_t num_queries = seq.query_end - seq.query_start;
+    for (int32_t t = seq.query_start; t < seq.query_end; ++t) {
+      row_seq[t] = s;
+      row_pos[t] = seq.seq_len - num_queries + (t - seq.query_start);
+    }
+    max_len = std::max<int64_t>(max_len, seq.seq_len);
+  }
+  const int64_t group = hq / hkv;
+  const float* qd = q.as<const float>();
+  const float* kd = k_cache.as<const float>();
+  const float* vd = v_cache.as<const float>();
+  float* od = out.as<float>();
+  pool_->ParallelFor(t_count * hq, 1, [&](size_t b, size_t e) {
+    std::vector<float> scores(max_len);
+    for (size_t item = b; item < e; ++item) {
+      const int64_t t = item / hq, h = item % hq;
+      if (row_seq[t] < 0) continue;  // a row no sequence owns
+      cpu::AttendArgs a;
+      a.q = qd + t * q.stride[0] + h * q.stride[1];
+      a.k_base = kd + (h / group) * k_cache.stride[1];
+      a.k_slot_stride = k_cache.stride[0];
+      a.v_base = vd + (h / group) * v_cache.stride[1];
+      a.v_slot_stride = v_cache.stride[0];
+      a.dk = dk;
+      a.dv = dv;
+      a.slots = slots[row_seq[t]].data();
+      a.num_positions = row_pos[t] + 1;
+      a.scale = scale;
+      a.scores = scores.data();
+      a.out = od + t * out.stride[0] + h * out.stride[1];
+      cpu::Attend(a);
+    }
+  });
+}
+
+void CpuBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor out) {
+  const auto g = AsRows(gate), u = AsRows(up), o = AsRows(out);
+  if (!g || !u || !o || !SameRows(*g, *u) || !SameRows(*g, *o)) {
+    Trace("silu_mul reference");
+    return ReferenceBackend::SiluMul(gate, up, out);
+  }
+  Trace(fmt::format("silu_mul T={} I={}", g->rows, g->cols));
+  ForEachElementChunk(*pool_, *g, *u, *o, cpu::SiluMulRow);
+}
+
+void CpuBackend::Add(const Tensor& a, const Tensor& b, Tensor out) {
+  const auto ar = AsRows(a), br = AsRows(b), o = AsRows(out);
+  if (!ar || !br || !o || !SameRows(*ar, *br) || !SameRows(*ar, *o)) {
+    Trace("add reference");
+    return ReferenceBackend::Add(a, b, out);
+  }
+  Trace(fmt::format("add T={} H={}", ar->rows, ar->cols));
+  ForEachElementChunk(*pool_, *ar, *br, *o, cpu::AddRow);
+}
+
+}  // namespace dh

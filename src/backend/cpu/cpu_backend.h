@@ -1,0 +1,45 @@
+// CpuBackend: Highway kernels (runtime SIMD dispatch) on a persistent ThreadPool. Ops it does not
+// accelerate fall back to ReferenceBackend, and Supports() says false for them.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "backend/reference/reference_backend.h"
+#include "base/thread_pool.h"
+
+namespace dh {
+
+class CpuBackend : public ReferenceBackend {
+ public:
+  explicit CpuBackend(const BackendOptions& options);
+  ~CpuBackend() override;
+
+  std::string name() const override { return "cpu"; }
+  bool Supports(const OpDesc& op) const override;
+
+  ThreadPool& pool() { return *pool_; }
+
+  void Embedding(const Weight& table, const Tensor& ids, Tensor out) override;
+  void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override;
+  void AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
+                  Tensor out) override;
+  void MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) override;
+  void Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                 const AttentionMeta& meta, float scale, Tensor out) override;
+  void SiluMul(const Tensor& gate, const Tensor& up, Tensor out) override;
+  void Add(const Tensor& a, const Tensor& b, Tensor out) override;
+
+
+ private:
+  // With trace_kernels, logs `what` the first time it is seen.
+  void Trace(const std::string& what);
+
+  std::unique_ptr<ThreadPool> pool_;
+  std::mutex trace_mu_;
+  std::set<std::string> traced_;
+};
+
+}  // namespace dh

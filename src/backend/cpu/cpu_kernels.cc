@@ -1,0 +1,290 @@
+// Per-SIMD-target kernels of CpuBackend (Highway, compiled once per target via foreach_target.h
+// and chosen at run time by HWY_DYNAMIC_DISPATCH). All arithmetic is f32 with f32 accumulation.
+#include "backend/cpu/cpu_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "tensor/dtype.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/cpu_kernels.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace dh::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Loads Lanes(df) weights starting at p as f32.
+HWY_INLINE VF LoadW(DF df, const float* HWY_RESTRICT p) { return hn::LoadU(df, p); }
+HWY_INLINE VF LoadW(DF df, const hwy::bfloat16_t* HWY_RESTRICT p) {
+  const hn::Rebind<hwy::bfloat16_t, DF> dbf;
+  return hn::PromoteTo(df, hn::LoadU(dbf, p));
+}
+HWY_INLINE VF LoadW(DF df, const hwy::float16_t* HWY_RESTRICT p) {
+  const hn::Rebind<hwy::float16_t, DF> dh16;
+  return hn::PromoteTo(df, hn::LoadU(dh16, p));
+}
+HWY_INLINE float ToF32(float v) { return v; }
+HWY_INLINE float ToF32(hwy::bfloat16_t v) {
+  uint16_t bits;
+  std::memcpy(&bits, &v, 2);
+  return BF16ToF32(bits);
+}
+HWY_INLINE float ToF32(hwy::float16_t v) {
+  uint16_t bits;
+  std::memcpy(&bits, &v, 2);
+  return F16ToF32(bits);
+}
+
+HWY_INLINE float Sum(DF df, VF v) { return hn::GetLane(hn::SumOfLanes(df, v)); }
+
+// sums[r * NR + c] = dot(x row r, w row c) over k for an MR x NR tile. Each loaded weight vector
+// is used by MR rows of x, each loaded x vector by NR weight rows; MR * NR accumulators hide the
+// FMA latency.
+template <int MR, int NR, typename WT>
+HWY_INLINE void DotTile(const float* HWY_RESTRICT x, int64_t xs, const WT* HWY_RESTRICT w,
+                        int64_t ws, int64_t k, float* HWY_RESTRICT sums) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  VF acc[MR][NR];
+  for (int r = 0; r < MR; ++r) {
+    for (int c = 0; c < NR; ++c) acc[r][c] = hn::Zero(df);
+  }
+  int64_t i = 0;
+  for (; i + lanes <= k; i += lanes) {
+    VF xv[MR];
+    for (int r = 0; r < MR; ++r) xv[r] = hn::LoadU(df, x + r * xs + i);
+    for (int c = 0; c < NR; ++c) {
+      const VF wv = LoadW(df, w + c * ws + i);
+      for (int r = 0; r < MR; ++r) acc[r][c] = hn::MulAdd(xv[r], wv, acc[r][c]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int c = 0; c < NR; ++c) {
+      float s = Sum(df, acc[r][c]);
+      for (int64_t j = i; j < k; ++j) s += x[r * xs + j] * ToF32(w[c * ws + j]);
+      sums[r * NR + c] = s;
+    }
+  }
+}
+
+template <int MR, int NR, typename WT>
+HWY_INLINE void RunTile(const MatMulArgs& a, const WT* w, int64_t r0, int64_t j0) {
+  float sums[MR * NR];
+  DotTile<MR, NR>(a.x + r0 * a.x_stride, a.x_stride, w + j0 * a.w_stride, a.w_stride, a.k, sums);
+  for (int r = 0; r < MR; ++r) {
+    for (int c = 0; c < NR; ++c) {
+      a.out[(r0 + r) * a.out_stride + j0 + c] = sums[r * NR + c] + (a.bias ? a.bias[j0 + c] : 0.0f);
+    }
+  }
+}
+
+// All rows of x against weight rows [j_begin, j_end), NR weight rows at a time.
+template <int MR, int NR, typename WT>
+HWY_INLINE void RunRows(const MatMulArgs& a, const WT* w, int64_t r0, int64_t j_begin,
+                        int64_t j_end) {
+  int64_t j = j_begin;
+  for (; j + NR <= j_end; j += NR) RunTile<MR, NR>(a, w, r0, j);
+  for (; j < j_end; ++j) RunTile<MR, 1>(a, w, r0, j);
+}
+
+template <typename WT>
+void MatMulTyped(const MatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  const WT* w = static_cast<const WT*>(a.w);
+  // Weight rows are taken in blocks small enough to stay in L1/L2 while every tile of x rows
+  // passes over them (GEMM); with m < 4 this is a plain streaming GEMV over the rows.
+  const int64_t block = a.m >= 4 ? 16 : n_end - n_begin;
+  for (int64_t jb = n_begin; jb < n_end; jb += block) {
+    const int64_t je = std::min(n_end, jb + block);
+    int64_t r = 0;
+    for (; r + 4 <= a.m; r += 4) RunRows<4, 2>(a, w, r, jb, je);
+    switch (a.m - r) {
+      case 3: RunRows<3, 2>(a, w, r, jb, je); break;
+      case 2: RunRows<2, 4>(a, w, r, jb, je); break;
+      case 1: RunRows<1, 4>(a, w, r, jb, je); break;
+      default: break;
+    }
+  }
+}
+
+void MatMulRange(const MatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  switch (a.wtype) {
+    case WType::kF32: return MatMulTyped<float>(a, n_begin, n_end);
+    case WType::kBF16: return MatMulTyped<hwy::bfloat16_t>(a, n_begin, n_end);
+    case WType::kF16: return MatMulTyped<hwy::float16_t>(a, n_begin, n_end);
+  }
+}
+
+float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t n) {
+  float s;
+  DotTile<1, 1>(a, 0, b, 0, n, &s);
+  return s;
+}
+
+void Attend(const AttendArgs& a) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  float max_score = -INFINITY;
+  for (int64_t j = 0; j < a.num_positions; ++j) {
+    const float s = Dot(a.q, a.k_base + a.slots[j] * a.k_slot_stride, a.dk) * a.scale;
+    a.scores[j] = s;
+    max_score = std::max(max_score, s);
+  }
+  const VF vmax = hn::Set(df, max_score);
+  VF vsum = hn::Zero(df);
+  int64_t j = 0;
+  for (; j + lanes <= a.num_positions; j += lanes) {
+    const VF e = hn::Exp(df, hn::Sub(hn::LoadU(df, a.scores + j), vmax));
+    hn::StoreU(e, df, a.scores + j);
+    vsum = hn::Add(vsum, e);
+  }
+  float denom = Sum(df, vsum);
+  for (; j < a.num_positions; ++j) {
+    a.scores[j] = std::exp(a.scores[j] - max_score);
+    denom += a.scores[j];
+  }
+  std::fill(a.out, a.out + a.dv, 0.0f);
+  for (int64_t p = 0; p < a.num_positions; ++p) {
+    const float* HWY_RESTRICT v = a.v_base + a.slots[p] * a.v_slot_stride;
+    const VF wv = hn::Set(df, a.scores[p]);
+    int64_t i = 0;
+    for (; i + lanes <= a.dv; i += lanes) {
+      hn::StoreU(hn::MulAdd(wv, hn::LoadU(df, v + i), hn::LoadU(df, a.out + i)), df, a.out + i);
+    }
+    for (; i < a.dv; ++i) a.out[i] += a.scores[p] * v[i];
+  }
+  const float inv = 1.0f / denom;
+  for (int64_t i = 0; i < a.dv; ++i) a.out[i] *= inv;
+}
+
+float SumOfSquares(const float* HWY_RESTRICT x, int64_t n) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  VF acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + 2 * lanes <= n; i += 2 * lanes) {
+    const VF a = hn::LoadU(df, x + i), b = hn::LoadU(df, x + i + lanes);
+    acc0 = hn::MulAdd(a, a, acc0);
+    acc1 = hn::MulAdd(b, b, acc1);
+  }
+  for (; i + lanes <= n; i += lanes) {
+    const VF a = hn::LoadU(df, x + i);
+    acc0 = hn::MulAdd(a, a, acc0);
+  }
+  float s = Sum(df, hn::Add(acc0, acc1));
+  for (; i < n; ++i) s += x[i] * x[i];
+  return s;
+}
+
+template <typename WT>
+void ScaleByWeightTyped(const float* HWY_RESTRICT x, float inv, const WT* HWY_RESTRICT w,
+                        float* out, int64_t n) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const VF vinv = hn::Set(df, inv);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(df, x + i), vinv), LoadW(df, w + i)), df, out + i);
+  }
+  for (; i < n; ++i) out[i] = x[i] * inv * ToF32(w[i]);
+}
+
+void ScaleByWeight(const float* x, float inv, const void* w, WType wtype, float* out, int64_t n) {
+  switch (wtype) {
+    case WType::kF32: return ScaleByWeightTyped(x, inv, static_cast<const float*>(w), out, n);
+    case WType::kBF16:
+      return ScaleByWeightTyped(x, inv, static_cast<const hwy::bfloat16_t*>(w), out, n);
+    case WType::kF16:
+      return ScaleByWeightTyped(x, inv, static_cast<const hwy::float16_t*>(w), out, n);
+  }
+}
+
+void AddRow(const float* a, const float* b, float* out, int64_t n) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    hn::StoreU(hn::Add(hn::LoadU(df, a + i), hn::LoadU(df, b + i)), df, out + i);
+  }
+  for (; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void SiluMulRow(const float* gate, const float* up, float* out, int64_t n) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const VF one = hn::Set(df, 1.0f);
+  // Exp is valid up to +104; beyond 88 silu is 0 in f32 anyway.
+  const VF limit = hn::Set(df, 88.0f);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const VF g = hn::LoadU(df, gate + i);
+    const VF silu = hn::Div(g, hn::Add(one, hn::Exp(df, hn::Min(hn::Neg(g), limit))));
+    hn::StoreU(hn::Mul(silu, hn::LoadU(df, up + i)), df, out + i);
+  }
+  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+template <typename WT>
+void WidenRowTyped(const WT* HWY_RESTRICT src, float* HWY_RESTRICT out, int64_t n) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) hn::StoreU(LoadW(df, src + i), df, out + i);
+  for (; i < n; ++i) out[i] = ToF32(src[i]);
+}
+
+void WidenRow(const void* src, WType wtype, float* out, int64_t n) {
+  switch (wtype) {
+    case WType::kF32: return WidenRowTyped(static_cast<const float*>(src), out, n);
+    case WType::kBF16: return WidenRowTyped(static_cast<const hwy::bfloat16_t*>(src), out, n);
+    case WType::kF16: return WidenRowTyped(static_cast<const hwy::float16_t*>(src), out, n);
+  }
+}
+
+const char* TargetNameHere() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dh::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace dh::cpu {
+
+HWY_EXPORT(MatMulRange);
+HWY_EXPORT(Attend);
+HWY_EXPORT(SumOfSquares);
+HWY_EXPORT(ScaleByWeight);
+HWY_EXPORT(AddRow);
+HWY_EXPORT(SiluMulRow);
+HWY_EXPORT(WidenRow);
+HWY_EXPORT(TargetNameHere);
+
+void MatMulRange(const MatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  HWY_DYNAMIC_DISPATCH(MatMulRange)(a, n_begin, n_end);
+}
+void Attend(const AttendArgs& a) { HWY_DYNAMIC_DISPATCH(Attend)(a); }
+float SumOfSquares(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(SumOfSquares)(x, n); }
+void ScaleByWeight(const float* x, float inv, const void* w, WType wtype, float* out, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ScaleByWeight)(x, inv, w, wtype, out, n);
+}
+void AddRow(const float* a, const float* b, float* out, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(AddRow)(a, b, out, n);
+}
+void SiluMulRow(const float* gate, const float* up, float* out, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(SiluMulRow)(gate, up, out, n);
+}
+void WidenRow(const void* src, WType wtype, float* out, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(WidenRow)(src, wtype, out, n);
+}
+const char* DispatchedTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameHere)(); }
+
+}  // namespace dh::cpu
+#endif  // HWY_ONCE

@@ -1,0 +1,56 @@
+// Entry points of the per-SIMD-target kernels in cpu_kernels.cc. Each call dispatches at run time
+// to the best target the CPU supports (or the one a test forces with SetSupportedTargetsForTest).
+// Pointers are host memory; rows are contiguous in their last dim.
+#pragma once
+
+#include <cstdint>
+
+namespace dh::cpu {
+
+// Element type of a dense weight, norm weight or embedding table.
+enum class WType : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
+
+// out[r, j] = dot(x[r, :], w[j, :]) + bias[j] for r < m and j in [n_begin, n_end).
+struct MatMulArgs {
+  const float* x = nullptr;
+  int64_t x_stride = 0;  // elements between rows of x
+  int64_t m = 0;
+  const void* w = nullptr;
+  WType wtype = WType::kF32;
+  int64_t w_stride = 0;  // elements between rows of w
+  int64_t k = 0;
+  const float* bias = nullptr;  // may be null
+  float* out = nullptr;
+  int64_t out_stride = 0;
+};
+void MatMulRange(const MatMulArgs& a, int64_t n_begin, int64_t n_end);
+
+// One query row of one head against positions [0, num_positions) of its sequence.
+struct AttendArgs {
+  const float* q = nullptr;        // [dk]
+  const float* k_base = nullptr;   // k_cache data, offset to this kv head
+  int64_t k_slot_stride = 0;       // elements between cache slots
+  const float* v_base = nullptr;   // v_cache data, offset to this kv head
+  int64_t v_slot_stride = 0;
+  int64_t dk = 0;
+  int64_t dv = 0;
+  const int64_t* slots = nullptr;  // cache slot of each position
+  int64_t num_positions = 0;
+  float scale = 1.0f;
+  float* scores = nullptr;  // scratch, num_positions floats
+  float* out = nullptr;     // [dv]
+};
+void Attend(const AttendArgs& a);
+
+float SumOfSquares(const float* x, int64_t n);
+// out = x * inv * w (w of type wtype).
+void ScaleByWeight(const float* x, float inv, const void* w, WType wtype, float* out, int64_t n);
+void AddRow(const float* a, const float* b, float* out, int64_t n);
+void SiluMulRow(const float* gate, const float* up, float* out, int64_t n);
+// out = float(src).
+void WidenRow(const void* src, WType wtype, float* out, int64_t n);
+
+// Name of the SIMD target the dispatcher picks now ("AVX3", "AVX2", ...).
+const char* DispatchedTargetName();
+
+}  // namespace dh::cpu

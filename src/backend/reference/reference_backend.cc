@@ -1,0 +1,80 @@
+// ReferenceBackend: host buffers and forwarding of every op to the plain loops of reference_ops.
+#include "backend/reference/reference_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/reference/reference_ops.h"
+#include "base/check.h"
+
+namespace dh {
+
+HostBuffer::HostBuffer(size_t bytes) : size_(bytes) {
+  if (bytes == 0) return;
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  DH_CHECK(rounded >= bytes, "allocation of {} bytes overflows", bytes);
+  data_ = std::aligned_alloc(64, rounded);
+  DH_CHECK(data_ != nullptr, "out of host memory allocating {} bytes", bytes);
+}
+
+HostBuffer::~HostBuffer() { std::free(data_); }
+
+ReferenceBackend::ReferenceBackend(const BackendOptions& options) : options_(options) {}
+
+std::unique_ptr<Buffer> ReferenceBackend::Allocate(size_t bytes) {
+  return std::make_unique<HostBuffer>(bytes);
+}
+
+void ReferenceBackend::CopyToDevice(const Tensor& dst, const void* src) {
+  DH_CHECK(dst.contiguous(), "CopyToDevice into a strided tensor {}", dst.ShapeString());
+  if (dst.nbytes() > 0) std::memcpy(dst.data, src, dst.nbytes());
+}
+
+void ReferenceBackend::CopyToHost(void* dst, const Tensor& src) {
+  DH_CHECK(src.contiguous(), "CopyToHost from a strided tensor {}", src.ShapeString());
+  if (src.nbytes() > 0) std::memcpy(dst, src.data, src.nbytes());
+}
+
+void ReferenceBackend::Embedding(const Weight& table, const Tensor& ids, Tensor out) {
+  ref::Embedding(table, ids, out);
+}
+void ReferenceBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) {
+  ref::RmsNorm(x, weight, eps, out);
+}
+void ReferenceBackend::AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weight,
+                                  float eps, Tensor out) {
+  ref::AddRmsNorm(residual, x, weight, eps, out);
+}
+void ReferenceBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) {
+  ref::MatMul(x, w, bias, out);
+}
+void ReferenceBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& p) {
+  ref::Rope(x, positions, p);
+}
+void ReferenceBackend::KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
+                               const Tensor& slot_mapping) {
+  ref::KvWrite(k, v, k_cache, v_cache, slot_mapping);
+}
+void ReferenceBackend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                 const AttentionMeta& meta, float scale, Tensor out) {
+  ref::Attention(q, k_cache, v_cache, meta, scale, out);
+}
+void ReferenceBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor out) {
+  ref::SiluMul(gate, up, out);
+}
+void ReferenceBackend::Add(const Tensor& a, const Tensor& b, Tensor out) { ref::Add(a, b, out); }
+void ReferenceBackend::Copy(const Tensor& src, Tensor dst) { ref::Copy(src, dst); }
+void ReferenceBackend::GatherRows(const Tensor& x, const Tensor& rows, Tensor out) {
+  ref::GatherRows(x, rows, out);
+}
+void ReferenceBackend::MoeGate(const Tensor& logits, const Tensor& bias, const MoeGateParams& p,
+                               Tensor topk_ids, Tensor topk_weights) {
+  ref::MoeGate(logits, bias, p, topk_ids, topk_weights);
+}
+void ReferenceBackend::MoeExperts(const Tensor& x, const Tensor& topk_ids,
+                                  const Tensor& topk_weights,
+                                  std::span<const ExpertWeights> experts, Tensor out) {
+  ref::MoeExperts(*this, x, topk_ids, topk_weights, experts, out);
+}
+
+}  // namespace dh

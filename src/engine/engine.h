@@ -1,0 +1,261 @@
+// Engine: the public API of the generation engine. One engine thread owns the Model, the paged
+// KV cache and the Scheduler; any thread may Submit requests (native types only — JSON stays in
+// src/server) and read their results from a per-request RequestHandle.
+//
+// Threading: every public method of Engine and RequestHandle is thread-safe. Forward passes run
+// only on the engine thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "base/status.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dh {
+
+using EngineClock = std::chrono::steady_clock;
+using EngineTime = EngineClock::time_point;
+
+// Largest number of top alternatives per position (OpenAI's top_logprobs range is 0..20).
+inline constexpr int kMaxLogprobs = 20;
+// Limits that keep one request from costing unbounded work in the engine thread.
+inline constexpr int kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopStringBytes = 256;
+inline constexpr int kMaxStopTokenIds = 64;
+inline constexpr int kMaxLogitBias = 1024;
+
+// How one sequence is sampled and when it stops. Defaults are "plain sampling, no limits but
+// max_tokens". The server maps OpenAI/vLLM fields onto these (n > 1 is n separate requests,
+// each with its own seed, e.g. seed + i).
+struct SamplingParams {
+  float temperature = 1.0f;  // 0: greedy (argmax; ties to the lowest id)
+  float top_p = 1.0f;        // (0, 1]; 1: off
+  int top_k = 0;             // <= 0: off
+  float min_p = 0.0f;        // [0, 1]; 0: off
+  // OpenAI-style additive penalties over the generated tokens: logit -= presence * [count > 0]
+  // + frequency * count. Range [-2, 2].
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  // HF-style multiplicative penalty over prompt and generated tokens (> 0; 1: off): a positive
+  // logit is divided by it, a negative one multiplied.
+  float repetition_penalty = 1.0f;
+  std::map<int32_t, float> logit_bias;  // token id -> added to its logit; values in [-100, 100]
+  // Seeds this request's own RNG; output then does not depend on what else is batched with it.
+  // Without a seed the engine draws one.
+  std::optional<uint64_t> seed;
+
+  // Stop strings: matched on the detokenized output, possibly across token boundaries. The
+  // matched text is not included in the output unless include_stop_str_in_output. Needs a
+  // tokenizer; without one they are rejected by Validate.
+  std::vector<std::string> stop;
+  bool include_stop_str_in_output = false;
+  std::vector<int32_t> stop_token_ids;  // finish "stop" when sampled (the token is output)
+  bool ignore_eos = false;              // do not stop at the EOS ids
+  int max_tokens = 16;                  // generated-token cap (>= 0); also capped by context
+  int min_tokens = 0;                   // EOS and stop token ids are suppressed until reached
+  bool skip_special_tokens = true;      // for the text output
+
+  // Log-probabilities (log-softmax of the raw model logits, before any penalty or filter).
+  // logprobs = -1: none; 0..kMaxLogprobs: the sampled token's logprob plus this many top
+  // alternatives per generated token.
+  int logprobs = -1;
+  // The same for the prompt tokens (echo), delivered in the first output event. The first prompt
+  // token has no logprob. A request with prompt logprobs bypasses the prefix cache (cached
+  // tokens have no logits).
+  int prompt_logprobs = -1;
+
+  // Checks ranges and ids (vocab_size: the model's logits width). Errors name the field, e.g.
+  // "top_p: must be in (0, 1], got 0".
+  Status Validate(int64_t vocab_size, bool has_tokenizer) const;
+};
+
+struct Request {
+  // Unique among requests in flight (the server uses its response id); empty: the engine makes
+  // one ("req-<n>").
+  std::string id;
+  std::vector<int32_t> prompt_token_ids;  // non-empty, ids in [0, vocab)
+  SamplingParams sampling;
+  // When the request reached the server; default (epoch): the time of Submit.
+  EngineTime arrival_time{};
+};
+
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+// "stop" | "length" | "abort" ("" for kNone): the OpenAI / vLLM label.
+const char* FinishReasonName(FinishReason reason);
+
+struct TopLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+};
+
+struct TokenLogprob {
+  int32_t token_id = 0;  // the sampled (or prompt) token
+  float logprob = 0.0f;
+  int32_t rank = 0;                  // 1-based rank of token_id among all logits
+  std::vector<TopLogprob> top;       // the `logprobs` best alternatives, best first
+};
+
+struct Usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_tokens = 0;  // prompt tokens served from the prefix cache (first scheduling)
+};
+
+// Times for metrics (all from EngineClock). Unset points are the epoch.
+struct RequestTiming {
+  EngineTime arrival{};
+  EngineTime first_scheduled{};  // queue time = first_scheduled - arrival
+  EngineTime first_token{};      // TTFT = first_token - arrival; prefill = first_token - first_scheduled
+  EngineTime last_token{};       // decode time = last_token - first_token
+  EngineTime finished{};
+};
+
+// One event on a request's channel. Events are deltas: token_ids, token_times, logprobs and text
+// are what is new since the previous event read from the handle (RequestHandle::Next merges all
+// pending events into one, so a slow reader catches up in one call).
+struct RequestOutput {
+  std::string request_id;
+  std::vector<int32_t> token_ids;      // new generated tokens
+  std::vector<EngineTime> token_times; // when each new token was sampled (parallel to token_ids)
+  std::vector<TokenLogprob> logprobs;  // parallel to token_ids when sampling.logprobs >= 0
+  // New text (UTF-8, complete characters only). Text that could still become part of a stop
+  // string is held back until it cannot; empty without a tokenizer. Because of that hold-back
+  // and multi-byte characters, text and token_ids of one event need not line up.
+  std::string text;
+  // Only in the first event, when sampling.prompt_logprobs >= 0: one entry per prompt token,
+  // the first one empty.
+  std::vector<std::optional<TokenLogprob>> prompt_logprobs;
+
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  // When finish_reason is kStop: the stop string that matched, or the stop token id (EOS or one
+  // of stop_token_ids). Both unset for a natural EOS is not possible: EOS sets stop_token_id.
+  std::optional<std::string> stop_string;
+  std::optional<int32_t> stop_token_id;
+  Status error;          // set when the request ended on an engine error (finish_reason kAbort)
+  Usage usage;           // running totals as of this event
+  RequestTiming timing;  // as of this event (complete in the finished event)
+};
+
+namespace internal {
+struct RequestChannel;
+}  // namespace internal
+
+// The submitter's end of one request. Destroying the handle before the request finished
+// cancels it (so a dropped HTTP connection frees its KV blocks at the next engine step).
+class RequestHandle {
+ public:
+  explicit RequestHandle(std::shared_ptr<internal::RequestChannel> channel);
+  ~RequestHandle();
+  RequestHandle(const RequestHandle&) = delete;
+  RequestHandle& operator=(const RequestHandle&) = delete;
+
+  const std::string& request_id() const;
+  // Waits up to `timeout` for output; returns every pending event merged into one, or nullopt
+  // on timeout. After the finished event has been returned, returns nullopt immediately.
+  std::optional<RequestOutput> Next(std::chrono::milliseconds timeout);
+  // Blocks until the request finishes; returns everything not yet read, merged.
+  RequestOutput WaitFinished();
+  // Asks the engine to abort the request (finish reason "abort"); its blocks are freed at the
+  // start of the next engine step. A finished event still arrives.
+  void Cancel();
+  bool finished() const;  // the finished event has been returned by Next/WaitFinished
+
+ private:
+  std::shared_ptr<internal::RequestChannel> channel_;
+  bool finished_read_ = false;
+};
+
+struct EngineOptions {
+  int block_size = 16;
+  // KV pool size in bytes; num_blocks = kv_cache_memory / (kv_spec.BytesPerToken() * block_size).
+  // 0: DefaultKvCacheMemory().
+  uint64_t kv_cache_memory = 0;
+  int num_kv_blocks = 0;  // > 0 overrides kv_cache_memory (tests)
+  int max_num_seqs = 64;  // sequences per step
+  int max_num_batched_tokens = 2048;  // tokens per step (decodes + prefill chunks)
+  // Longest sequence (prompt + output); 0: the model's max_position_embeddings. Capped further by
+  // the pool: a sequence never needs more blocks than exist.
+  int max_model_len = 0;
+  int max_queue_size = 1024;  // waiting requests; Submit beyond it is ResourceExhausted
+  bool enable_prefix_caching = true;
+  std::vector<int32_t> eos_token_ids;  // empty: from the tokenizer config and the model config
+};
+
+// Half of MemAvailable (from /proc/meminfo), at least 64 MiB.
+uint64_t DefaultKvCacheMemory();
+
+// A snapshot for /metrics and /health. Counters only grow.
+struct EngineStats {
+  bool started = false;
+  bool draining = false;
+  int num_running = 0;
+  int num_waiting = 0;
+  // KV pool (blocks): free + used == total; cached counts blocks holding a reusable prefix
+  // (in use or evictable). usage = used / total.
+  int kv_blocks_total = 0;
+  int kv_blocks_free = 0;
+  int kv_blocks_used = 0;
+  int kv_blocks_cached = 0;
+  double kv_usage = 0.0;
+  double kv_fragmentation = 0.0;  // unused slots in partly filled blocks / slots of used blocks
+  int64_t prefix_cache_queries = 0;  // prompt tokens looked up
+  int64_t prefix_cache_hits = 0;     // of those, served from the cache
+  int64_t num_preemptions = 0;
+  int64_t prompt_tokens = 0;      // prompt tokens of requests that were scheduled
+  int64_t generation_tokens = 0;  // tokens sampled
+  int64_t num_steps = 0;
+  int64_t requests_finished_stop = 0;
+  int64_t requests_finished_length = 0;
+  int64_t requests_finished_abort = 0;
+  EngineTime last_step{};  // heartbeat: when the engine thread last finished a step or idled
+  int max_model_len = 0;   // the effective limit (prompt + output) after the pool cap
+};
+
+class Engine {
+ public:
+  // `tokenizer` may be null (token ids only, no text and no stop strings); it must outlive the
+  // engine, as must `backend`.
+  Engine(EngineOptions options, std::unique_ptr<Model> model, Backend& backend,
+         const Tokenizer* tokenizer);
+  ~Engine();  // Stop()
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Allocates the KV pool and starts the engine thread. ResourceExhausted when the pool cannot
+  // hold one block per sequence position of a minimal request.
+  Status Start();
+
+  // Validates and enqueues. Errors: InvalidArgument (empty prompt, bad ids or params, duplicate
+  // id), OutOfRange (prompt + 1 token longer than max_model_len), ResourceExhausted (queue full),
+  // Cancelled (draining or stopped).
+  Result<std::shared_ptr<RequestHandle>> Submit(Request request);
+  // Aborts a request in flight; false when no such request is queued or running.
+  bool Cancel(const std::string& request_id);
+
+  // Stops accepting requests and waits up to `timeout` for those in flight to finish; returns
+  // true when all finished. Requests still running afterwards keep running (call Stop to abort).
+  bool Drain(std::chrono::milliseconds timeout);
+  // Aborts everything in flight (finish reason "abort"), then joins the engine thread.
+  void Stop();
+
+  EngineStats GetStats() const;
+  const Model& model() const;
+  const Tokenizer* tokenizer() const;
+  const EngineOptions& options() const;
+  int max_model_len() const;  // effective, valid after Start()
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dh

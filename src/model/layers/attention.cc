@@ -1,0 +1,65 @@
+// GQA attention block and rotary-embedding tables.
+#include "model/layers/attention.h"
+
+#include <cmath>
+
+namespace dh {
+
+Result<RotaryEmbedding> RotaryEmbedding::Create(Backend& backend, const ModelConfig& config,
+                                                int rot_dim, RopeStyle style, int offset) {
+  RotaryEmbedding r;
+  r.config_ = &config;
+  RopeFrequencies f = ComputeRopeFrequencies(config, rot_dim, config.rope_theta, 0);
+  r.params_.style = style;
+  r.params_.offset = offset;
+  r.params_.rot_dim = rot_dim;
+  r.params_.attention_factor = f.attention_factor;
+  r.keep_ = std::make_shared<std::vector<std::unique_ptr<Buffer>>>();
+  DH_ASSIGN_OR_RETURN(r.params_.inv_freq, UploadF32(backend, f.inv_freq, *r.keep_));
+  return r;
+}
+
+RopeParams RotaryEmbedding::ForStep(Backend& backend, Arena& arena, int32_t max_position) const {
+  if (config_->rope_scaling.type != "dynamic" ||
+      max_position + 1 <= config_->max_position_embeddings) {
+    return params_;
+  }
+  RopeFrequencies f =
+      ComputeRopeFrequencies(*config_, params_.rot_dim, config_->rope_theta, max_position + 1);
+  RopeParams p = params_;
+  p.inv_freq = arena.Alloc(DType::kF32, {static_cast<int64_t>(f.inv_freq.size())});
+  backend.CopyToDevice(p.inv_freq, f.inv_freq.data());
+  return p;
+}
+
+Result<GqaAttention> GqaAttention::Load(WeightLoader& loader, const std::string& prefix,
+                                        const ModelConfig& c, bool qkv_bias, bool o_bias) {
+  GqaAttention a;
+  a.num_heads = c.num_attention_heads;
+  a.num_kv_heads = c.num_key_value_heads;
+  a.head_dim = c.head_dim;
+  const int64_t q_dim = a.num_heads * a.head_dim, kv_dim = a.num_kv_heads * a.head_dim;
+  DH_ASSIGN_OR_RETURN(a.q, Linear::Load(loader, prefix + ".q_proj", q_dim, c.hidden_size, qkv_bias));
+  DH_ASSIGN_OR_RETURN(a.k, Linear::Load(loader, prefix + ".k_proj", kv_dim, c.hidden_size, qkv_bias));
+  DH_ASSIGN_OR_RETURN(a.v, Linear::Load(loader, prefix + ".v_proj", kv_dim, c.hidden_size, qkv_bias));
+  DH_ASSIGN_OR_RETURN(a.o, Linear::Load(loader, prefix + ".o_proj", c.hidden_size, q_dim, o_bias));
+  return a;
+}
+
+Tensor GqaAttention::Forward(Backend& backend, Arena& arena, const StepInputs& step,
+                             const RopeParams& rope, Tensor k_cache, Tensor v_cache,
+                             const Tensor& h) const {
+  const int64_t T = h.dim(0);
+  Tensor q3 = q.Forward(backend, arena, h).Reshape({T, num_heads, head_dim});
+  Tensor k3 = k.Forward(backend, arena, h).Reshape({T, num_kv_heads, head_dim});
+  Tensor v3 = v.Forward(backend, arena, h).Reshape({T, num_kv_heads, head_dim});
+  backend.Rope(q3, step.positions, rope);
+  backend.Rope(k3, step.positions, rope);
+  backend.KvWrite(k3, v3, k_cache, v_cache, step.meta.slot_mapping);
+  Tensor attn = arena.Alloc(DType::kF32, {T, num_heads, head_dim});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  backend.Attention(q3, k_cache, v_cache, step.meta, scale, attn);
+  return o.Forward(backend, arena, attn.Reshape({T, num_heads * head_dim}));
+}
+
+}  // namespace dh

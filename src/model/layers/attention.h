@@ -1,0 +1,38 @@
+// Grouped-query self-attention as Llama, Qwen2 and DeepSeek-MoE use it: q/k/v projections
+// (optional biases), rotary embedding on the whole head (rotate-half pairing), paged KV write,
+// causal attention over the cache, output projection.
+#pragma once
+
+#include "model/layers/common.h"
+#include "model/layers/rope.h"
+
+namespace dh {
+
+// Rope frequencies on the backend; "dynamic" scaling is recomputed when a step's positions
+// outgrow max_position_embeddings.
+class RotaryEmbedding {
+ public:
+  static Result<RotaryEmbedding> Create(Backend& backend, const ModelConfig& config, int rot_dim,
+                                        RopeStyle style, int offset);
+  // Parameters for a step whose largest position is `max_position`.
+  RopeParams ForStep(Backend& backend, Arena& arena, int32_t max_position) const;
+  float attention_factor() const { return params_.attention_factor; }
+
+ private:
+  const ModelConfig* config_ = nullptr;
+  RopeParams params_;
+  std::shared_ptr<std::vector<std::unique_ptr<Buffer>>> keep_;
+};
+
+struct GqaAttention {
+  Linear q, k, v, o;
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+
+  static Result<GqaAttention> Load(WeightLoader& loader, const std::string& prefix,
+                                   const ModelConfig& config, bool qkv_bias, bool o_bias);
+  // h: [T, hidden] -> [T, hidden]
+  Tensor Forward(Backend& backend, Arena& arena, const StepInputs& step, const RopeParams& rope,
+                 Tensor k_cache, Tensor v_cache, const Tensor& h) const;
+};
+
+}  // namespace dh

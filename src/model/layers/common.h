@@ -1,0 +1,58 @@
+// Building blocks shared by the architectures: a linear layer with optional bias, the SwiGLU MLP,
+// and the per-step inputs (ids, positions, paged-attention metadata) uploaded once per Forward.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kvcache/kv_storage.h"
+#include "model/arena.h"
+#include "model/model.h"
+#include "model/weight_loader.h"
+
+namespace dh {
+
+struct Linear {
+  Weight weight;
+  Tensor bias;  // empty: none
+
+  // `prefix` is the HF module name ("model.layers.0.self_attn.q_proj").
+  static Result<Linear> Load(WeightLoader& loader, const std::string& prefix, int64_t out_features,
+                             int64_t in_features, bool bias);
+  // out: [T, out_features]
+  Tensor Forward(Backend& backend, Arena& arena, const Tensor& x) const;
+};
+
+// down(silu(gate(x)) * up(x))
+struct Mlp {
+  Linear gate, up, down;
+  static Result<Mlp> Load(WeightLoader& loader, const std::string& prefix, int64_t hidden,
+                          int64_t intermediate);
+  Tensor Forward(Backend& backend, Arena& arena, const Tensor& x) const;
+};
+
+struct StepInputs {
+  int num_tokens = 0;
+  int32_t max_position = 0;
+  Tensor token_ids;    // [T] i32
+  Tensor positions;    // [T] i32
+  Tensor logits_rows;  // [R] i32
+  AttentionMeta meta;
+};
+
+// Checks the batch against the model and the cache (ids < vocab, consistent sizes, slots and
+// block ids inside the pool) and uploads it.
+Result<StepInputs> PrepareStep(const Batch& batch, const KvStorage& kv, int64_t vocab_size,
+                               Arena& arena);
+
+// Final norm -> rows wanted -> lm_head -> host logits [R, vocab].
+Status ComputeLogits(Backend& backend, Arena& arena, const StepInputs& step, Tensor residual,
+                     const Tensor& hidden, const Tensor& norm_weight, float eps,
+                     const Weight& lm_head, std::vector<float>* logits);
+
+// Uploads f32 host values as a device tensor owned by `owner`.
+Result<Tensor> UploadF32(Backend& backend, std::span<const float> values,
+                         std::vector<std::unique_ptr<Buffer>>& owner);
+
+}  // namespace dh

@@ -1,0 +1,85 @@
+// MoE FFN loading and forward.
+#include "model/layers/moe.h"
+
+namespace dh {
+
+Status ValidateMoeConfig(const ModelConfig& c) {
+  if (c.n_routed_experts == 0) return Status::Ok();
+  if (c.scoring_func != "softmax" && c.scoring_func != "sigmoid") {
+    return InvalidArgument("config.json: field 'scoring_func': expected softmax or sigmoid, got '{}'",
+                           c.scoring_func);
+  }
+  if (c.topk_method != "greedy" && c.topk_method != "group_limited_greedy" &&
+      c.topk_method != "noaux_tc") {
+    return InvalidArgument(
+        "config.json: field 'topk_method': expected greedy, group_limited_greedy or noaux_tc, "
+        "got '{}'", c.topk_method);
+  }
+  if (c.topk_method != "greedy") {
+    if (c.n_group <= 0 || c.n_routed_experts % c.n_group != 0) {
+      return InvalidArgument("config.json: field 'n_group': {} must divide n_routed_experts {}",
+                             c.n_group, c.n_routed_experts);
+    }
+    if (c.topk_group <= 0 || c.topk_group > c.n_group) {
+      return InvalidArgument("config.json: field 'topk_group': expected 1..n_group ({}), got {}",
+                             c.n_group, c.topk_group);
+    }
+    if (c.num_experts_per_tok > c.topk_group * (c.n_routed_experts / c.n_group)) {
+      return InvalidArgument("config.json: num_experts_per_tok {} exceeds the experts in "
+                             "topk_group {} groups", c.num_experts_per_tok, c.topk_group);
+    }
+    if (c.topk_method == "noaux_tc" && c.n_routed_experts / c.n_group < 2) {
+      return InvalidArgument("config.json: noaux_tc needs at least 2 experts per group");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<MoeFfn> MoeFfn::Load(WeightLoader& w, const std::string& p, const ModelConfig& c) {
+  MoeFfn m;
+  const int64_t E = c.n_routed_experts, H = c.hidden_size, I = c.moe_intermediate_size;
+  DH_ASSIGN_OR_RETURN(m.gate, w.Matrix(p + ".gate.weight", E, H));
+  if (c.topk_method == "noaux_tc") {
+    DH_ASSIGN_OR_RETURN(m.gate_bias, w.Vector(p + ".gate.e_score_correction_bias", E));
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string ep = fmt::format("{}.experts.{}", p, e);
+    ExpertWeights ew;
+    DH_ASSIGN_OR_RETURN(ew.gate, w.Matrix(ep + ".gate_proj.weight", I, H));
+    DH_ASSIGN_OR_RETURN(ew.up, w.Matrix(ep + ".up_proj.weight", I, H));
+    DH_ASSIGN_OR_RETURN(ew.down, w.Matrix(ep + ".down_proj.weight", H, I));
+    m.experts.push_back(ew);
+  }
+  if (c.n_shared_experts > 0) {
+    DH_ASSIGN_OR_RETURN(m.shared, Mlp::Load(w, p + ".shared_experts", H, c.n_shared_experts * I));
+  }
+  MoeGateParams& g = m.gate_params;
+  g.scoring = c.scoring_func == "sigmoid" ? ScoringFunc::kSigmoid : ScoringFunc::kSoftmax;
+  g.method = c.topk_method == "noaux_tc"               ? TopkMethod::kNoauxTc
+             : c.topk_method == "group_limited_greedy" ? TopkMethod::kGroupLimitedGreedy
+                                                       : TopkMethod::kGreedy;
+  g.top_k = static_cast<int>(c.num_experts_per_tok);
+  g.n_group = static_cast<int>(c.n_group);
+  g.topk_group = static_cast<int>(c.topk_group);
+  g.norm_topk_prob = c.norm_topk_prob && g.top_k > 1;
+  g.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
+  // DeepSeek-V2's gate scales only weights it did not renormalise; V3 scales both.
+  if (c.architecture == "DeepseekV2ForCausalLM" && g.norm_topk_prob) g.routed_scaling_factor = 1.0f;
+  return m;
+}
+
+Tensor MoeFfn::Forward(Backend& b, Arena& a, const Tensor& h) const {
+  const int64_t T = h.dim(0), H = h.dim(1), E = gate.rows;
+  const int64_t k = gate_params.top_k;
+  Tensor logits = a.Alloc(DType::kF32, {T, E});
+  b.MatMul(h, gate, Tensor(), logits);
+  Tensor ids = a.Alloc(DType::kI32, {T, k});
+  Tensor weights = a.Alloc(DType::kF32, {T, k});
+  b.MoeGate(logits, gate_bias, gate_params, ids, weights);
+  Tensor out = a.Alloc(DType::kF32, {T, H});
+  b.MoeExperts(h, ids, weights, experts, out);
+  if (shared) b.Add(out, shared->Forward(b, a, h), out);
+  return out;
+}
+
+}  // namespace dh

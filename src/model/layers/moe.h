@@ -1,0 +1,26 @@
+// Mixture-of-experts FFN of the DeepSeek family: router (softmax or sigmoid scores; greedy,
+// group-limited greedy or noaux_tc top-k), routed SwiGLU experts computed grouped by expert
+// (the backend's MoeExperts op), plus always-on shared experts.
+#pragma once
+
+#include <optional>
+
+#include "model/layers/common.h"
+
+namespace dh {
+
+struct MoeFfn {
+  Weight gate;       // [n_routed_experts, hidden]
+  Tensor gate_bias;  // [n_routed_experts] e_score_correction_bias (noaux_tc), else empty
+  std::vector<ExpertWeights> experts;
+  std::optional<Mlp> shared;
+  MoeGateParams gate_params;
+
+  static Result<MoeFfn> Load(WeightLoader& w, const std::string& prefix, const ModelConfig& c);
+  Tensor Forward(Backend& b, Arena& a, const Tensor& h) const;  // [T, hidden]
+};
+
+// scoring_func, topk_method and the group counts: refused with the field named.
+Status ValidateMoeConfig(const ModelConfig& c);
+
+}  // namespace dh

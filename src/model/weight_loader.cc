@@ -1,0 +1,262 @@
+// WeightLoader implementation: validation messages name the checkpoint file and tensor.
+#include "model/weight_loader.h"
+
+#include <cstring>
+
+#include <fmt/ranges.h>
+
+#include "base/log.h"
+
+namespace dh {
+namespace {
+
+std::string DimsString(std::initializer_list<int64_t> dims) {
+  std::string s = "[";
+  bool first = true;
+  for (int64_t d : dims) {
+    s += fmt::format("{}{}", first ? "" : ", ", d);
+    first = false;
+  }
+  return s + "]";
+}
+
+bool ShapeIs(const TensorInfo& t, std::initializer_list<int64_t> dims) {
+  if (t.shape.size() != dims.size()) return false;
+  size_t i = 0;
+  for (int64_t d : dims) {
+    if (t.shape[i++] != d) return false;
+  }
+  return true;
+}
+
+// Converts `n` elements of a float tensor to f32.
+void ToF32(const Tensor& src, float* dst) {
+  const int64_t n = src.numel();
+  switch (src.dtype) {
+    case DType::kF32: std::memcpy(dst, src.data, n * sizeof(float)); break;
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(src.as<uint16_t>()[i]);
+      break;
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(src.as<uint16_t>()[i]);
+      break;
+    default: DH_CHECK(false, "ToF32 of {}", DTypeName(src.dtype));
+  }
+}
+
+std::optional<DType> RequestedDType(const std::string& dtype) {
+  if (dtype == "float32" || dtype == "f32") return DType::kF32;
+  if (dtype == "bfloat16" || dtype == "bf16") return DType::kBF16;
+  if (dtype == "float16" || dtype == "f16" || dtype == "half") return DType::kF16;
+  return std::nullopt;
+}
+
+}  // namespace
+
+WeightLoader::WeightLoader(const Checkpoint& checkpoint, const ModelConfig& config,
+                           Backend& backend, const LoadOptions& options)
+    : checkpoint_(checkpoint), config_(config), backend_(backend), options_(options) {
+  if (options.show_progress) {
+    progress_ = std::make_unique<ProgressBar>("loading", checkpoint.total_bytes());
+  }
+}
+
+Result<const TensorInfo*> WeightLoader::Find(const std::string& name) {
+  const TensorInfo* t = checkpoint_.Find(name);
+  if (t == nullptr) {
+    return NotFound("{}: missing tensor '{}' required by {}", checkpoint_.dir(), name,
+                    config_.architecture);
+  }
+  if (used_.insert(name).second && progress_) progress_->Update(loaded_bytes_ += t->nbytes);
+  return t;
+}
+
+Result<Tensor> WeightLoader::Upload(const Tensor& host, DType dtype) {
+  // Converts a host f32/f16/bf16 tensor to `dtype` in backend memory.
+  const int64_t n = host.numel();
+  std::vector<float> f32(n);
+  ToF32(host, f32.data());
+  Tensor out = host;
+  out.dtype = dtype;
+  out.SetContiguousStrides();
+  auto buf = backend_.Allocate(out.nbytes());
+  if (!buf) return ResourceExhausted("cannot allocate {} bytes for a weight", out.nbytes());
+  std::vector<uint8_t> staged(out.nbytes());
+  for (int64_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DType::kF32: reinterpret_cast<float*>(staged.data())[i] = f32[i]; break;
+      case DType::kBF16: reinterpret_cast<uint16_t*>(staged.data())[i] = F32ToBF16(f32[i]); break;
+      case DType::kF16: reinterpret_cast<uint16_t*>(staged.data())[i] = F32ToF16(f32[i]); break;
+      default: DH_CHECK(false);
+    }
+  }
+  out.data = buf->data();
+  backend_.CopyToDevice(out, staged.data());
+  owned_.push_back(std::move(buf));
+  return out;
+}
+
+Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64_t cols) {
+  DH_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name));
+  if (!ShapeIs(*t, {rows, cols})) {
+    return InvalidArgument("{}: tensor '{}' has shape {}, expected {} for this config", t->file,
+                           name, t->ShapeString(), DimsString({rows, cols}));
+  }
+  num_parameters_ += rows * cols;
+  Weight w;
+  w.rows = rows;
+  w.cols = cols;
+  if (t->dtype == DType::kF8E4M3) {
+    const std::string base = name.substr(0, name.size() - std::string(".weight").size());
+    const std::string scale_name = base + ".weight_scale_inv";
+    const auto& q = config_.quantization;
+    const int br = q.block_rows > 0 ? q.block_rows : 128;
+    const int bc = q.block_cols > 0 ? q.block_cols : 128;
+    DH_ASSIGN_OR_RETURN(const TensorInfo* s, Find(scale_name));
+    const int64_t srows = (rows + br - 1) / br, scols = (cols + bc - 1) / bc;
+    if (!ShapeIs(*s, {srows, scols})) {
+      return InvalidArgument("{}: scale tensor '{}' has shape {}, expected {} ({}x{} blocks of {})",
+                             s->file, scale_name, s->ShapeString(), DimsString({srows, scols}), br,
+                             bc, DimsString({rows, cols}));
+    }
+    if (s->dtype != DType::kF32 && s->dtype != DType::kBF16 && s->dtype != DType::kF16) {
+      return InvalidArgument("{}: scale tensor '{}' has dtype {}, expected F32/BF16", s->file,
+                             scale_name, SafetensorsDTypeName(s->dtype));
+    }
+    w.format = WeightFormat::kFp8Block;
+    w.block_rows = br;
+    w.block_cols = bc;
+    w.data = t->View();
+    if (s->dtype == DType::kF32) {
+      w.scales = s->View();
+    } else {
+      DH_ASSIGN_OR_RETURN(w.scales, Upload(s->View(), DType::kF32));
+    }
+    auto requested = RequestedDType(options_.dtype);
+    if (requested) {
+      // --dtype asks for a dense copy: dequantize once at load.
+      std::vector<float> dense(rows * cols);
+      const uint8_t* q8 = t->data;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          dense[r * cols + c] =
+              F8E4M3ToF32(q8[r * cols + c]) * w.scales.as<float>()[(r / br) * scols + c / bc];
+        }
+      }
+      Tensor host(dense.data(), DType::kF32, {rows, cols});
+      DH_ASSIGN_OR_RETURN(Tensor converted, Upload(host, *requested));
+      w = Weight::Dense(converted);
+    }
+    return backend_.PrepareWeight(w);
+  }
+  if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
+    return InvalidArgument("{}: tensor '{}' has dtype {}, expected F32, BF16, F16 or F8_E4M3",
+                           t->file, name, SafetensorsDTypeName(t->dtype));
+  }
+  Tensor data = t->View();
+  auto requested = RequestedDType(options_.dtype);
+  if (requested && *requested != data.dtype) {
+    DH_ASSIGN_OR_RETURN(data, Upload(data, *requested));
+  }
+  w = Weight::Dense(data);
+  return backend_.PrepareWeight(w);
+}
+
+Result<std::vector<float>> WeightLoader::HostMatrixF32(const std::string& name, int64_t rows,
+                                                       int64_t cols, DType* stored_dtype) {
+  const TensorInfo* t = checkpoint_.Find(name);
+  if (t == nullptr) return NotFound("{}: missing tensor '{}'", checkpoint_.dir(), name);
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  if (t->dtype == DType::kF8E4M3) {
+    // Matrix() has validated the tensor and its scales already.
+    DH_ASSIGN_OR_RETURN(Weight w, Matrix(name, rows, cols));
+    num_parameters_ -= rows * cols;
+    const auto& q = config_.quantization;
+    const int br = q.block_rows > 0 ? q.block_rows : 128;
+    const int bc = q.block_cols > 0 ? q.block_cols : 128;
+    const int64_t scols = (cols + bc - 1) / bc;
+    const TensorInfo* s = checkpoint_.Find(name.substr(0, name.size() - 7) + ".weight_scale_inv");
+    std::vector<float> scales(s->nbytes / DTypeSize(s->dtype));
+    ToF32(s->View(), scales.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        out[r * cols + c] = F8E4M3ToF32(t->data[r * cols + c]) * scales[(r / br) * scols + c / bc];
+      }
+    }
+    *stored_dtype = DType::kBF16;
+    return out;
+  }
+  if (!ShapeIs(*t, {rows, cols})) {
+    return InvalidArgument("{}: tensor '{}' has shape {}, expected {} for this config", t->file,
+                           name, t->ShapeString(), DimsString({rows, cols}));
+  }
+  if (!IsFloat(t->dtype) || DTypeSize(t->dtype) > 4 || DTypeSize(t->dtype) < 2) {
+    return InvalidArgument("{}: tensor '{}' has dtype {}, expected F32, BF16 or F16", t->file,
+                           name, SafetensorsDTypeName(t->dtype));
+  }
+  ToF32(t->View(), out.data());
+  auto requested = RequestedDType(options_.dtype);
+  *stored_dtype = requested ? *requested : t->dtype;
+  return out;
+}
+
+Result<Weight> WeightLoader::MatrixFromHost(std::span<const float> values, int64_t rows,
+                                            int64_t cols, DType dtype) {
+  Tensor host(const_cast<float*>(values.data()), DType::kF32, {rows, cols});
+  DH_ASSIGN_OR_RETURN(Tensor t, Upload(host, dtype));
+  return backend_.PrepareWeight(Weight::Dense(t));
+}
+
+Result<Tensor> WeightLoader::Vector(const std::string& name, int64_t n) {
+  DH_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name));
+  if (!ShapeIs(*t, {n})) {
+    return InvalidArgument("{}: tensor '{}' has shape {}, expected {} for this config", t->file,
+                           name, t->ShapeString(), DimsString({n}));
+  }
+  if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
+    return InvalidArgument("{}: tensor '{}' has dtype {}, expected F32, BF16 or F16", t->file,
+                           name, SafetensorsDTypeName(t->dtype));
+  }
+  num_parameters_ += n;
+  return Upload(t->View(), DType::kF32);
+}
+
+Result<Tensor> WeightLoader::OptionalVector(const std::string& name, int64_t n) {
+  if (!Has(name)) return Tensor();
+  return Vector(name, n);
+}
+
+Status WeightLoader::Finish(ModelInfo* info) {
+  if (progress_) progress_->Finish();
+  info->num_parameters = num_parameters_;
+  info->num_tensors = static_cast<int64_t>(checkpoint_.tensors().size());
+  info->weight_bytes = 0;
+  std::vector<std::string> unused;
+  int64_t num_unused = 0;
+  for (const TensorInfo* t : checkpoint_.tensors()) {
+    bool skipped = false;
+    for (const auto& p : skipped_prefixes_) skipped = skipped || t->name.rfind(p, 0) == 0;
+    if (skipped) {
+      ++info->skipped_tensors;
+      continue;
+    }
+    if (!used_.count(t->name)) {
+      if (unused.size() < 3) unused.push_back(t->name);
+      ++num_unused;
+      continue;
+    }
+    info->bytes_by_dtype[std::string(DTypeName(t->dtype))] += static_cast<int64_t>(t->nbytes);
+    info->weight_bytes += t->nbytes;
+  }
+  if (num_unused > 0) {
+    DH_LOG(Warning, "{}: {} checkpoint tensors are not used by {} (e.g. {})", checkpoint_.dir(),
+           num_unused, config_.architecture, fmt::join(unused, ", "));
+  }
+  if (info->skipped_tensors > 0) {
+    DH_LOG(Info, "{}: skipped {} tensors of multi-token-prediction layers", checkpoint_.dir(),
+           info->skipped_tensors);
+  }
+  return Status::Ok();
+}
+
+}  // namespace dh

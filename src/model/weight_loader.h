@@ -1,0 +1,71 @@
+// WeightLoader: finds checkpoint tensors by their Hugging Face names, validates dtype and shape
+// against what the architecture expects, converts dtype when asked (--dtype), handles the FP8
+// block-scale format, hands each weight to the backend, and records what was used so unused or
+// skipped tensors can be reported.
+#pragma once
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "base/progress.h"
+#include "io/model_config.h"
+#include "io/safetensors.h"
+#include "model/model.h"
+
+namespace dh {
+
+class WeightLoader {
+ public:
+  WeightLoader(const Checkpoint& checkpoint, const ModelConfig& config, Backend& backend,
+               const LoadOptions& options);
+
+  // A matrix [rows, cols] named `name` (".weight" is not appended). FP8 tensors take their
+  // `<name minus .weight>.weight_scale_inv` block scales. Dense weights may be f32/f16/bf16.
+  Result<Weight> Matrix(const std::string& name, int64_t rows, int64_t cols);
+  // A vector [n] (norm weight, bias, router bias) as f32 on the backend.
+  Result<Tensor> Vector(const std::string& name, int64_t n);
+  // Like Vector, but an absent tensor gives an empty Tensor.
+  Result<Tensor> OptionalVector(const std::string& name, int64_t n);
+  // The dequantized f32 values of matrix `name` on the host (for weights the architecture
+  // rearranges at load, e.g. MLA's absorbed kv_b_proj), and the dtype it is stored in (bf16 for
+  // FP8 checkpoints, so rearranged copies stay compact).
+  Result<std::vector<float>> HostMatrixF32(const std::string& name, int64_t rows, int64_t cols,
+                                           DType* stored_dtype);
+  // A dense weight [rows, cols] from host f32 values, stored as `dtype` on the backend.
+  Result<Weight> MatrixFromHost(std::span<const float> values, int64_t rows, int64_t cols,
+                                DType dtype);
+  bool Has(const std::string& name) const { return checkpoint_.Find(name) != nullptr; }
+
+  // Tensors whose name starts with `prefix` are accepted as present but unused (e.g. MTP layers).
+  void Skip(const std::string& prefix) { skipped_prefixes_.push_back(prefix); }
+  // Fills info with counts and lists; error if a checkpoint tensor was neither used nor skipped.
+  Status Finish(ModelInfo* info);
+
+  // Hands over the buffers of converted weights; the model must keep them alive.
+  std::shared_ptr<void> TakeOwnedBuffers() {
+    return std::make_shared<std::vector<std::unique_ptr<Buffer>>>(std::move(owned_));
+  }
+  const ModelConfig& config() const { return config_; }
+  Backend& backend() { return backend_; }
+  const LoadOptions& options() const { return options_; }
+
+ private:
+  Result<const TensorInfo*> Find(const std::string& name);
+  Result<Tensor> Upload(const Tensor& host, DType dtype);
+
+  const Checkpoint& checkpoint_;
+  const ModelConfig& config_;
+  Backend& backend_;
+  LoadOptions options_;
+  std::set<std::string> used_;
+  std::vector<std::string> skipped_prefixes_;
+  std::vector<std::unique_ptr<Buffer>> owned_;
+  int64_t num_parameters_ = 0;
+  std::unique_ptr<ProgressBar> progress_;
+  uint64_t loaded_bytes_ = 0;
+};
+
+}  // namespace dh

@@ -1,0 +1,76 @@
+// GenerationService: the chat/completions handlers between validated requests and the engine.
+// It renders and tokenizes prompts, checks the context, submits one engine request per
+// (prompt, choice), and turns engine outputs into OpenAI bodies or SSE streams. It knows nothing
+// of HTTP: streams write through an EventSink, so tests can drive it without sockets.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "server/api_error.h"
+#include "server/chat_prompt.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+
+namespace dh::server {
+
+// Where a stream writes: `write` returns false when the client is gone; `alive` polls the
+// connection between events (so a silent disconnect is noticed while waiting for tokens).
+struct EventSink {
+  std::function<bool(const std::string&)> write;
+  std::function<bool()> alive;
+};
+
+class StreamJob {
+ public:
+  virtual ~StreamJob() = default;
+  // Writes every event through `sink`, ending with `data: [DONE]`; on a disconnect cancels the
+  // engine requests and returns early.
+  virtual void Run(EventSink& sink) = 0;
+};
+
+struct Reply {
+  int status = 200;
+  std::string body;                   // JSON (when stream is null)
+  std::unique_ptr<StreamJob> stream;  // SSE (status 200)
+  bool retry_after = false;           // add Retry-After (503 overload/draining)
+};
+
+struct GenerationConfig {
+  std::vector<std::string> served_model_names;
+  RequestLimits limits;
+  bool reasoning = false;  // split <think> output into reasoning_content
+};
+
+class GenerationService {
+ public:
+  GenerationService(Engine* engine, const Tokenizer* tokenizer,
+                    const ChatPromptRenderer* renderer, GenerationConfig config,
+                    ServerMetrics* metrics);
+
+  Reply ChatCompletions(const Json& body);
+  Reply Completions(const Json& body);
+  Reply Tokenize(const Json& body);
+  Reply Detokenize(const Json& body);
+  Reply Models(int64_t created) const;
+
+  ModelLimits model_limits() const;
+
+ private:
+  std::optional<ApiError> CheckModel(const std::string& model) const;
+  Reply Error(const ApiError& error) const;
+
+  Engine* engine_;
+  const Tokenizer* tokenizer_;
+  const ChatPromptRenderer* renderer_;
+  GenerationConfig config_;
+  ServerMetrics* metrics_;
+  std::optional<int32_t> think_end_id_;
+};
+
+// A fresh response id with the given prefix ("chatcmpl-", "cmpl-").
+std::string NewResponseId(const char* prefix);
+
+}  // namespace dh::server

@@ -1,0 +1,300 @@
+// OpenAIServer: httplib wiring — routes, authentication, Host check, limits, health states,
+// metrics and SSE through chunked responses.
+#include "server/http_server.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include <httplib.h>
+
+#include "base/log.h"
+#include "server/generation.h"
+
+namespace dh::server {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+bool IsLoopbackHost(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host == "[::1]";
+}
+
+// Host header value without the port ("[::1]:8000" -> "[::1]", "localhost:80" -> "localhost").
+std::string HostName(const std::string& header) {
+  if (!header.empty() && header[0] == '[') {
+    size_t close = header.find(']');
+    return close == std::string::npos ? header : header.substr(0, close + 1);
+  }
+  size_t colon = header.find(':');
+  return colon == std::string::npos ? header : header.substr(0, colon);
+}
+
+// Constant-time comparison (the key length is not secret).
+bool SameKey(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+void SendError(httplib::Response& res, const ApiError& error) {
+  res.status = error.status;
+  if (error.status == 503) res.set_header("Retry-After", "1");
+  res.set_content(ErrorBody(error), "application/json");
+}
+
+const std::vector<std::string>& PostRoutes() {
+  static const std::vector<std::string> routes = {"/v1/chat/completions", "/v1/completions",
+                                                  "/tokenize", "/detokenize"};
+  return routes;
+}
+const std::vector<std::string>& GetRoutes() {
+  static const std::vector<std::string> routes = {"/v1/models", "/health", "/health/live",
+                                                  "/metrics"};
+  return routes;
+}
+
+bool Contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+}  // namespace
+
+// Holds what exists once the model is attached, and the in-flight request count for draining.
+class OpenAIServer::Handlers {
+ public:
+  ServingContext context;
+  std::unique_ptr<GenerationService> generation;
+  std::atomic<int> in_flight{0};
+  std::mutex idle_mu;
+  std::condition_variable idle_cv;
+
+  void Enter() { in_flight.fetch_add(1); }
+  void Leave() {
+    if (in_flight.fetch_sub(1) == 1) {
+      std::lock_guard<std::mutex> lock(idle_mu);
+      idle_cv.notify_all();
+    }
+  }
+};
+
+OpenAIServer::OpenAIServer(ServerOptions options)
+    : options_(std::move(options)),
+      http_(std::make_unique<httplib::Server>()),
+      handlers_(std::make_unique<Handlers>()) {
+  if (options_.served_model_names.empty()) options_.served_model_names.push_back("default");
+}
+
+OpenAIServer::~OpenAIServer() { Stop(); }
+
+Status OpenAIServer::Bind() {
+  httplib::Server& http = *http_;
+  int threads = options_.http_threads;
+  if (threads <= 0) threads = 64;
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http.set_payload_max_length(options_.max_body_bytes);
+  http.set_read_timeout(options_.read_timeout.count(), 0);
+  http.set_write_timeout(options_.write_timeout.count(), 0);
+  http.set_keep_alive_timeout(options_.keep_alive_timeout.count());
+  http.set_tcp_nodelay(true);
+
+  const bool loopback_bind = IsLoopbackHost(options_.host);
+  // Runs before routing and before the body is read: Host check, auth, size check.
+  http.set_pre_routing_handler([this, loopback_bind](const httplib::Request& req,
+                                                     httplib::Response& res) {
+    if (loopback_bind) {
+      std::string host = HostName(req.get_header_value("Host"));
+      if (!IsLoopbackHost(host)) {
+        ApiError e;
+        e.status = 403;
+        e.type = "permission_error";
+        e.message = "Host header not allowed for a loopback-bound server";
+        e.code = "host_not_allowed";
+        SendError(res, e);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    const bool is_public = req.path == "/health" || req.path == "/health/live";
+    if (!options_.api_key.empty() && !is_public) {
+      std::string auth = req.get_header_value("Authorization");
+      const std::string prefix = "Bearer ";
+      if (auth.compare(0, prefix.size(), prefix) != 0 ||
+          !SameKey(auth.substr(prefix.size()), options_.api_key)) {
+        SendError(res, Unauthorized());
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    if (req.has_header("Content-Length")) {
+      const std::string value = req.get_header_value("Content-Length");
+      char* end = nullptr;
+      unsigned long long length = std::strtoull(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0') {
+        SendError(res, InvalidJson("Invalid Content-Length header"));
+        res.set_header("Connection", "close");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (length > options_.max_body_bytes) {
+        SendError(res, PayloadTooLarge(options_.max_body_bytes));
+        res.set_header("Connection", "close");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+
+  // Errors raised by httplib itself (unknown route, body too large, bad request line) get
+  // OpenAI bodies too; a known route with the wrong method is 405.
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    ApiError e;
+    if (res.status == 404) {
+      const bool known = Contains(PostRoutes(), req.path) || Contains(GetRoutes(), req.path);
+      e = known ? MethodNotAllowed() : NotFoundRoute();
+    } else if (res.status == 413) {
+      e = PayloadTooLarge(0);
+      e.message = "Request body too large";
+    } else {
+      e.status = res.status;
+      e.message = "Bad request";
+      e.type = res.status >= 500 ? "server_error" : "invalid_request_error";
+    }
+    SendError(res, e);
+  });
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    SendError(res, InternalError("Internal error while processing the request"));
+  });
+
+  auto health = [this](const httplib::Request&, httplib::Response& res) {
+    switch (state_.load()) {
+      case State::kServing:
+        res.set_content("{\"status\":\"ok\"}", "application/json");
+        return;
+      case State::kLoading:
+        SendError(res, NotReady());
+        return;
+      case State::kDraining:
+        SendError(res, ShuttingDown());
+        return;
+    }
+  };
+  http.Get("/health", health);
+  http.Get("/health/live", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{\"status\":\"alive\"}", "application/json");
+  });
+
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    if (state_.load() == State::kLoading || !metrics_) return SendError(res, NotReady());
+    const EngineStats stats = handlers_->context.engine->GetStats();
+    EngineSnapshot s;
+    s.num_requests_running = stats.num_running;
+    s.num_requests_waiting = stats.num_waiting;
+    s.kv_blocks_total = stats.kv_blocks_total;
+    s.kv_blocks_free = stats.kv_blocks_free;
+    s.kv_blocks_used = stats.kv_blocks_used;
+    s.kv_blocks_cached = stats.kv_blocks_cached;
+    s.kv_fragmentation = stats.kv_fragmentation;
+    s.prefix_cache_queries = static_cast<uint64_t>(stats.prefix_cache_queries);
+    s.prefix_cache_hits = static_cast<uint64_t>(stats.prefix_cache_hits);
+    s.num_preemptions = static_cast<uint64_t>(stats.num_preemptions);
+    s.prompt_tokens = static_cast<uint64_t>(stats.prompt_tokens);
+    s.generation_tokens = static_cast<uint64_t>(stats.generation_tokens);
+    s.model_load_seconds = handlers_->context.model_load_seconds;
+    s.resident_memory_bytes = ResidentMemoryBytes();
+    res.set_content(metrics_->Render(s), "text/plain; version=0.0.4; charset=utf-8");
+  });
+
+  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    if (state_.load() == State::kLoading) return SendError(res, NotReady());
+    Reply reply = handlers_->generation->Models(handlers_->context.model_created_unix);
+    res.set_content(reply.body, "application/json");
+  });
+
+  using Method = Reply (GenerationService::*)(const Json&);
+  auto post = [this](const char* path, Method method) {
+    http_->Post(path, [this, method](const httplib::Request& req, httplib::Response& res) {
+      switch (state_.load()) {
+        case State::kLoading:
+          return SendError(res, NotReady());
+        case State::kDraining:
+          if (metrics_) metrics_->RecordRejected("draining");
+          return SendError(res, ShuttingDown());
+        case State::kServing:
+          break;
+      }
+      auto body = ParseRequestBody(req.body);
+      if (auto* e = std::get_if<ApiError>(&body)) return SendError(res, *e);
+      handlers_->Enter();
+      Reply reply = (handlers_->generation.get()->*method)(std::get<Json>(body));
+      if (!reply.stream) {
+        handlers_->Leave();
+        res.status = reply.status;
+        if (reply.retry_after) res.set_header("Retry-After", "1");
+        res.set_content(reply.body, "application/json");
+        return;
+      }
+      // SSE: the provider runs on this connection's thread after the handler returns.
+      std::shared_ptr<StreamJob> job(std::move(reply.stream));
+      Handlers* handlers = handlers_.get();
+      res.set_header("Cache-Control", "no-cache");
+      res.set_header("X-Accel-Buffering", "no");
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [job](size_t, httplib::DataSink& sink) {
+            EventSink events;
+            events.write = [&sink](const std::string& s) { return sink.write(s.data(), s.size()); };
+            events.alive = [&sink] { return sink.is_writable(); };
+            job->Run(events);
+            sink.done();
+            return true;
+          },
+          [handlers, job](bool) { handlers->Leave(); });
+    });
+  };
+  post("/v1/chat/completions", &GenerationService::ChatCompletions);
+  post("/v1/completions", &GenerationService::Completions);
+  post("/tokenize", &GenerationService::Tokenize);
+  post("/detokenize", &GenerationService::Detokenize);
+
+  if (options_.port == 0) {
+    port_ = http.bind_to_any_port(options_.host);
+    if (port_ <= 0) return IoError("cannot listen on {} (no free port)", options_.host);
+    return Status::Ok();
+  }
+  if (!http.bind_to_port(options_.host, options_.port)) {
+    return IoError("cannot listen on {}:{} (address in use or not available)", options_.host,
+                   options_.port);
+  }
+  port_ = options_.port;
+  return Status::Ok();
+}
+
+void OpenAIServer::Run() { http_->listen_after_bind(); }
+
+void OpenAIServer::Attach(ServingContext context) {
+  handlers_->context = context;
+  GenerationConfig config;
+  config.served_model_names = options_.served_model_names;
+  config.limits = options_.limits;
+  config.reasoning = options_.reasoning_parser == "deepseek_r1";
+  metrics_ = std::make_unique<ServerMetrics>(options_.metrics_prefix,
+                                             options_.served_model_names.front(),
+                                             context.engine->max_model_len());
+  handlers_->generation = std::make_unique<GenerationService>(
+      context.engine, context.tokenizer, context.chat_renderer, config, metrics_.get());
+  state_.store(State::kServing);
+}
+
+void OpenAIServer::BeginDrain() { state_.store(State::kDraining); }
+
+bool OpenAIServer::WaitIdle(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(handlers_->idle_mu);
+  return handlers_->idle_cv.wait_for(lock, timeout, [this] { return handlers_->in_flight.load() == 0; });
+}
+
+void OpenAIServer::Stop() {
+  if (http_) http_->stop();
+}
+
+}  // namespace dh::server
