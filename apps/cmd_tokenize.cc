@@ -2,9 +2,8 @@
 // (ids -> text). --model-path may be a folder holding only the tokenizer files.
 #include <cstdio>
 #include <iostream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "apps/command.h"
 #include "apps/model_options.h"
@@ -58,7 +57,8 @@ std::function<int()> SetupTokenize(CLI::App* sub) {
     if (!tokenizer.ok()) return ReportError(tokenizer.status());
     if (!a->jsonl) {
       if (sub->count("text") == 0) {
-        return ReportError(InvalidArgument("tokenize: give the text as an argument or use --jsonl"));
+        return ReportError(
+            InvalidArgument("tokenize: give the text as an argument or use --jsonl"));
       }
       auto ids = (*tokenizer)->Encode(a->text, a->add_special_tokens);
       if (!ids.ok()) return ReportError(ids.status());

@@ -2,12 +2,12 @@
 // string without spaces, and "a" x n for n = 10k, 100k, 1M (growth should be ~n log n).
 // Needs the shared data folder (data/tokenizers/deepseek-v3, data/corpus/tinyshakespeare.txt):
 // $DH_SHARED_DIR, else ../shared next to the source tree, else ../shared from the working dir.
+#include <benchmark/benchmark.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <benchmark/benchmark.h>
 
 #include "tokenizer/tokenizer.h"
 

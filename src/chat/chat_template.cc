@@ -24,9 +24,10 @@ Result<std::string> TokenString(const Json& config, const char* field) {
     auto content = it->find("content");
     if (content != it->end() && content->is_string()) return content->template get<std::string>();
   }
-  return InvalidArgument("tokenizer_config.json: '{}' must be a string or an object with a string "
-                         "'content'",
-                         field);
+  return InvalidArgument(
+      "tokenizer_config.json: '{}' must be a string or an object with a string "
+      "'content'",
+      field);
 }
 
 template <typename Json>
@@ -44,15 +45,17 @@ Result<ChatTemplateConfig> ConfigFromJson(const Json& config, std::string_view n
     return out;
   }
   if (!it->is_array()) {
-    return InvalidArgument("tokenizer_config.json: 'chat_template' must be a string or a list of "
-                           "{{name, template}}");
+    return InvalidArgument(
+        "tokenizer_config.json: 'chat_template' must be a string or a list of "
+        "{{name, template}}");
   }
   std::string available;
   for (const auto& entry : *it) {
     if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string() ||
         !entry.contains("template") || !entry["template"].is_string()) {
-      return InvalidArgument("tokenizer_config.json: 'chat_template' entries must be {{\"name\": "
-                             "string, \"template\": string}}");
+      return InvalidArgument(
+          "tokenizer_config.json: 'chat_template' entries must be {{\"name\": "
+          "string, \"template\": string}}");
     }
     const std::string entry_name = entry["name"].template get<std::string>();
     if (entry_name == name) {
@@ -61,8 +64,7 @@ Result<ChatTemplateConfig> ConfigFromJson(const Json& config, std::string_view n
     }
     available += (available.empty() ? "" : ", ") + entry_name;
   }
-  return NotFound("tokenizer_config.json: no chat template named '{}' (have: {})", name,
-                  available);
+  return NotFound("tokenizer_config.json: no chat template named '{}' (have: {})", name, available);
 }
 
 }  // namespace

@@ -70,7 +70,7 @@ struct Stmt {
     kFilterBlock,  // filter filter_expr body
     kBreak,
     kContinue,
-    kScope,        // body rendered as-is ({% generation %})
+    kScope,  // body rendered as-is ({% generation %})
   };
   Kind kind;
   int line = 0;

@@ -49,7 +49,8 @@ Status Interpreter::CheckSize(size_t bytes) const {
 
 Status Interpreter::AtPos(int line, int column, Status s) const {
   if (s.ok() || s.message().rfind("template line ", 0) == 0) return s;
-  return Status(s.code(), fmt::format("template line {}, column {}: {}", line, column, s.message()));
+  return Status(s.code(),
+                fmt::format("template line {}, column {}: {}", line, column, s.message()));
 }
 
 Status Interpreter::Err(const Expr& e, std::string_view what) const {
@@ -88,7 +89,9 @@ Result<Interpreter::Flow> Interpreter::ExecStmt(const Stmt& s, const ScopePtr& s
   }
   DH_RETURN_IF_ERROR(Step());
   switch (s.kind) {
-    case Stmt::Kind::kText: DH_RETURN_IF_ERROR(Append(out, s.text)); break;
+    case Stmt::Kind::kText:
+      DH_RETURN_IF_ERROR(Append(out, s.text));
+      break;
     case Stmt::Kind::kOutput: {
       DH_ASSIGN_OR_RETURN(Value v, Eval(*s.expr, scope));
       auto text = ToStr(v);
@@ -103,35 +106,41 @@ Result<Interpreter::Flow> Interpreter::ExecStmt(const Stmt& s, const ScopePtr& s
       }
       return ExecBody(s.else_body, scope, out);
     }
-    case Stmt::Kind::kFor: return ExecFor(s, scope, out);
-    case Stmt::Kind::kSet: DH_RETURN_IF_ERROR(ExecSet(s, scope)); break;
+    case Stmt::Kind::kFor:
+      return ExecFor(s, scope, out);
+    case Stmt::Kind::kSet:
+      DH_RETURN_IF_ERROR(ExecSet(s, scope));
+      break;
     case Stmt::Kind::kSetBlock: {
       DH_ASSIGN_OR_RETURN(std::string text, RenderToString(s.body, scope));
       Value v = Value::String(std::move(text));
       if (s.expr) {
-    DH_ASSIGN_OR_RETURN(v, ApplyFilterChain(*s.expr, std::move(v), scope));
-  }
+        DH_ASSIGN_OR_RETURN(v, ApplyFilterChain(*s.expr, std::move(v), scope));
+      }
       scope->vars[s.targets[0]] = std::move(v);
       break;
     }
-    case Stmt::Kind::kMacro: scope->vars[s.name] = MakeMacro(s, scope); break;
+    case Stmt::Kind::kMacro:
+      scope->vars[s.name] = MakeMacro(s, scope);
+      break;
     case Stmt::Kind::kCallBlock: {
       const Stmt* block = &s;
       ScopePtr call_scope = scope;
-      Value caller = Value::Function("caller", [this, block, call_scope](CallArgs& args) -> Result<Value> {
-        auto inner = std::make_shared<Scope>();
-        inner->parent = call_scope;
-        for (size_t i = 0; i < block->params.size(); ++i) {
-          if (i < args.positional.size()) {
-            inner->vars[block->params[i].name] = args.positional[i];
-          } else if (block->params[i].default_value) {
-            DH_ASSIGN_OR_RETURN(inner->vars[block->params[i].name],
-                                Eval(*block->params[i].default_value, inner));
-          }
-        }
-        DH_ASSIGN_OR_RETURN(std::string text, RenderToString(block->body, inner));
-        return Value::String(std::move(text));
-      });
+      Value caller =
+          Value::Function("caller", [this, block, call_scope](CallArgs& args) -> Result<Value> {
+            auto inner = std::make_shared<Scope>();
+            inner->parent = call_scope;
+            for (size_t i = 0; i < block->params.size(); ++i) {
+              if (i < args.positional.size()) {
+                inner->vars[block->params[i].name] = args.positional[i];
+              } else if (block->params[i].default_value) {
+                DH_ASSIGN_OR_RETURN(inner->vars[block->params[i].name],
+                                    Eval(*block->params[i].default_value, inner));
+              }
+            }
+            DH_ASSIGN_OR_RETURN(std::string text, RenderToString(block->body, inner));
+            return Value::String(std::move(text));
+          });
       DH_ASSIGN_OR_RETURN(Value v, EvalCall(*s.expr, scope, &caller));
       DH_ASSIGN_OR_RETURN(std::string text, ToStr(v));
       DH_RETURN_IF_ERROR(Append(out, text));
@@ -139,22 +148,32 @@ Result<Interpreter::Flow> Interpreter::ExecStmt(const Stmt& s, const ScopePtr& s
     }
     case Stmt::Kind::kFilterBlock: {
       DH_ASSIGN_OR_RETURN(std::string text, RenderToString(s.body, scope));
-      DH_ASSIGN_OR_RETURN(Value v, ApplyFilterChain(*s.expr, Value::String(std::move(text)), scope));
+      DH_ASSIGN_OR_RETURN(Value v,
+                          ApplyFilterChain(*s.expr, Value::String(std::move(text)), scope));
       DH_ASSIGN_OR_RETURN(std::string filtered, ToStr(v));
       DH_RETURN_IF_ERROR(Append(out, filtered));
       break;
     }
-    case Stmt::Kind::kBreak: return Flow::kBreak;
-    case Stmt::Kind::kContinue: return Flow::kContinue;
-    case Stmt::Kind::kScope: return ExecBody(s.body, scope, out);
+    case Stmt::Kind::kBreak:
+      return Flow::kBreak;
+    case Stmt::Kind::kContinue:
+      return Flow::kContinue;
+    case Stmt::Kind::kScope:
+      return ExecBody(s.body, scope, out);
   }
   return Flow::kNormal;
 }
 
 Result<ValueList> Interpreter::Iterate(const Value& v) {
+  // Charged before materializing: a 4 MiB string would become 4M one-character values.
+  if (v.is_string()) DH_RETURN_IF_ERROR(Step(static_cast<int64_t>(v.str().size())));
+  if (v.is_list()) DH_RETURN_IF_ERROR(Step(static_cast<int64_t>(v.list().size() >> 4)));
+  if (v.is_dict()) DH_RETURN_IF_ERROR(Step(static_cast<int64_t>(v.dict().size())));
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return ValueList{};
-    case Value::Kind::kList: return v.list();
+    case Value::Kind::kUndefined:
+      return ValueList{};
+    case Value::Kind::kList:
+      return v.list();
     case Value::Kind::kDict: {
       ValueList keys;
       for (const auto& kv : v.dict().items()) keys.push_back(Value::String(kv.first));
@@ -162,10 +181,12 @@ Result<ValueList> Interpreter::Iterate(const Value& v) {
     }
     case Value::Kind::kString: {
       ValueList chars;
-      for (std::string_view c : SplitCodePoints(v.str())) chars.push_back(Value::String(std::string(c)));
+      for (std::string_view c : SplitCodePoints(v.str()))
+        chars.push_back(Value::String(std::string(c)));
       return chars;
     }
-    default: return InvalidArgument("{} is not iterable", v.TypeName());
+    default:
+      return InvalidArgument("{} is not iterable", v.TypeName());
   }
 }
 
@@ -287,7 +308,8 @@ Result<Value> Interpreter::CallMacro(const Stmt& s, const ScopePtr& def_scope, C
   }
   auto inner = std::make_shared<Scope>();
   inner->parent = def_scope;
-  for (size_t i = 0; i < args.positional.size(); ++i) inner->vars[s.params[i].name] = args.positional[i];
+  for (size_t i = 0; i < args.positional.size(); ++i)
+    inner->vars[s.params[i].name] = args.positional[i];
   for (auto& [key, value] : args.keyword) {
     if (key == "caller") {
       inner->vars["caller"] = value;
@@ -380,9 +402,8 @@ Result<Value> Interpreter::GetAttr(const Value& obj, const std::string& name) {
   }
   if (HasMethod(obj, name)) {
     Value self = obj;
-    return Value::Function(name, [this, self, name](CallArgs& args) {
-      return CallMethod(self, name, args);
-    });
+    return Value::Function(
+        name, [this, self, name](CallArgs& args) { return CallMethod(self, name, args); });
   }
   return Value::Undefined(name);
 }
@@ -404,6 +425,7 @@ Result<Value> Interpreter::GetItem(const Value& obj, const Value& key) {
       if (i < 0 || i >= n) return Value::Undefined("item");
       return obj.list()[static_cast<size_t>(i)];
     }
+    DH_RETURN_IF_ERROR(Step(static_cast<int64_t>(obj.str().size() >> 10)));
     auto chars = SplitCodePoints(obj.str());
     int64_t n = static_cast<int64_t>(chars.size());
     if (i < 0) i += n;
@@ -432,6 +454,7 @@ Result<Value> Interpreter::Slice(const Value& obj, const Value& start_v, const V
   if (obj.is_list()) {
     n = static_cast<int64_t>(obj.list().size());
   } else if (obj.is_string()) {
+    DH_RETURN_IF_ERROR(Step(static_cast<int64_t>(obj.str().size() >> 10)));
     chars = SplitCodePoints(obj.str());
     n = static_cast<int64_t>(chars.size());
   } else {
@@ -450,8 +473,10 @@ Result<Value> Interpreter::Slice(const Value& obj, const Value& start_v, const V
   ValueList items;
   std::string s;
   for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) {
-    if (obj.is_list()) items.push_back(obj.list()[static_cast<size_t>(i)]);
-    else s.append(chars[static_cast<size_t>(i)]);
+    if (obj.is_list())
+      items.push_back(obj.list()[static_cast<size_t>(i)]);
+    else
+      s.append(chars[static_cast<size_t>(i)]);
   }
   DH_RETURN_IF_ERROR(Step(static_cast<int64_t>(items.size() + (s.size() >> 10))));
   if (obj.is_list()) return Value::List(std::move(items));
@@ -465,8 +490,10 @@ Result<Value> Interpreter::Eval(const Expr& e, const ScopePtr& scope) {
   }
   DH_RETURN_IF_ERROR(Step());
   switch (e.kind) {
-    case Expr::Kind::kLiteral: return e.literal;
-    case Expr::Kind::kName: return Lookup(e.name, scope);
+    case Expr::Kind::kLiteral:
+      return e.literal;
+    case Expr::Kind::kName:
+      return Lookup(e.name, scope);
     case Expr::Kind::kList:
     case Expr::Kind::kTuple: {
       ValueList items;
@@ -504,14 +531,15 @@ Result<Value> Interpreter::Eval(const Expr& e, const ScopePtr& scope) {
       Value parts[3];
       for (int i = 0; i < 3; ++i) {
         if (e.children[1 + i]) {
-    DH_ASSIGN_OR_RETURN(parts[i], Eval(*e.children[1 + i], scope));
-  }
+          DH_ASSIGN_OR_RETURN(parts[i], Eval(*e.children[1 + i], scope));
+        }
       }
       auto r = Slice(obj, parts[0], parts[1], parts[2]);
       if (!r.ok()) return AtPos(e.line, e.column, r.status());
       return r;
     }
-    case Expr::Kind::kCall: return EvalCall(e, scope, nullptr);
+    case Expr::Kind::kCall:
+      return EvalCall(e, scope, nullptr);
     case Expr::Kind::kFilter: {
       DH_ASSIGN_OR_RETURN(Value v, Eval(*e.children[0], scope));
       CallArgs args;
@@ -540,8 +568,10 @@ Result<Value> Interpreter::Eval(const Expr& e, const ScopePtr& scope) {
       if (x == INT64_MIN) return Err(e, "integer overflow");
       return Value::Int(-x);
     }
-    case Expr::Kind::kBinary: return EvalBinary(e, scope);
-    case Expr::Kind::kCompare: return EvalCompare(e, scope);
+    case Expr::Kind::kBinary:
+      return EvalBinary(e, scope);
+    case Expr::Kind::kCompare:
+      return EvalCompare(e, scope);
     case Expr::Kind::kCond: {
       DH_ASSIGN_OR_RETURN(Value c, Eval(*e.children[0], scope));
       if (c.Truthy()) return Eval(*e.children[1], scope);
@@ -567,18 +597,28 @@ Result<Value> Interpreter::EvalCompare(const Expr& e, const ScopePtr& scope) {
   for (size_t i = 0; i < e.ops.size(); ++i) {
     DH_ASSIGN_OR_RETURN(Value r, Eval(*e.children[i + 1], scope));
     const std::string& op = e.ops[i];
+    // Comparing or searching long strings and lists costs in proportion to their size.
+    for (const Value* v : {&l, &r}) {
+      if (v->is_string()) DH_RETURN_IF_ERROR(Step(static_cast<int64_t>(v->str().size() >> 10)));
+      if (v->is_list()) DH_RETURN_IF_ERROR(Step(static_cast<int64_t>(v->list().size() >> 4)));
+    }
     Result<bool> ok = false;
-    if (op == "==") ok = ValuesEqual(l, r);
-    else if (op == "!=") ok = !ValuesEqual(l, r);
-    else if (op == "<") ok = ValueLess(l, r);
-    else if (op == ">") ok = ValueLess(r, l);
+    if (op == "==")
+      ok = ValuesEqual(l, r);
+    else if (op == "!=")
+      ok = !ValuesEqual(l, r);
+    else if (op == "<")
+      ok = ValueLess(l, r);
+    else if (op == ">")
+      ok = ValueLess(r, l);
     else if (op == "<=") {
       auto gt = ValueLess(r, l);
       ok = gt.ok() ? Result<bool>(!*gt) : gt;
     } else if (op == ">=") {
       auto lt = ValueLess(l, r);
       ok = lt.ok() ? Result<bool>(!*lt) : lt;
-    } else if (op == "in") ok = Contains(r, l);
+    } else if (op == "in")
+      ok = Contains(r, l);
     else if (op == "not in") {
       auto in = Contains(r, l);
       ok = in.ok() ? Result<bool>(!*in) : in;

@@ -15,11 +15,11 @@
 namespace dh::chat::jinja {
 
 struct RenderLimits {
-  int64_t max_steps = 1'000'000;           // expression evaluations + loop iterations + bytes/1 KiB
-  size_t max_string_bytes = 4u << 20;      // output and every string built on the way
-  int max_depth = 768;                     // evaluator recursion (expressions, blocks, calls)
-  int max_macro_depth = 64;                // nested macro calls
-  int64_t max_range = 100'000;             // largest range() (as Jinja's sandbox)
+  int64_t max_steps = 1'000'000;       // expression evaluations + loop iterations + bytes/1 KiB
+  size_t max_string_bytes = 4u << 20;  // output and every string built on the way
+  int max_depth = 768;                 // evaluator recursion (expressions, blocks, calls)
+  int max_macro_depth = 64;            // nested macro calls
+  int64_t max_range = 100'000;         // largest range() (as Jinja's sandbox)
 };
 
 // Renders `tmpl` with the variables of `context` (a dict). Errors name the template line and

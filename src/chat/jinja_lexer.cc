@@ -8,7 +8,9 @@
 namespace dh::chat::jinja {
 namespace {
 
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool IsSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 bool IsNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 bool IsNameChar(char c) { return IsNameStart(c) || IsDigit(c); }
@@ -119,7 +121,8 @@ class Lexer {
     while (true) {
       while (p < s_.size() && IsSpace(s_[p])) ++p;
       if (p >= s_.size()) {
-        return Error(open, is_var ? "unterminated '{{', expected '}}'" : "unterminated '{%', expected '%}'");
+        return Error(
+            open, is_var ? "unterminated '{{', expected '}}'" : "unterminated '{%', expected '%}'");
       }
       char c = s_[p];
       auto closes_at = [&](size_t q) {
@@ -143,9 +146,9 @@ class Lexer {
       } else if (c == '\'' || c == '"') {
         DH_ASSIGN_OR_RETURN(p, LexString(p));
       } else {
-        static const char* kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/",
-                                     "%",  "~",  "<",  ">",  "(",  ")",  "[", "]", "{", "}",
-                                     ",",  ".",  ":",  "|",  "="};
+        static const char* kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*",
+                                     "/",  "%",  "~",  "<",  ">",  "(",  ")", "[", "]",
+                                     "{",  "}",  ",",  ".",  ":",  "|",  "="};
         const char* found = nullptr;
         for (const char* op : kOps) {
           if (s_.compare(p, std::strlen(op), op) == 0) {
@@ -166,7 +169,8 @@ class Lexer {
     size_t start = p;
     std::string digits;
     auto take_digits = [&] {
-      while (p < s_.size() && (IsDigit(s_[p]) || (s_[p] == '_' && p + 1 < s_.size() && IsDigit(s_[p + 1])))) {
+      while (p < s_.size() &&
+             (IsDigit(s_[p]) || (s_[p] == '_' && p + 1 < s_.size() && IsDigit(s_[p + 1])))) {
         if (s_[p] != '_') digits += s_[p];
         ++p;
       }
@@ -219,18 +223,41 @@ class Lexer {
       char e = s_[p + 1];
       p += 2;
       switch (e) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'v': out += '\v'; break;
-        case 'a': out += '\a'; break;
-        case '0': out += '\0'; break;
-        case '\\': out += '\\'; break;
-        case '\'': out += '\''; break;
-        case '"': out += '"'; break;
-        case '\n': break;  // line continuation
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'v':
+          out += '\v';
+          break;
+        case 'a':
+          out += '\a';
+          break;
+        case '0':
+          out += '\0';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '\'':
+          out += '\'';
+          break;
+        case '"':
+          out += '"';
+          break;
+        case '\n':
+          break;  // line continuation
         case 'x':
         case 'u':
         case 'U': {
@@ -238,7 +265,8 @@ class Lexer {
           uint32_t cp = 0;
           for (int k = 0; k < n; ++k) {
             int h = p < s_.size() ? HexValue(s_[p]) : -1;
-            if (h < 0) return Error(p, std::string("truncated \\") + e + " escape in string literal");
+            if (h < 0)
+              return Error(p, std::string("truncated \\") + e + " escape in string literal");
             cp = cp * 16 + static_cast<uint32_t>(h);
             ++p;
           }

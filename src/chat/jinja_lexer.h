@@ -35,8 +35,8 @@ struct Token {
 };
 
 struct LexOptions {
-  bool trim_blocks = true;     // drop the first newline after a block or comment tag
-  bool lstrip_blocks = true;   // drop spaces/tabs before a block or comment tag on its line
+  bool trim_blocks = true;    // drop the first newline after a block or comment tag
+  bool lstrip_blocks = true;  // drop spaces/tabs before a block or comment tag on its line
   bool keep_trailing_newline = false;
 };
 

@@ -47,17 +47,27 @@ class Parser {
 
   static std::string Describe(const Token& t) {
     switch (t.kind) {
-      case TokenKind::kText: return "template text";
-      case TokenKind::kVarBegin: return "'{{'";
-      case TokenKind::kVarEnd: return "'}}'";
-      case TokenKind::kBlockBegin: return "'{%'";
-      case TokenKind::kBlockEnd: return "'%}'";
-      case TokenKind::kName: return "name '" + t.text + "'";
-      case TokenKind::kString: return "a string";
+      case TokenKind::kText:
+        return "template text";
+      case TokenKind::kVarBegin:
+        return "'{{'";
+      case TokenKind::kVarEnd:
+        return "'}}'";
+      case TokenKind::kBlockBegin:
+        return "'{%'";
+      case TokenKind::kBlockEnd:
+        return "'%}'";
+      case TokenKind::kName:
+        return "name '" + t.text + "'";
+      case TokenKind::kString:
+        return "a string";
       case TokenKind::kInt:
-      case TokenKind::kFloat: return "number " + t.text;
-      case TokenKind::kOp: return "'" + t.text + "'";
-      case TokenKind::kEof: return "end of template";
+      case TokenKind::kFloat:
+        return "number " + t.text;
+      case TokenKind::kOp:
+        return "'" + t.text + "'";
+      case TokenKind::kEof:
+        return "end of template";
     }
     return "?";
   }
@@ -159,7 +169,8 @@ class Parser {
         }
         if (name.kind == TokenKind::kName && IsClosingTag(name.text)) {
           std::string names;
-          for (auto e : ends) names += (names.empty() ? "" : " or ") + fmt::format("'{{% {} %}}'", e);
+          for (auto e : ends)
+            names += (names.empty() ? "" : " or ") + fmt::format("'{{% {} %}}'", e);
           return ErrorAt(name, fmt::format("unexpected '{{% {} %}}', expected {}", name.text,
                                            names.empty() ? "no closing tag here" : names));
         }
@@ -278,8 +289,8 @@ class Parser {
     if (s->targets.size() != 1 || !s->attr.empty()) return Expected("'='");
     s->kind = Stmt::Kind::kSetBlock;
     if (IsOp("|")) {
-    DH_ASSIGN_OR_RETURN(s->expr, ParseFilterChain(nullptr));
-  }
+      DH_ASSIGN_OR_RETURN(s->expr, ParseFilterChain(nullptr));
+    }
     DH_RETURN_IF_ERROR(ExpectBlockEnd());
     std::string end;
     DH_ASSIGN_OR_RETURN(s->body, ParseBody({"endset"}, &end));
@@ -324,7 +335,8 @@ class Parser {
     auto s = MakeStmt(Stmt::Kind::kCallBlock, tag);
     if (IsOp("(")) DH_RETURN_IF_ERROR(ParseParams(s->params));
     DH_ASSIGN_OR_RETURN(s->expr, ParseExpression());
-    if (s->expr->kind != Expr::Kind::kCall) return ErrorAt(tag, "expected a macro call after 'call'");
+    if (s->expr->kind != Expr::Kind::kCall)
+      return ErrorAt(tag, "expected a macro call after 'call'");
     DH_RETURN_IF_ERROR(ExpectBlockEnd());
     std::string end;
     DH_ASSIGN_OR_RETURN(s->body, ParseBody({"endcall"}, &end));
@@ -338,8 +350,8 @@ class Parser {
     // The first filter has no leading '|': parse it as if it had one.
     DH_ASSIGN_OR_RETURN(s->expr, ParseOneFilter(nullptr, bar));
     if (IsOp("|")) {
-    DH_ASSIGN_OR_RETURN(s->expr, ParseFilterChain(std::move(s->expr)));
-  }
+      DH_ASSIGN_OR_RETURN(s->expr, ParseFilterChain(std::move(s->expr)));
+    }
     DH_RETURN_IF_ERROR(ExpectBlockEnd());
     std::string end;
     DH_ASSIGN_OR_RETURN(s->body, ParseBody({"endfilter"}, &end));
@@ -353,7 +365,8 @@ class Parser {
     const Token& t = Peek();
     return t.kind == TokenKind::kVarEnd || t.kind == TokenKind::kBlockEnd ||
            t.kind == TokenKind::kEof || (t.kind == TokenKind::kOp && t.text == ")") ||
-           (t.kind == TokenKind::kName && (t.text == "in" || t.text == "if" || t.text == "recursive"));
+           (t.kind == TokenKind::kName &&
+            (t.text == "in" || t.text == "if" || t.text == "recursive"));
   }
 
   // expression (',' expression)* — a tuple when there is a comma.
@@ -538,9 +551,12 @@ class Parser {
       case TokenKind::kName: {
         Next();
         auto e = MakeExpr(Expr::Kind::kLiteral, t);
-        if (t.text == "true" || t.text == "True") e->literal = Value::Bool(true);
-        else if (t.text == "false" || t.text == "False") e->literal = Value::Bool(false);
-        else if (t.text == "none" || t.text == "None") e->literal = Value::None();
+        if (t.text == "true" || t.text == "True")
+          e->literal = Value::Bool(true);
+        else if (t.text == "false" || t.text == "False")
+          e->literal = Value::Bool(false);
+        else if (t.text == "none" || t.text == "None")
+          e->literal = Value::None();
         else {
           e->kind = Expr::Kind::kName;
           e->name = t.text;
@@ -603,7 +619,8 @@ class Parser {
           return e;
         }
         break;
-      default: break;
+      default:
+        break;
     }
     return Expected("an expression");
   }
@@ -617,7 +634,8 @@ class Parser {
         DH_ASSIGN_OR_RETURN(ExprPtr v, ParseExpression());
         call.keyword.emplace_back(std::move(key), std::move(v));
       } else {
-        if (!call.keyword.empty()) return ErrorAt(Peek(), "positional argument after keyword argument");
+        if (!call.keyword.empty())
+          return ErrorAt(Peek(), "positional argument after keyword argument");
         DH_ASSIGN_OR_RETURN(ExprPtr v, ParseExpression());
         call.children.push_back(std::move(v));
       }

@@ -1,18 +1,19 @@
 // Value helpers: conversion from JSON, Python-style str/repr, json.dumps, equality and ordering.
-// Every recursive helper carries a depth and fails past kMaxValueDepth instead of growing the stack.
+// Every recursive helper carries a depth and fails past kMaxValueDepth instead of growing the
+// stack.
 #include "chat/jinja_value.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
 
-#include <fmt/format.h>
-
 namespace dh::chat::jinja {
 
 const Value* ValueDict::Find(std::string_view key) const {
-  auto it = index_.find(std::string(key));
+  auto it = index_.find(key);
   return it == index_.end() ? nullptr : &items_[it->second].second;
 }
 
@@ -28,10 +29,14 @@ void ValueDict::Set(const std::string& key, Value value) {
 
 double Value::AsDouble() const {
   switch (kind()) {
-    case Kind::kBool: return bool_value() ? 1.0 : 0.0;
-    case Kind::kInt: return static_cast<double>(int_value());
-    case Kind::kFloat: return float_value();
-    default: return 0.0;
+    case Kind::kBool:
+      return bool_value() ? 1.0 : 0.0;
+    case Kind::kInt:
+      return static_cast<double>(int_value());
+    case Kind::kFloat:
+      return float_value();
+    default:
+      return 0.0;
   }
 }
 
@@ -45,53 +50,73 @@ const void* Value::identity() const {
 bool Value::Truthy() const {
   switch (kind()) {
     case Kind::kUndefined:
-    case Kind::kNone: return false;
-    case Kind::kBool: return bool_value();
-    case Kind::kInt: return int_value() != 0;
-    case Kind::kFloat: return float_value() != 0.0;
-    case Kind::kString: return !str().empty();
-    case Kind::kList: return !list().empty();
-    case Kind::kDict: return dict().size() != 0;
-    case Kind::kCallable: return true;
+    case Kind::kNone:
+      return false;
+    case Kind::kBool:
+      return bool_value();
+    case Kind::kInt:
+      return int_value() != 0;
+    case Kind::kFloat:
+      return float_value() != 0.0;
+    case Kind::kString:
+      return !str().empty();
+    case Kind::kList:
+      return !list().empty();
+    case Kind::kDict:
+      return dict().size() != 0;
+    case Kind::kCallable:
+      return true;
   }
   return false;
 }
 
 const char* Value::TypeName() const {
   switch (kind()) {
-    case Kind::kUndefined: return "UndefinedValue";
-    case Kind::kNone: return "NullValue";
-    case Kind::kBool: return "BooleanValue";
-    case Kind::kInt: return "IntegerValue";
-    case Kind::kFloat: return "FloatValue";
-    case Kind::kString: return "StringValue";
-    case Kind::kList: return "ArrayValue";
-    case Kind::kDict: return "ObjectValue";
-    case Kind::kCallable: return "FunctionValue";
+    case Kind::kUndefined:
+      return "UndefinedValue";
+    case Kind::kNone:
+      return "NullValue";
+    case Kind::kBool:
+      return "BooleanValue";
+    case Kind::kInt:
+      return "IntegerValue";
+    case Kind::kFloat:
+      return "FloatValue";
+    case Kind::kString:
+      return "StringValue";
+    case Kind::kList:
+      return "ArrayValue";
+    case Kind::kDict:
+      return "ObjectValue";
+    case Kind::kCallable:
+      return "FunctionValue";
   }
   return "?";
 }
 
 namespace {
 
-Status TooDeep() {
-  return OutOfRange("value nested deeper than {} levels", kMaxValueDepth);
-}
+Status TooDeep() { return OutOfRange("value nested deeper than {} levels", kMaxValueDepth); }
 
 template <typename Json>
 Result<Value> FromJsonAt(const Json& j, int depth) {
   if (depth > kMaxValueDepth) return TooDeep();
   switch (j.type()) {
-    case Json::value_t::null: return Value::None();
-    case Json::value_t::boolean: return Value::Bool(j.template get<bool>());
-    case Json::value_t::number_integer: return Value::Int(j.template get<int64_t>());
+    case Json::value_t::null:
+      return Value::None();
+    case Json::value_t::boolean:
+      return Value::Bool(j.template get<bool>());
+    case Json::value_t::number_integer:
+      return Value::Int(j.template get<int64_t>());
     case Json::value_t::number_unsigned: {
       uint64_t u = j.template get<uint64_t>();
       if (u > static_cast<uint64_t>(INT64_MAX)) return Value::Float(static_cast<double>(u));
       return Value::Int(static_cast<int64_t>(u));
     }
-    case Json::value_t::number_float: return Value::Float(j.template get<double>());
-    case Json::value_t::string: return Value::String(j.template get<std::string>());
+    case Json::value_t::number_float:
+      return Value::Float(j.template get<double>());
+    case Json::value_t::string:
+      return Value::String(j.template get<std::string>());
     case Json::value_t::array: {
       ValueList items;
       items.reserve(j.size());
@@ -109,7 +134,8 @@ Result<Value> FromJsonAt(const Json& j, int depth) {
       }
       return d;
     }
-    default: return InvalidArgument("unsupported JSON value of type {}", j.type_name());
+    default:
+      return InvalidArgument("unsupported JSON value of type {}", j.type_name());
   }
 }
 
@@ -126,12 +152,23 @@ Status ReprAt(const Value& v, int depth, std::string& out) {
 Status StrAt(const Value& v, int depth, std::string& out) {
   if (depth > kMaxValueDepth) return TooDeep();
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return Status::Ok();
-    case Value::Kind::kNone: out += "None"; return Status::Ok();
-    case Value::Kind::kBool: out += v.bool_value() ? "True" : "False"; return Status::Ok();
-    case Value::Kind::kInt: out += std::to_string(v.int_value()); return Status::Ok();
-    case Value::Kind::kFloat: out += PyFloatRepr(v.float_value()); return Status::Ok();
-    case Value::Kind::kString: out += v.str(); return Status::Ok();
+    case Value::Kind::kUndefined:
+      return Status::Ok();
+    case Value::Kind::kNone:
+      out += "None";
+      return Status::Ok();
+    case Value::Kind::kBool:
+      out += v.bool_value() ? "True" : "False";
+      return Status::Ok();
+    case Value::Kind::kInt:
+      out += std::to_string(v.int_value());
+      return Status::Ok();
+    case Value::Kind::kFloat:
+      out += PyFloatRepr(v.float_value());
+      return Status::Ok();
+    case Value::Kind::kString:
+      out += v.str();
+      return Status::Ok();
     case Value::Kind::kList: {
       out += '[';
       bool first = true;
@@ -169,13 +206,27 @@ void JsonString(std::string_view s, std::string& out) {
   out += '"';
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
           out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
@@ -202,17 +253,28 @@ Status JsonAt(const Value& v, const JsonOptions& o, int depth, std::string& out)
     case Value::Kind::kUndefined:
       return InvalidArgument("tojson: cannot serialize an undefined value '{}'",
                              v.undefined_name());
-    case Value::Kind::kNone: out += "null"; return Status::Ok();
-    case Value::Kind::kBool: out += v.bool_value() ? "true" : "false"; return Status::Ok();
-    case Value::Kind::kInt: out += std::to_string(v.int_value()); return Status::Ok();
+    case Value::Kind::kNone:
+      out += "null";
+      return Status::Ok();
+    case Value::Kind::kBool:
+      out += v.bool_value() ? "true" : "false";
+      return Status::Ok();
+    case Value::Kind::kInt:
+      out += std::to_string(v.int_value());
+      return Status::Ok();
     case Value::Kind::kFloat: {
       double d = v.float_value();
-      if (std::isnan(d)) out += "NaN";
-      else if (std::isinf(d)) out += d > 0 ? "Infinity" : "-Infinity";
-      else out += PyFloatRepr(d);
+      if (std::isnan(d))
+        out += "NaN";
+      else if (std::isinf(d))
+        out += d > 0 ? "Infinity" : "-Infinity";
+      else
+        out += PyFloatRepr(d);
       return Status::Ok();
     }
-    case Value::Kind::kString: JsonString(v.str(), out); return Status::Ok();
+    case Value::Kind::kString:
+      JsonString(v.str(), out);
+      return Status::Ok();
     case Value::Kind::kList: {
       const ValueList& l = v.list();
       if (l.empty()) {
@@ -269,8 +331,10 @@ bool EqualAt(const Value& a, const Value& b, int depth) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return true;
-    case Value::Kind::kString: return a.str() == b.str();
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kString:
+      return a.str() == b.str();
     case Value::Kind::kList: {
       const ValueList& x = a.list();
       const ValueList& y = b.list();
@@ -290,8 +354,10 @@ bool EqualAt(const Value& a, const Value& b, int depth) {
       }
       return true;
     }
-    case Value::Kind::kCallable: return a.identity() == b.identity();
-    default: return false;
+    case Value::Kind::kCallable:
+      return a.identity() == b.identity();
+    default:
+      return false;
   }
 }
 
@@ -430,7 +496,11 @@ std::vector<std::string_view> SplitCodePoints(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+    size_t len = c < 0x80           ? 1
+                 : (c >> 5) == 0x6  ? 2
+                 : (c >> 4) == 0xE  ? 3
+                 : (c >> 3) == 0x1E ? 4
+                                    : 1;
     if (i + len > s.size()) len = 1;
     for (size_t k = 1; k < len; ++k) {
       if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) {

@@ -1,18 +1,18 @@
 // Values of the chat-template interpreter: Python-like undefined/none/bool/int/float/str/list/dict
-// and callables. Lists and dicts are shared by reference (as in Python); dicts keep insertion order.
+// and callables. Lists and dicts are shared by reference (as in Python); dicts keep insertion
+// order.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 
@@ -32,8 +32,12 @@ class ValueDict {
   bool is_namespace = false;
 
  private:
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
   std::vector<std::pair<std::string, Value>> items_;
-  std::unordered_map<std::string, size_t> index_;
+  std::unordered_map<std::string, size_t, StringHash, std::equal_to<>> index_;
 };
 
 struct CallArgs {
@@ -60,7 +64,9 @@ class Value {
   static Value Bool(bool b) { return Value(b); }
   static Value Int(int64_t i) { return Value(i); }
   static Value Float(double d) { return Value(d); }
-  static Value String(std::string s) { return Value(std::move(s)); }
+  static Value String(std::string s) {
+    return Value(std::make_shared<const std::string>(std::move(s)));
+  }
   static Value List(ValueList items = {}) {
     return Value(std::make_shared<ValueList>(std::move(items)));
   }
@@ -86,7 +92,7 @@ class Value {
   double float_value() const { return std::get<double>(v_); }
   // Numeric value of a bool, int or float.
   double AsDouble() const;
-  const std::string& str() const { return std::get<std::string>(v_); }
+  const std::string& str() const { return *std::get<std::shared_ptr<const std::string>>(v_); }
   const std::string& undefined_name() const { return std::get<UndefinedTag>(v_).name; }
   ValueList& list() const { return *std::get<std::shared_ptr<ValueList>>(v_); }
   ValueDict& dict() const { return *std::get<std::shared_ptr<ValueDict>>(v_); }
@@ -103,8 +109,10 @@ class Value {
   template <typename T>
   explicit Value(T v) : v_(std::move(v)) {}
 
-  std::variant<UndefinedTag, std::nullptr_t, bool, int64_t, double, std::string,
-               std::shared_ptr<ValueList>, std::shared_ptr<ValueDict>, std::shared_ptr<Callable>>
+  // Strings are shared and immutable, so reading a long string from a variable does not copy it.
+  std::variant<UndefinedTag, std::nullptr_t, bool, int64_t, double,
+               std::shared_ptr<const std::string>, std::shared_ptr<ValueList>,
+               std::shared_ptr<ValueDict>, std::shared_ptr<Callable>>
       v_;
 };
 
@@ -125,7 +133,7 @@ std::string PyReprString(std::string_view s);
 std::string PyFloatRepr(double d);
 
 struct JsonOptions {
-  int indent = -1;  // < 0: one line
+  int indent = -1;             // < 0: one line
   std::string item_separator;  // empty: json.dumps default for the indent
   std::string key_separator;
   bool sort_keys = false;

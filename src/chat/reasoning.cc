@@ -45,7 +45,8 @@ ReasoningDelta ReasoningStreamParser::Drain(bool final) {
         saw_reasoning_ = true;
         continue;
       }
-      bool could_be_tag = rest.size() < kThinkOpen.size() && kThinkOpen.substr(0, rest.size()) == rest;
+      bool could_be_tag =
+          rest.size() < kThinkOpen.size() && kThinkOpen.substr(0, rest.size()) == rest;
       if (could_be_tag && !final) return out;
       state_ = options_.starts_in_reasoning ? State::kReasoning : State::kContent;
       saw_reasoning_ = saw_reasoning_ || options_.starts_in_reasoning;
@@ -84,7 +85,8 @@ ReasoningResult ParseReasoning(std::string_view text, const ReasoningOptions& op
 ReasoningStart DetectReasoningStart(const ChatTemplate& tmpl, std::string_view bos_token,
                                     std::string_view eos_token) {
   const std::string& source = tmpl.source();
-  if (source.find(kThinkOpen) == std::string::npos && source.find(kThinkClose) == std::string::npos) {
+  if (source.find(kThinkOpen) == std::string::npos &&
+      source.find(kThinkClose) == std::string::npos) {
     return ReasoningStart::kNone;
   }
   nlohmann::json context = {

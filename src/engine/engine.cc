@@ -200,6 +200,7 @@ Result<std::shared_ptr<RequestHandle>> Engine::Submit(Request request) {
   r->seq.token_ids = std::move(request.prompt_token_ids);
   r->seq.num_prompt_tokens = prompt_len;
   r->seq.use_prefix_cache = r->params.prompt_logprobs < 0;
+  r->seq.all_logits = r->params.prompt_logprobs >= 0;
   r->max_num_tokens = prompt_len + std::min(r->params.max_tokens, m.max_len - prompt_len);
   r->timing.arrival = request.arrival_time == EngineTime{} ? EngineClock::now()
                                                           : request.arrival_time;
@@ -356,8 +357,7 @@ void Engine::Impl::Step() {
       std::lock_guard<std::mutex> lock(mu);
       stats.prompt_tokens += r.seq.num_prompt_tokens;
     }
-    const bool all_logits = r.params.prompt_logprobs >= 0 && !r.prompt_logprobs_sent &&
-                            c.start < r.seq.num_prompt_tokens - 1;
+    const bool all_logits = r.seq.all_logits && c.start < r.seq.num_prompt_tokens - 1;
     first_row.push_back(batch.logits_rows.size());
     const size_t blocks_used =
         static_cast<size_t>((c.start + c.num_tokens + options.block_size - 1) / options.block_size);
@@ -412,6 +412,7 @@ void Engine::Impl::ProcessChunkOutputs(const SchedulerOutput& out, const Batch& 
       r.delta.prompt_logprobs = std::move(r.prompt_logprobs);
       r.prompt_logprobs.clear();
       r.prompt_logprobs_sent = true;
+      r.seq.all_logits = false;
       r.has_delta = true;
     }
     if (r.seq.num_tokens() >= r.max_num_tokens) {
@@ -506,8 +507,10 @@ void Engine::Impl::Finish(ActiveRequest& r, FinishReason reason, EngineTime now,
   }
 }
 
-// Pushes every pending delta to its channel and forgets finished requests.
+// Pushes every pending delta to its channel and forgets finished requests. Stats go first, so a
+// reader who saw an event never reads older stats afterwards.
 void Engine::Impl::Publish() {
+  PublishStats();
   int finished = 0;
   for (auto it = active.begin(); it != active.end();) {
     ActiveRequest& r = *it->second;
@@ -517,14 +520,14 @@ void Engine::Impl::Publish() {
                        std::max(0, r.seq.num_cached_tokens)};
       r.delta.timing = r.timing;
       const bool done = r.delta.finished;
+      if (done) {  // before the event, so a reader who saw it can no longer find the id
+        std::lock_guard<std::mutex> lock(mu);
+        live.erase(r.channel->id);
+      }
       r.channel->Push(std::move(r.delta));
       r.delta = RequestOutput();
       r.has_delta = false;
       if (done) {
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          if (auto l = live.find(r.channel->id); l != live.end()) live.erase(l);
-        }
         it = active.erase(it);
         ++finished;
         continue;

@@ -30,13 +30,23 @@ void Scheduler::Preempt(Sequence* seq) {
 SchedulerOutput Scheduler::Schedule() {
   SchedulerOutput out;
   int budget = config_.max_num_batched_tokens;
+  int logit_rows = config_.max_num_logit_rows;
+  auto chunk_size = [&](const Sequence* seq, int wanted) {
+    const int n = std::min(wanted, budget);
+    return seq->all_logits ? std::min(n, logit_rows) : n;
+  };
 
   // Running sequences, oldest first. Victims come from the back, so they are never ones already
   // scheduled this step.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
-    const int n = std::min(seq->num_tokens() - seq->num_computed_tokens, budget);
-    DH_CHECK(n > 0, "running sequence {} has nothing to compute", seq->seq_id);
+    DH_CHECK(seq->num_tokens() > seq->num_computed_tokens, "running sequence {} has nothing to compute",
+             seq->seq_id);
+    const int n = chunk_size(seq, seq->num_tokens() - seq->num_computed_tokens);
+    if (n == 0) {  // out of logit rows: this one waits a step
+      ++i;
+      continue;
+    }
     bool fits = true;
     while (!pool_.Reserve(seq->blocks, seq->num_computed_tokens + n - seq->blocks.num_slots)) {
       Sequence* victim = running_.back();
@@ -52,6 +62,7 @@ SchedulerOutput Scheduler::Schedule() {
                           seq->num_computed_tokens + n == seq->num_tokens()});
     out.num_tokens += n;
     budget -= n;
+    if (seq->all_logits) logit_rows -= n;
     ++i;
   }
 
@@ -65,8 +76,8 @@ SchedulerOutput Scheduler::Schedule() {
       // The last token is always computed: its logits sample the next token.
       cached = pool_.AcquireCachedPrefix(seq->blocks, seq->token_ids, seq->num_tokens() - 1);
     }
-    const int n = std::min(seq->num_tokens() - cached, budget);
-    if (!pool_.Reserve(seq->blocks, cached + n - seq->blocks.num_slots)) {
+    const int n = chunk_size(seq, seq->num_tokens() - cached);
+    if (n == 0 || !pool_.Reserve(seq->blocks, cached + n - seq->blocks.num_slots)) {
       pool_.Release(seq->blocks);  // give back the prefix; try again next step
       break;
     }
@@ -78,6 +89,7 @@ SchedulerOutput Scheduler::Schedule() {
     out.chunks.push_back({seq, cached, n, cached + n == seq->num_tokens()});
     out.num_tokens += n;
     budget -= n;
+    if (seq->all_logits) logit_rows -= n;
   }
   return out;
 }

@@ -21,6 +21,7 @@ struct Sequence {
   int num_computed_tokens = 0;      // tokens whose KV is in the cache
   int num_cached_tokens = -1;       // prefix-cache hit at first scheduling; -1: never scheduled
   bool use_prefix_cache = true;     // false for requests that need every prompt logit
+  bool all_logits = false;          // needs a logits row per computed token (prompt logprobs)
   bool running = false;
   SequenceBlocks blocks;
 
@@ -46,6 +47,8 @@ struct SchedulerOutput {
 struct SchedulerConfig {
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
+  // Tokens per step of sequences with all_logits: bounds the [rows, vocab] logits a step makes.
+  int max_num_logit_rows = 256;
 };
 
 class Scheduler {

@@ -160,17 +160,14 @@ Status ParseRopeScaling(const Fields& top, ModelConfig* c) {
   Fields f(*v, top.source(), "rope_scaling.");
   RopeScaling& r = c->rope_scaling;
   // HF prefers "rope_type" and keeps "type" for older configs.
-  if (f.Has("rope_type")) {
-    DH_RETURN_IF_ERROR(f.String("rope_type", &r.type));
-  } else {
-    DH_RETURN_IF_ERROR(f.String("type", &r.type, /*required=*/true));
-  }
+  const char* type_key = f.Has("rope_type") ? "rope_type" : "type";
+  DH_RETURN_IF_ERROR(f.String(type_key, &r.type, /*required=*/true));
   if (r.type != "default" && r.type != "linear" && r.type != "dynamic" && r.type != "llama3" &&
       r.type != "yarn") {
     return Unsupported(
-        "{}: field 'rope_scaling.rope_type': unsupported '{}' (expected default, linear, dynamic, "
-        "llama3 or yarn)",
-        top.source(), r.type);
+        "{}: field 'rope_scaling.{}': unsupported '{}' (expected default, linear, dynamic, llama3 "
+        "or yarn)",
+        top.source(), type_key, r.type);
   }
   const bool needs_factor = r.type != "default";
   DH_RETURN_IF_ERROR(f.Number("factor", &r.factor, /*positive=*/true, needs_factor));

@@ -281,6 +281,10 @@ Result<Checkpoint> Checkpoint::Open(const std::string& dir, const FileLoadOption
           "{}: field 'weight_map': expected an object of tensor -> shard, got {}", index_path,
           wm == index.end() ? "nothing" : JsonKind(*wm));
     }
+    if (wm->empty()) {
+      return InvalidArgument("{}: field 'weight_map': expected at least one tensor, got none",
+                             index_path);
+    }
     std::set<std::string> unique;
     for (const auto& [tensor, shard] : wm->items()) {
       if (!shard.is_string()) {

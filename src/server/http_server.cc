@@ -135,7 +135,9 @@ Status OpenAIServer::Bind() {
         res.set_header("Connection", "close");
         return httplib::Server::HandlerResponse::Handled;
       }
-      if (length > options_.max_body_bytes) {
+      // Moderately oversized bodies are read and discarded by httplib (413 from the error
+      // handler, connection kept); absurd declared sizes are refused before reading any of it.
+      if (length / 16 > options_.max_body_bytes) {
         SendError(res, PayloadTooLarge(options_.max_body_bytes));
         res.set_header("Connection", "close");
         return httplib::Server::HandlerResponse::Handled;
@@ -146,15 +148,15 @@ Status OpenAIServer::Bind() {
 
   // Errors raised by httplib itself (unknown route, body too large, bad request line) get
   // OpenAI bodies too; a known route with the wrong method is 405.
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  const size_t max_body = options_.max_body_bytes;
+  http.set_error_handler([max_body](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     ApiError e;
     if (res.status == 404) {
       const bool known = Contains(PostRoutes(), req.path) || Contains(GetRoutes(), req.path);
       e = known ? MethodNotAllowed() : NotFoundRoute();
     } else if (res.status == 413) {
-      e = PayloadTooLarge(0);
-      e.message = "Request body too large";
+      e = PayloadTooLarge(max_body);
     } else {
       e.status = res.status;
       e.message = "Bad request";
@@ -294,7 +296,12 @@ bool OpenAIServer::WaitIdle(std::chrono::milliseconds timeout) {
 }
 
 void OpenAIServer::Stop() {
-  if (http_) http_->stop();
+  if (!http_) return;
+  // Run() may not have entered its accept loop yet (a start-up failure right after Bind):
+  // stop() before that would be lost and Run() would never return.
+  for (int i = 0; i < 1000 && !http_->is_running() && port_ > 0; ++i)
+    std::this_thread::sleep_for(1ms);
+  http_->stop();
 }
 
 }  // namespace dh::server

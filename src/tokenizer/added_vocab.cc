@@ -26,7 +26,8 @@ int32_t AddedTokenMatcher::Child(int32_t node, uint8_t byte) const {
   return it != ch.end() && it->first == byte ? it->second : -1;
 }
 
-void AddedTokenMatcher::Build(const std::vector<AddedToken>* tokens, const std::vector<int>& indices,
+void AddedTokenMatcher::Build(const std::vector<AddedToken>* tokens,
+                              const std::vector<int>& indices,
                               const std::vector<std::string>& patterns) {
   tokens_ = tokens;
   nodes_.assign(1, Node{});

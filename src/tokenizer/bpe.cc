@@ -2,8 +2,9 @@
 // merge rank first, then the leftmost position.
 #include "tokenizer/bpe.h"
 
+#include <algorithm>
+#include <functional>
 #include <mutex>
-#include <queue>
 
 #include "tokenizer/json_fields.h"
 #include "tokenizer/utf8.h"
@@ -35,7 +36,8 @@ const BpeModel::Merge* BpeModel::FindMerge(int32_t a, int32_t b) const {
 Result<std::unique_ptr<BpeModel>> BpeModel::Parse(const nlohmann::json& spec,
                                                   const std::string& where) {
   DH_ASSIGN_OR_RETURN(const std::string type, GetStringOr(spec, "type", "BPE", where));
-  if (type != "BPE") return Unsupported("{}: unsupported model type \"{}\" (only BPE)", where, type);
+  if (type != "BPE")
+    return Unsupported("{}: unsupported model type \"{}\" (only BPE)", where, type);
   if (spec.contains("dropout") && !spec.at("dropout").is_null() &&
       !(spec.at("dropout").is_number() && spec.at("dropout").get<double>() == 0.0)) {
     return Unsupported("{}.dropout: BPE dropout is not supported", where);
@@ -97,6 +99,7 @@ Result<std::unique_ptr<BpeModel>> BpeModel::Parse(const nlohmann::json& spec,
   while (capacity < merges.size() * 2) capacity *= 2;
   model->merge_table_.assign(capacity, MergeSlot{});
   model->merge_mask_ = capacity - 1;
+  model->new_id_by_rank_.assign(merges.size(), -1);
   std::string left, right;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& m = merges[rank];
@@ -128,6 +131,7 @@ Result<std::unique_ptr<BpeModel>> BpeModel::Parse(const nlohmann::json& spec,
                              where, rank, left, right);
     }
     // The first (lowest-rank) occurrence of a pair wins.
+    model->new_id_by_rank_[rank] = c->second;
     const uint64_t key = PairKey(a->second, b->second);
     for (uint64_t slot = MixKey(key) & model->merge_mask_;;
          slot = (slot + 1) & model->merge_mask_) {
@@ -231,33 +235,38 @@ void BpeModel::MergeWord(std::string_view word, std::vector<int32_t>* ids) const
   if (symbols.empty()) return;
   symbols.back().next = -1;
 
-  // Ordered by (rank, position), packed into one key so the heap compares integers.
-  struct Candidate {
-    uint64_t order;  // rank << 32 | position
-    int32_t new_id;
-    bool operator>(const Candidate& o) const { return order > o.order; }
+  // Candidates are (rank << 32 | position): the min-heap pops the lowest rank, then the
+  // leftmost position. The merge's result comes from new_id_by_rank_.
+  std::vector<uint64_t> heap;
+  heap.reserve(symbols.size());
+  const auto candidate = [&](int32_t pos) -> std::optional<uint64_t> {
+    if (pos < 0 || symbols[pos].next < 0) return std::nullopt;
+    const Merge* m = FindMerge(symbols[pos].id, symbols[symbols[pos].next].id);
+    if (m == nullptr) return std::nullopt;
+    return (static_cast<uint64_t>(m->rank) << 32) | static_cast<uint32_t>(pos);
   };
-  std::vector<Candidate> storage;
-  storage.reserve(symbols.size());
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap(
-      std::greater<>{}, std::move(storage));
   const auto consider = [&](int32_t pos) {
-    if (pos < 0 || symbols[pos].next < 0) return;
-    if (const Merge* m = FindMerge(symbols[pos].id, symbols[symbols[pos].next].id)) {
-      heap.push({(static_cast<uint64_t>(m->rank) << 32) | static_cast<uint32_t>(pos), m->new_id});
+    if (auto c = candidate(pos)) {
+      heap.push_back(*c);
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
     }
   };
-  for (int32_t i = 0; i + 1 < static_cast<int32_t>(symbols.size()); ++i) consider(i);
+  for (int32_t i = 0; i + 1 < static_cast<int32_t>(symbols.size()); ++i) {
+    if (auto c = candidate(i)) heap.push_back(*c);
+  }
+  std::make_heap(heap.begin(), heap.end(), std::greater<>());
   while (!heap.empty()) {
-    const Candidate top = heap.top();
-    heap.pop();
-    const auto top_pos = static_cast<int32_t>(top.order & 0xFFFFFFFFu);
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    const uint64_t top = heap.back();
+    heap.pop_back();
+    const auto top_pos = static_cast<int32_t>(top & 0xFFFFFFFFu);
+    const int32_t new_id = new_id_by_rank_[top >> 32];
     Symbol& left = symbols[top_pos];
     if (!left.alive || left.next < 0) continue;
     const int32_t right_pos = left.next;
     const Merge* m = FindMerge(left.id, symbols[right_pos].id);
-    if (m == nullptr || m->new_id != top.new_id) continue;
-    left.id = top.new_id;
+    if (m == nullptr || m->new_id != new_id) continue;
+    left.id = new_id;
     Symbol& right = symbols[right_pos];
     right.alive = false;
     left.next = right.next;

@@ -7,14 +7,13 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 
@@ -57,6 +56,7 @@ class BpeModel {
     Merge merge{};
   };
   std::vector<MergeSlot> merge_table_;
+  std::vector<int32_t> new_id_by_rank_;
   uint64_t merge_mask_ = 0;
 
   TokenMap vocab_;
@@ -71,8 +71,7 @@ class BpeModel {
   std::vector<int32_t> byte_ids_;  // <0xXX> ids, -1 when absent (byte_fallback)
 
   mutable std::shared_mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>>
-      cache_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_;
 };
 
 }  // namespace dh::tok

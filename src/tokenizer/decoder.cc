@@ -121,8 +121,8 @@ class StripDecoder : public Decoder {
     if (content_.empty()) return Status::Ok();
     for (std::string& t : *tokens) {
       size_t b = 0, e = t.size();
-      for (size_t i = 0; i < start_ && t.compare(b, content_.size(), content_) == 0 &&
-                         b + content_.size() <= e;
+      for (size_t i = 0;
+           i < start_ && t.compare(b, content_.size(), content_) == 0 && b + content_.size() <= e;
            ++i) {
         b += content_.size();
       }
@@ -198,7 +198,8 @@ class SuffixDecoder : public Decoder {
 
 class SequenceDecoder : public Decoder {
  public:
-  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> parts) : parts_(std::move(parts)) {}
+  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> parts)
+      : parts_(std::move(parts)) {}
   Status Decode(Tokens* tokens) const override {
     for (const auto& p : parts_) DH_RETURN_IF_ERROR(p->Decode(tokens));
     return Status::Ok();
@@ -212,7 +213,8 @@ std::unique_ptr<Decoder> Own(Decoder* d) { return std::unique_ptr<Decoder>(d); }
 
 }  // namespace
 
-Result<std::unique_ptr<Decoder>> ParseDecoder(const nlohmann::json& spec, const std::string& where) {
+Result<std::unique_ptr<Decoder>> ParseDecoder(const nlohmann::json& spec,
+                                              const std::string& where) {
   if (spec.is_null()) return std::unique_ptr<Decoder>();
   DH_ASSIGN_OR_RETURN(const std::string type, GetType(spec, where));
   const std::string at = where + "(" + type + ")";

@@ -66,7 +66,8 @@ Status HfTokenizer::LoadAddedTokens(const nlohmann::json& list) {
     AddedToken token;
     DH_ASSIGN_OR_RETURN(token.content, GetString(e, "content", at));
     DH_ASSIGN_OR_RETURN(const int64_t id, GetIntOr(e, "id", -1, at));
-    if (id < 0 || id > INT32_MAX / 2) return InvalidArgument("{}.id: expected a non-negative id", at);
+    if (id < 0 || id > INT32_MAX / 2)
+      return InvalidArgument("{}.id: expected a non-negative id", at);
     token.id = static_cast<int32_t>(id);
     DH_ASSIGN_OR_RETURN(token.special, GetBoolOr(e, "special", false, at));
     DH_ASSIGN_OR_RETURN(token.lstrip, GetBoolOr(e, "lstrip", false, at));
@@ -135,9 +136,10 @@ Status HfTokenizer::LoadConfig(const nlohmann::json& config, const std::string& 
         config_.chat_templates[*name] = *text;
       }
     } else {
-      return InvalidArgument("{}: chat_template: expected a string or a list of "
-                             "{{\"name\", \"template\"}}, got {}",
-                             file, ct.type_name());
+      return InvalidArgument(
+          "{}: chat_template: expected a string or a list of "
+          "{{\"name\", \"template\"}}, got {}",
+          file, ct.type_name());
     }
   }
   return Status::Ok();
@@ -208,8 +210,8 @@ Result<std::string> HfTokenizer::Decode(std::span<const int32_t> ids,
     }
     const std::string* token = model_->IdToToken(id);
     if (token == nullptr) {
-      return OutOfRange("decode: token id {} at position {} is outside the vocabulary [0, {})",
-                        id, i, vocab_size_);
+      return OutOfRange("decode: token id {} at position {} is outside the vocabulary [0, {})", id,
+                        i, vocab_size_);
     }
     tokens.push_back(*token);
   }

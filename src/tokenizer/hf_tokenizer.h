@@ -4,11 +4,10 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tokenizer/added_vocab.h"
 #include "tokenizer/bpe.h"
@@ -30,8 +29,7 @@ class HfTokenizer : public Tokenizer {
 
   Result<std::vector<int32_t>> Encode(std::string_view text,
                                       bool add_special_tokens) const override;
-  Result<std::string> Decode(std::span<const int32_t> ids,
-                             bool skip_special_tokens) const override;
+  Result<std::string> Decode(std::span<const int32_t> ids, bool skip_special_tokens) const override;
   int32_t vocab_size() const override { return vocab_size_; }
   std::optional<int32_t> TokenToId(std::string_view token) const override;
   std::optional<std::string> IdToToken(int32_t id) const override;

@@ -2,9 +2,8 @@
 // expected, so a malformed file yields one line that points at the broken part.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "base/status.h"
 

@@ -1,10 +1,10 @@
 // Normalizer implementations (see normalizer.h).
 #include "tokenizer/normalizer.h"
 
+#include <utf8proc.h>
+
 #include <cstdlib>
 #include <vector>
-
-#include <utf8proc.h>
 
 #include "tokenizer/json_fields.h"
 #include "tokenizer/regex.h"
@@ -44,8 +44,7 @@ class Lowercase : public Normalizer {
         out.append("i\xCC\x87");
         continue;
       }
-      AppendUtf8(static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))),
-                 &out);
+      AppendUtf8(static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))), &out);
     }
     *text = std::move(out);
     return Status::Ok();
@@ -138,8 +137,12 @@ Result<std::unique_ptr<Normalizer>> ParseNormalizer(const nlohmann::json& spec,
   if (spec.is_null()) return std::unique_ptr<Normalizer>();
   DH_ASSIGN_OR_RETURN(const std::string type, GetType(spec, where));
   const std::string at = where + "(" + type + ")";
-  if (type == "NFC") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(type, UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  if (type == "NFD") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(type, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE));
+  if (type == "NFC")
+    return std::unique_ptr<Normalizer>(
+        new UnicodeNormalizer(type, UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (type == "NFD")
+    return std::unique_ptr<Normalizer>(
+        new UnicodeNormalizer(type, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE));
   if (type == "NFKC") {
     return std::unique_ptr<Normalizer>(
         new UnicodeNormalizer(type, UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT));

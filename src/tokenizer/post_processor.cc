@@ -55,8 +55,8 @@ Result<std::unique_ptr<PostProcessor>> ParseTemplate(const nlohmann::json& spec,
   if (!spec.contains("single") || !spec.at("single").is_array()) {
     return InvalidArgument("{}.single: expected an array", at);
   }
-  const auto& specials = spec.contains("special_tokens") ? spec.at("special_tokens")
-                                                         : nlohmann::json::object();
+  const auto& specials =
+      spec.contains("special_tokens") ? spec.at("special_tokens") : nlohmann::json::object();
   std::vector<TemplatePostProcessor::Item> items;
   const auto& single = spec.at("single");
   for (size_t i = 0; i < single.size(); ++i) {
@@ -103,7 +103,8 @@ Result<std::unique_ptr<PostProcessor>> ParseClsSep(const nlohmann::json& spec,
     }
     ids[k] = (*v)[1].get<int32_t>();
   }
-  std::vector<TemplatePostProcessor::Item> items = {{false, {ids[0]}}, {true, {}}, {false, {ids[1]}}};
+  std::vector<TemplatePostProcessor::Item> items = {
+      {false, {ids[0]}}, {true, {}}, {false, {ids[1]}}};
   return Own(new TemplatePostProcessor(std::move(items)));
 }
 

@@ -87,10 +87,9 @@ class ByteLevelPreTokenizer : public PreTokenizer {
       *pieces = std::move(spaced);
     }
     if (re_ != nullptr) {
-      DH_RETURN_IF_ERROR(SplitAll(pieces, SplitBehavior::kIsolated, false,
-                                  [this](std::string_view s, Ranges* m) {
-                                    return re_->FindAll(s, m);
-                                  }));
+      DH_RETURN_IF_ERROR(
+          SplitAll(pieces, SplitBehavior::kIsolated, false,
+                   [this](std::string_view s, Ranges* m) { return re_->FindAll(s, m); }));
     }
     const ByteLevelTable& table = GetByteLevelTable();
     PieceList mapped;

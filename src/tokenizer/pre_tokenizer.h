@@ -4,19 +4,18 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 
 namespace dh::tok {
 
 struct PieceList {
-  std::string text;                                 // valid UTF-8
-  std::vector<std::pair<size_t, size_t>> spans;     // non-empty [begin, end) ranges, in order
+  std::string text;                              // valid UTF-8
+  std::vector<std::pair<size_t, size_t>> spans;  // non-empty [begin, end) ranges, in order
 };
 
 enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };

@@ -83,8 +83,7 @@ Result<std::unique_ptr<Regex>> Regex::Literal(std::string_view text) {
   return Compile(quoted);
 }
 
-Status Regex::FindAll(std::string_view subject,
-                      std::vector<std::pair<size_t, size_t>>* out) const {
+Status Regex::FindAll(std::string_view subject, std::vector<std::pair<size_t, size_t>>* out) const {
   ThreadMatchState& state = MatchState();
   pcre2_match_data* md = pcre2_match_data_create(1, nullptr);
   if (md == nullptr) return ResourceExhausted("regex /{}/: out of memory", pattern_);
@@ -99,8 +98,8 @@ Status Regex::FindAll(std::string_view subject,
       done = rc != PCRE2_ERROR_JIT_STACKLIMIT;
     }
     if (!done) {
-      rc = pcre2_match(code_->code, s, subject.size(), start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
-                       md, state.context);
+      rc = pcre2_match(code_->code, s, subject.size(), start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
+                       state.context);
     }
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {

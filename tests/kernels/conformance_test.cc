@@ -17,6 +17,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/reference/reference_backend.h"
+#include "base/log.h"
 #include "hwy/highway.h"
 #include "hwy/targets.h"
 #include "kernels/kernel_test_util.h"
@@ -30,6 +31,15 @@ using test::Rng;
 
 constexpr DType kWeightTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
 
+void ListTargetsOnce(const std::vector<int64_t>& targets) {
+  static bool listed = false;
+  if (listed) return;
+  listed = true;
+  std::string names;
+  for (int64_t t : targets) names += std::string(" ") + hwy::TargetName(t);
+  std::fprintf(stderr, "SIMD targets under test:%s\n", names.c_str());
+}
+
 class ConformanceTest : public ::testing::Test {
  protected:
   // Runs body once per SIMD target, forcing the dispatcher onto that target.
@@ -37,13 +47,7 @@ class ConformanceTest : public ::testing::Test {
   void ForEachTarget(Body body) {
     const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
     ASSERT_FALSE(targets.empty());
-    static const bool listed = [&] {
-      std::string names;
-      for (int64_t t : targets) names += std::string(" ") + hwy::TargetName(t);
-      std::fprintf(stderr, "SIMD targets under test:%s\n", names.c_str());
-      return true;
-    }();
-    (void)listed;
+    ListTargetsOnce(targets);
     for (int64_t target : targets) {
       hwy::SetSupportedTargetsForTest(target);
       SCOPED_TRACE(hwy::TargetName(target));
@@ -323,6 +327,32 @@ TEST_F(ConformanceTest, MoeExpertsBf16) {
     ref_.MoeExperts(x.t, ids.t, w.t, experts, want.t);
     ExpectClose(got.ToVector(), want.ToVector(), 5e-5f, "moe experts");
   });
+}
+
+// The comparisons above would pass vacuously if CpuBackend fell back to the reference; the kernel
+// trace shows which kernel ran.
+TEST_F(ConformanceTest, TraceShowsTheSimdKernelsRan) {
+  SetLogLevel(LogLevel::kInfo);
+  CpuBackend traced(BackendOptions{.num_threads = 2, .trace_kernels = true});
+  Rng rng(8);
+  Owned w(DType::kBF16, {8, 16}), x(DType::kF32, {5, 16}), out(DType::kF32, {5, 8});
+  Owned norm_w(DType::kF32, {16}), xs(DType::kF32, {5, 16});
+  rng.Fill(w);
+  rng.Fill(x);
+  rng.Fill(norm_w);
+  ::testing::internal::CaptureStderr();
+  traced.MatMul(x.t.Slice0(0, 1), Weight::Dense(w.t), Tensor(), out.t.Slice0(0, 1));
+  traced.MatMul(x.t, Weight::Dense(w.t), Tensor(), out.t);
+  traced.MatMul(x.t, Weight::Dense(w.t), Tensor(), out.t);  // logged once per shape
+  traced.RmsNorm(x.t, norm_w.t, 1e-6f, xs.t);
+  traced.SiluMul(x.t, xs.t, xs.t);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("matmul gemv bf16 M=1 N=8 K=16 target="), std::string::npos) << log;
+  EXPECT_NE(log.find("matmul gemm bf16 M=5 N=8 K=16 target="), std::string::npos) << log;
+  EXPECT_NE(log.find("rmsnorm T=5 H=16"), std::string::npos) << log;
+  EXPECT_NE(log.find("silu_mul T=5 I=16"), std::string::npos) << log;
+  EXPECT_EQ(log.find("reference"), std::string::npos) << log;
+  EXPECT_EQ(log.find("gemm bf16 M=5"), log.rfind("gemm bf16 M=5")) << log;
 }
 
 TEST_F(ConformanceTest, SupportsMatchesAcceleratedOps) {

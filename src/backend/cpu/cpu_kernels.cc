@@ -54,20 +54,28 @@ HWY_INLINE void DotTile(const float* HWY_RESTRICT x, int64_t xs, const WT* HWY_R
                         int64_t ws, int64_t k, float* HWY_RESTRICT sums) {
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  // The constant-trip loops are unrolled so the accumulator arrays live in registers.
   VF acc[MR][NR];
+  HWY_UNROLL(4)
   for (int r = 0; r < MR; ++r) {
+    HWY_UNROLL(4)
     for (int c = 0; c < NR; ++c) acc[r][c] = hn::Zero(df);
   }
   int64_t i = 0;
   for (; i + lanes <= k; i += lanes) {
     VF xv[MR];
+    HWY_UNROLL(4)
     for (int r = 0; r < MR; ++r) xv[r] = hn::LoadU(df, x + r * xs + i);
+    HWY_UNROLL(4)
     for (int c = 0; c < NR; ++c) {
       const VF wv = LoadW(df, w + c * ws + i);
+      HWY_UNROLL(4)
       for (int r = 0; r < MR; ++r) acc[r][c] = hn::MulAdd(xv[r], wv, acc[r][c]);
     }
   }
+  HWY_UNROLL(4)
   for (int r = 0; r < MR; ++r) {
+    HWY_UNROLL(4)
     for (int c = 0; c < NR; ++c) {
       float s = Sum(df, acc[r][c]);
       for (int64_t j = i; j < k; ++j) s += x[r * xs + j] * ToF32(w[c * ws + j]);
@@ -249,6 +257,22 @@ void WidenRow(const void* src, WType wtype, float* out, int64_t n) {
   }
 }
 
+uint64_t SumWords(const uint64_t* HWY_RESTRICT p, int64_t n) {
+  const hn::ScalableTag<uint64_t> du;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(du));
+  auto a0 = hn::Zero(du), a1 = hn::Zero(du), a2 = hn::Zero(du), a3 = hn::Zero(du);
+  int64_t i = 0;
+  for (; i + 4 * lanes <= n; i += 4 * lanes) {
+    a0 = hn::Add(a0, hn::LoadU(du, p + i));
+    a1 = hn::Add(a1, hn::LoadU(du, p + i + lanes));
+    a2 = hn::Add(a2, hn::LoadU(du, p + i + 2 * lanes));
+    a3 = hn::Add(a3, hn::LoadU(du, p + i + 3 * lanes));
+  }
+  uint64_t s = hn::GetLane(hn::SumOfLanes(du, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  for (; i < n; ++i) s += p[i];
+  return s;
+}
+
 const char* TargetNameHere() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -265,6 +289,7 @@ HWY_EXPORT(ScaleByWeight);
 HWY_EXPORT(AddRow);
 HWY_EXPORT(SiluMulRow);
 HWY_EXPORT(WidenRow);
+HWY_EXPORT(SumWords);
 HWY_EXPORT(TargetNameHere);
 
 void MatMulRange(const MatMulArgs& a, int64_t n_begin, int64_t n_end) {
@@ -284,6 +309,7 @@ void SiluMulRow(const float* gate, const float* up, float* out, int64_t n) {
 void WidenRow(const void* src, WType wtype, float* out, int64_t n) {
   HWY_DYNAMIC_DISPATCH(WidenRow)(src, wtype, out, n);
 }
+uint64_t SumWords(const uint64_t* p, int64_t n) { return HWY_DYNAMIC_DISPATCH(SumWords)(p, n); }
 const char* DispatchedTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameHere)(); }
 
 }  // namespace dh::cpu

@@ -1,13 +1,13 @@
 // Conformance with Hugging Face: renders the conversations of
 // ../shared/fixtures/chat_template/<model>.jsonl with the real tokenizer_config.json templates of
 // ../shared/data/tokenizers/<model> and expects the exact recorded text (or the recorded error).
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "chat/chat_template.h"
 #include "chat/reasoning.h"
@@ -85,9 +85,9 @@ TEST(ChatTemplateConformance, ReasoningStartOfRealTemplates) {
     const char* model;
     ReasoningStart expected;
   };
-  for (const Case& c : {Case{"deepseek-v3", ReasoningStart::kNone},
-                        Case{"qwen3", ReasoningStart::kMayOpen},
-                        Case{"llama3.1", ReasoningStart::kNone}}) {
+  for (const Case& c :
+       {Case{"deepseek-v3", ReasoningStart::kNone}, Case{"qwen3", ReasoningStart::kMayOpen},
+        Case{"llama3.1", ReasoningStart::kNone}}) {
     fs::path config_path = SharedDir() / "data" / "tokenizers" / c.model / "tokenizer_config.json";
     if (!fs::exists(config_path)) GTEST_SKIP() << "shared data not found: " << config_path;
     auto config = ChatTemplateFromTokenizerConfig(ojson::parse(ReadFile(config_path)));

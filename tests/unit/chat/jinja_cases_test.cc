@@ -1,10 +1,10 @@
 // Renders the small templates of jinja_cases.jsonl (expected output produced by Python Jinja2 with
 // Hugging Face's settings, see gen_jinja_cases.py) and compares byte for byte.
-#include <fstream>
-#include <string>
-
 #include <gtest/gtest.h>
+
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "chat/chat_template.h"
 

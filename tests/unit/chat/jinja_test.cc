@@ -1,10 +1,10 @@
 // Interpreter behaviour beyond the Python-generated cases: error messages, sandbox limits and
 // hostile templates (each must end with an error, never a crash or a hang).
-#include <chrono>
-#include <string>
-
 #include <gtest/gtest.h>
+
+#include <chrono>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "chat/chat_template.h"
 
@@ -53,7 +53,8 @@ TEST(Jinja, RuntimeErrors) {
   EXPECT_TRUE(IsError(Render("{{ 1 < 'a' }}"), "cannot compare"));
   EXPECT_TRUE(IsError(Render("{% set x = 1 %}{% set x.a = 2 %}"), "not a namespace"));
   EXPECT_TRUE(IsError(Render("{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}"), "takes 1"));
-  EXPECT_TRUE(IsError(Render("{{ none | trim }}"), "Cannot apply filter \"trim\" to type: NullValue"));
+  EXPECT_TRUE(
+      IsError(Render("{{ none | trim }}"), "Cannot apply filter \"trim\" to type: NullValue"));
   EXPECT_TRUE(IsError(Render("\n\n  {{ none | upper }}"), "line 3, column 11"));
 }
 
@@ -77,9 +78,13 @@ TEST(Jinja, UndefinedIsFalsyAndEmpty) {
 }
 
 TEST(Jinja, ContextValuesFromJson) {
-  json ctx = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
-              {"n", 3}, {"f", 2.5}, {"flag", true}, {"nothing", nullptr},
-              {"tools", {{{"type", "function"}, {"function", {{"name", "f"}, {"z", 1}, {"a", 2}}}}}}};
+  json ctx = {
+      {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+      {"n", 3},
+      {"f", 2.5},
+      {"flag", true},
+      {"nothing", nullptr},
+      {"tools", {{{"type", "function"}, {"function", {{"name", "f"}, {"z", 1}, {"a", 2}}}}}}};
   EXPECT_EQ(Render("{{ messages[0].role }} {{ n + 1 }} {{ f }} {{ flag }} {{ nothing }}", ctx),
             "user 4 2.5 True None");
   // nlohmann::ordered_json keeps the key order of tool schemas, as Python dicts do.
@@ -146,6 +151,11 @@ TEST(Jinja, HostileTemplatesEndWithErrors) {
   EXPECT_TRUE(IsError(Render("{% set ns = namespace(a=none) %}{% for i in range(1000) %}"
                              "{% set ns.a = [ns] %}{% endfor %}{{ ns }}"),
                       "nested deeper"));
+  // Work on long strings is charged by size: indexing, scanning and iterating them.
+  EXPECT_TRUE(IsError(Render("{% set ns = namespace(s='x' * 4000000) %}{% for i in range(100000) %}"
+                             "{{ ns.s[5] }}{{ ns.s | length }}{{ 'y' in ns.s }}{% endfor %}"),
+                      "evaluation steps"));
+  EXPECT_TRUE(IsError(Render("{{ ('x' * 4000000) | list | length }}"), "evaluation steps"));
   auto elapsed = std::chrono::steady_clock::now() - start;
   EXPECT_LT(std::chrono::duration_cast<std::chrono::seconds>(elapsed).count(), 20);
 }
@@ -153,7 +163,8 @@ TEST(Jinja, HostileTemplatesEndWithErrors) {
 TEST(Jinja, LimitsAreConfigurable) {
   ChatTemplateLimits limits;
   limits.max_steps = 50;
-  auto r = RenderChatTemplate("{% for i in range(100) %}{{ i }}{% endfor %}", json::object(), limits);
+  auto r =
+      RenderChatTemplate("{% for i in range(100) %}{{ i }}{% endfor %}", json::object(), limits);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
   limits = {};

@@ -1,12 +1,13 @@
 // Reasoning splitter: whole-text and streaming results agree for every way of cutting the text,
 // and templates are classified by whether their generation prompt opens <think>.
-#include <string>
-#include <vector>
+#include "chat/reasoning.h"
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "chat/chat_template.h"
-#include "chat/reasoning.h"
 
 namespace dh::chat {
 namespace {
@@ -83,8 +84,9 @@ TEST(Reasoning, StreamingAgreesWithWholeTextForAnyCuts) {
   for (bool starts_in : {true, false}) {
     ReasoningOptions opt;
     opt.starts_in_reasoning = starts_in;
-    for (const char* t : {"<think>ab</think>cd", "ab</think>cd", "x</thin", "<think>a</", "a<b</think>",
-                          "  <think>r</think>c", "no tags at all", "</think>", "<th"}) {
+    for (const char* t :
+         {"<think>ab</think>cd", "ab</think>cd", "x</thin", "<think>a</", "a<b</think>",
+          "  <think>r</think>c", "no tags at all", "</think>", "<th"}) {
       ExpectStreamMatchesWhole(t, opt);
     }
   }
@@ -122,8 +124,8 @@ TEST(Reasoning, DetectsTemplatesThatOpenThink) {
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(DetectReasoningStart(*none), ReasoningStart::kNone);
   // A closed empty block (Qwen3 with thinking disabled) does not start in reasoning.
-  auto closed = ChatTemplate::Parse(
-      "{% if add_generation_prompt %}A:<think>\n\n</think>\n\n{% endif %}");
+  auto closed =
+      ChatTemplate::Parse("{% if add_generation_prompt %}A:<think>\n\n</think>\n\n{% endif %}");
   ASSERT_TRUE(closed.ok());
   EXPECT_EQ(DetectReasoningStart(*closed), ReasoningStart::kMayOpen);
 }

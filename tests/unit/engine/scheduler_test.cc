@@ -50,6 +50,36 @@ TEST(SchedulerTest, ChunksPrefillToTheTokenBudget) {
   EXPECT_TRUE(decode.chunks[0].samples);
 }
 
+TEST(SchedulerTest, AllLogitsSequencesAreChunkedToTheLogitRowBudget) {
+  BlockPool pool(64, 16, false, 1);
+  SchedulerConfig config;
+  config.max_num_batched_tokens = 2048;
+  config.max_num_logit_rows = 256;
+  Scheduler sched(config, pool);
+  auto a = MakeSeq(0, 600);
+  a->all_logits = true;
+  auto b = MakeSeq(1, 100, 5);
+  b->all_logits = true;
+  auto c = MakeSeq(2, 300, 9);
+  sched.AddWaiting(a.get());
+  sched.AddWaiting(b.get());
+  sched.AddWaiting(c.get());
+  SchedulerOutput out = sched.Schedule();
+  // a takes every logit row; b waits (FIFO) and so does c behind it.
+  ASSERT_EQ(out.chunks.size(), 1u);
+  EXPECT_EQ(out.chunks[0].num_tokens, 256);
+  FinishStep(sched, out);
+  out = sched.Schedule();
+  ASSERT_EQ(out.chunks.size(), 1u);
+  EXPECT_EQ(out.chunks[0].num_tokens, 256);
+  FinishStep(sched, out);
+  out = sched.Schedule();
+  ASSERT_EQ(out.chunks.size(), 3u);
+  EXPECT_EQ(out.chunks[0].num_tokens, 88);
+  EXPECT_EQ(out.chunks[1].num_tokens, 100);
+  EXPECT_EQ(out.chunks[2].num_tokens, 300);  // no logit rows needed
+}
+
 TEST(SchedulerTest, RunningDecodesComeBeforeNewPrefills) {
   BlockPool pool(64, 16, true, 1);
   Scheduler sched({8, 10}, pool);

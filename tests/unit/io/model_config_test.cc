@@ -216,7 +216,7 @@ TEST(ModelConfigTest, RefusesBadValues) {
        [](json& j) {
          j["rope_scaling"] = {{"type", "longrope"}, {"factor", 2.0}};
        },
-       {"field 'rope_scaling.rope_type'", "longrope"}},
+       {"field 'rope_scaling.type'", "longrope"}},
       {"rope_scaling_not_object", [](json& j) { j["rope_scaling"] = 3; }, {"field 'rope_scaling'"}},
       {"rope_scaling_no_factor",
        [](json& j) {

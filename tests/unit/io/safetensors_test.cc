@@ -330,6 +330,8 @@ TEST(CheckpointTest, RefusesMalformedIndex) {
               AllOf(HasSubstr("model.safetensors.index.json"), HasSubstr("invalid JSON")));
   WriteFile(dir.File("model.safetensors.index.json"), R"({"weight_map":{"a":3}})");
   EXPECT_THAT(CheckpointError(dir.path()), AllOf(HasSubstr("weight_map['a']")));
+  WriteFile(dir.File("model.safetensors.index.json"), R"({"weight_map":{}})");
+  EXPECT_THAT(CheckpointError(dir.path()), HasSubstr("field 'weight_map'"));
   WriteFile(dir.File("model.safetensors.index.json"), R"({"metadata":{}})");
   EXPECT_THAT(CheckpointError(dir.path()), HasSubstr("field 'weight_map'"));
 }

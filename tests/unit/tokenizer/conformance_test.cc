@@ -1,11 +1,11 @@
 // Conformance against Hugging Face: ../shared/fixtures/tokenizer/<name>.jsonl hold the ids and
 // decodes `tokenizers` produces for the real DeepSeek-V3, Qwen3 and Llama-3.1 tokenizer files.
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
-#include <string>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "tokenizer/tokenizer.h"
 #include "unit/tokenizer/real_tokenizers.h"
@@ -39,7 +39,8 @@ TEST_P(ConformanceTest, MatchesHuggingFace) {
     if (*ids != expected) {
       ++failures;
       ADD_FAILURE() << "encode " << nlohmann::json(text).dump() << "\n  got  "
-                    << nlohmann::json(*ids).dump() << "\n  want " << nlohmann::json(expected).dump();
+                    << nlohmann::json(*ids).dump() << "\n  want "
+                    << nlohmann::json(expected).dump();
     }
     if (c.contains("ids_with_special")) {
       auto with = tokenizer->Encode(text, /*add_special_tokens=*/true);

@@ -2,6 +2,7 @@
 // merges (both forms), byte fallback, ignore_merges, unk, normalizers, pre-tokenizer behaviours,
 // decoders, post-processors, added-token flags, config parsing and error reporting.
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/hf_tokenizer.h"
@@ -76,18 +77,23 @@ TEST(BpeTest, ByteFallbackAndUnk) {
   json vocab = CharVocab("ab");
   vocab["<unk>"] = 2;
   for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = 3 + b;
-  json tj = {{"model",
-              {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()},
-               {"byte_fallback", true}, {"unk_token", "<unk>"}}},
-             {"decoder",
-              {{"type", "Sequence"},
-               {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}}}};
+  json tj = {
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", vocab},
+        {"merges", json::array()},
+        {"byte_fallback", true},
+        {"unk_token", "<unk>"}}},
+      {"decoder",
+       {{"type", "Sequence"}, {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}}}};
   auto t = Make(tj);
   // "é" is C3 A9.
   EXPECT_EQ(*t->Encode("aé", false), (Ids{0, 3 + 0xC3, 3 + 0xA9}));
   EXPECT_EQ(*t->Decode(Ids{0, 3 + 0xC3, 3 + 0xA9}, false), "aé");
   // A lone lead byte decodes to U+FFFD.
-  EXPECT_EQ(*t->Decode(Ids{3 + 0xC3, 1}, false), "\xEF\xBF\xBD" "b");
+  EXPECT_EQ(*t->Decode(Ids{3 + 0xC3, 1}, false),
+            "\xEF\xBF\xBD"
+            "b");
 
   json no_fallback = tj;
   no_fallback["model"]["byte_fallback"] = false;
@@ -162,7 +168,9 @@ using Strs = std::vector<std::string>;
 
 TEST(PreTokenizerTest, SplitBehaviours) {
   const auto split = [](const char* behavior, bool invert = false) {
-    return json{{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior},
+    return json{{"type", "Split"},
+                {"pattern", {{"String", "-"}}},
+                {"behavior", behavior},
                 {"invert", invert}};
   };
   const std::string text = "a-b--c";
@@ -179,8 +187,7 @@ TEST(PreTokenizerTest, RegexWithUnicodeProperties) {
                {"pattern", {{"Regex", R"(\p{N}{1,3}| ?\p{L}+|\s+(?!\S)|\s+)"}}},
                {"behavior", "Isolated"},
                {"invert", false}};
-  EXPECT_EQ(Pieces(spec, "héllo 12345  wörld"),
-            (Strs{"héllo", " ", "123", "45", " ", " wörld"}));
+  EXPECT_EQ(Pieces(spec, "héllo 12345  wörld"), (Strs{"héllo", " ", "123", "45", " ", " wörld"}));
 }
 
 TEST(PreTokenizerTest, ByteLevelMapsBytesAndSplits) {
@@ -196,41 +203,58 @@ TEST(PreTokenizerTest, DigitsPunctuationWhitespaceMetaspace) {
   EXPECT_EQ(Pieces({{"type", "Punctuation"}}, "hi!?"), (Strs{"hi", "!", "?"}));
   EXPECT_EQ(Pieces({{"type", "Whitespace"}}, "hi, you"), (Strs{"hi", ",", "you"}));
   EXPECT_EQ(Pieces({{"type", "WhitespaceSplit"}}, " a\tb "), (Strs{"a", "b"}));
-  EXPECT_EQ(Pieces({{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"},
-                    {"prepend_scheme", "always"}, {"split", true}},
+  EXPECT_EQ(Pieces({{"type", "Metaspace"},
+                    {"replacement", "\xE2\x96\x81"},
+                    {"prepend_scheme", "always"},
+                    {"split", true}},
                    "a b"),
-            (Strs{"\xE2\x96\x81" "a", "\xE2\x96\x81" "b"}));
+            (Strs{"\xE2\x96\x81"
+                  "a",
+                  "\xE2\x96\x81"
+                  "b"}));
 }
 
 TEST(DecoderTest, MetaspaceStripAndReplace) {
-  json vocab = {{"\xE2\x96\x81" "a", 0}, {"b", 1}, {"\xE2\x96\x81" "c", 2}};
+  json vocab = {{"\xE2\x96\x81"
+                 "a",
+                 0},
+                {"b", 1},
+                {"\xE2\x96\x81"
+                 "c",
+                 2}};
   json tj = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}},
              {"decoder",
               {{"type", "Sequence"},
                {"decoders",
-                {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}},
-                  {"content", " "}},
+                {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
                  {{"type", "Fuse"}},
                  {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}}};
   EXPECT_EQ(*Make(tj)->Decode(Ids{0, 1, 2}, false), "ab c");
-  tj["decoder"] = {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"},
-                   {"prepend_scheme", "always"}};
+  tj["decoder"] = {
+      {"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", "always"}};
   EXPECT_EQ(*Make(tj)->Decode(Ids{0, 1, 2}, false), "ab c");
 }
 
 json AddedTokensTokenizer() {
   json tj = AbcTokenizer(false);
-  tj["added_tokens"] = {
-      {{"id", 10}, {"content", "<s>"}, {"special", true}, {"normalized", false}},
-      {{"id", 11}, {"content", "<sep>"}, {"special", true}, {"normalized", false},
-       {"lstrip", true}, {"rstrip", true}},
-      {{"id", 12}, {"content", "<"}, {"special", false}, {"normalized", false}},
-      {{"id", 13}, {"content", "cab"}, {"special", false}, {"normalized", true},
-       {"single_word", true}}};
+  tj["added_tokens"] = {{{"id", 10}, {"content", "<s>"}, {"special", true}, {"normalized", false}},
+                        {{"id", 11},
+                         {"content", "<sep>"},
+                         {"special", true},
+                         {"normalized", false},
+                         {"lstrip", true},
+                         {"rstrip", true}},
+                        {{"id", 12}, {"content", "<"}, {"special", false}, {"normalized", false}},
+                        {{"id", 13},
+                         {"content", "cab"},
+                         {"special", false},
+                         {"normalized", true},
+                         {"single_word", true}}};
   tj["post_processor"] = {
       {"type", "TemplateProcessing"},
-      {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
-                  {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+      {"single",
+       {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
       {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {10}}, {"tokens", {"<s>"}}}}}}};
   return tj;
 }
@@ -274,8 +298,8 @@ TEST(BadInputTest, MalformedTokenizerJsonNamesThePart) {
   tj["model"]["merges"] = {"a b c"};
   EXPECT_NE(CreateError(tj).message().find("model.merges[0]"), std::string::npos);
   tj = AbcTokenizer(false);
-  tj["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}},
-                         {"behavior", "Isolated"}};
+  tj["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
   EXPECT_NE(CreateError(tj).message().find("pre_tokenizer(Split)"), std::string::npos)
       << CreateError(tj).message();
   tj = AbcTokenizer(false);
@@ -314,7 +338,10 @@ TEST(ConfigTest, TokensTemplatesAndFlags) {
 }
 
 TEST(Utf8Test, LossyUsesMaximalSubparts) {
-  EXPECT_EQ(Utf8Lossy("a\xF0\x9F" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(Utf8Lossy("a\xF0\x9F"
+                      "b"),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_EQ(Utf8Lossy("\xFF\xFE"), "\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_TRUE(EndsWithIncompleteUtf8("a\xF0\x9F\x98"));
   EXPECT_FALSE(EndsWithIncompleteUtf8("a\xF0\x9F\x98\x80"));

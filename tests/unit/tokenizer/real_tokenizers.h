@@ -2,13 +2,13 @@
 // 128K-vocab tokenizer.json takes a moment); nullptr when the shared data is absent.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "tokenizer/tokenizer.h"
 

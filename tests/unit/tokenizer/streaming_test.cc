@@ -1,8 +1,8 @@
 // StreamingDecoder and long-input behaviour on the real tokenizers (skipped without ../shared),
 // plus a streaming check on a small byte-fallback tokenizer that always runs.
-#include <filesystem>
-
 #include <gtest/gtest.h>
+
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/hf_tokenizer.h"
@@ -41,7 +41,8 @@ TEST(StreamingDecoderTest, SplitCharactersOnRealTokenizers) {
     auto t = LoadReal(name);
     if (t == nullptr) GTEST_SKIP() << "shared tokenizers absent under " << kTokenizers;
     const std::string text =
-        "emoji 😀🎉👍🏽 family 👨‍👩‍👧‍👦 CJK 深度求索和华为昇腾 こんにちは 𝄞 done";
+        "emoji 😀🎉👍🏽 family 👨‍👩‍👧‍👦 CJK 深度求索和华为昇腾 こんにちは 𝄞 "
+        "done";
     auto ids = t->Encode(text, true);
     ASSERT_TRUE(ids.ok());
     int empty = 0;
@@ -73,10 +74,13 @@ TEST(StreamingDecoderTest, ByteFallbackTokens) {
   nlohmann::json vocab = {{"a", 0}};
   for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = 1 + b;
   nlohmann::json tj = {
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()},
-                 {"byte_fallback", true}}},
-      {"decoder", {{"type", "Sequence"},
-                   {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}}}};
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", vocab},
+        {"merges", nlohmann::json::array()},
+        {"byte_fallback", true}}},
+      {"decoder",
+       {{"type", "Sequence"}, {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}}}};
   auto t = tok::HfTokenizer::Create(tj, nullptr, "test");
   ASSERT_TRUE(t.ok()) << t.status().message();
   auto ids = (*t)->Encode("a😀a中", false);

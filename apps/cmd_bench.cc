@@ -1,0 +1,92 @@
+// `deepharness bench --model-path DIR ...`: the offline llama-bench-style benchmark (pp prefill
+// and tg decode tokens/s over repeats, at several batch sizes) plus the machine's measured read
+// bandwidth and the fraction of it decoding achieves. Runs when `bench` is given no benchmark name.
+#include <cstdio>
+#include <filesystem>
+
+#include "apps/bench_commands.h"
+#include "apps/model_options.h"
+#include "backend/cpu/membw.h"
+#include "base/thread_pool.h"
+#include "tools/bench_model.h"
+
+namespace dh::app {
+namespace {
+
+Result<std::vector<int>> ParseBatchList(const std::string& text) {
+  std::vector<int> out;
+  DH_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIdList(text, "--batch"));
+  for (int32_t v : ids) {
+    if (v < 1 || v > 4096) return InvalidArgument("--batch: expected sizes in [1, 4096], got {}", v);
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::function<int()> SetupModelBench(CLI::App* sub) {
+  struct Args {
+    ModelOptions model;
+    tools::ModelBenchOptions bench;
+    std::string batch = "1";
+    int membw_mib = 512;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  AddModelOptions(sub, &a->model, /*require_model=*/false);
+  sub->add_option("--prompt,-p", a->bench.prompt,
+                  "pp: prompt tokens per sequence, one forward (default 512; 0 skips)");
+  sub->add_option("--gen,-n", a->bench.gen,
+                  "tg: tokens generated one at a time per sequence (default 128; 0 skips)");
+  sub->add_option("--batch,-b", a->batch,
+                  "Comma-separated numbers of sequences run together (default 1)");
+  sub->add_option("--repeat,-r", a->bench.repeat, "Timed repeats of each test (default 3)");
+  sub->add_option("--warmup", a->bench.warmup, "Untimed runs before each test (default 1)");
+  sub->add_option("--seed", a->bench.seed, "Seed for the random prompt tokens (default 0)");
+  sub->add_option("--membw-mib", a->membw_mib,
+                  "Buffer for the read-bandwidth probe in MiB (default 512; 0 skips it)");
+  sub->add_flag("--json", a->json, "Print the result as JSON");
+  return [a]() -> int {
+    if (a->model.model_path.empty()) {
+      return ReportError(InvalidArgument("bench: --model-path is required (or name a benchmark, "
+                                         "e.g. bench serve)"));
+    }
+    auto batches = ParseBatchList(a->batch);
+    if (!batches.ok()) return ReportError(batches.status());
+    a->bench.batches = *batches;
+    if (a->membw_mib < 0) return ReportError(InvalidArgument("--membw-mib: expected >= 0"));
+    if (a->bench.repeat < 1) return ReportError(InvalidArgument("--repeat: expected >= 1"));
+    if (a->bench.warmup < 0) return ReportError(InvalidArgument("--warmup: expected >= 0"));
+    if (a->bench.prompt < 0 || a->bench.gen < 0) {
+      return ReportError(InvalidArgument("--prompt and --gen: expected >= 0"));
+    }
+    if (a->json) a->model.quiet = true;
+    auto loaded = LoadFromOptions(a->model);
+    if (!loaded.ok()) return ReportError(loaded.status());
+    const int threads = a->model.threads > 0 ? a->model.threads : AvailableCpus();
+    if (a->membw_mib > 0) {
+      ThreadPool pool(threads);
+      a->bench.bandwidth_gbs =
+          MeasureReadBandwidthGBs(pool, static_cast<size_t>(a->membw_mib) << 20);
+    }
+    auto result = tools::RunModelBench(*loaded->model, *loaded->backend, a->bench);
+    if (!result.ok()) return ReportError(result.status());
+    std::string label = std::filesystem::path(a->model.model_path).filename().string();
+    if (label.empty()) {
+      label = std::filesystem::path(a->model.model_path).parent_path().filename().string();
+    }
+    if (a->json) {
+      nlohmann::json j = tools::ModelBenchJson(*result, *loaded->model, label, threads);
+      j["device"] = a->model.device;
+      j["load_seconds"] = loaded->load_seconds;
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      std::printf("%s", tools::FormatModelBench(*result, *loaded->model, label, threads).c_str());
+    }
+    return kExitOk;
+  };
+}
+
+DH_REGISTER_BENCH_COMMAND(kModelBench, "", "Offline pp/tg throughput of a model", SetupModelBench);
+
+}  // namespace
+}  // namespace dh::app

@@ -1,0 +1,219 @@
+// pp/tg throughput through Model::Forward with a private paged KV cache: sequence s of a batch owns
+// blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq), and every repeat restarts at position 0.
+#include "tools/bench_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+
+#include <fmt/format.h>
+
+namespace dh::tools {
+
+namespace {
+
+constexpr int kBlockSize = 16;
+
+double LoadAverage1m() {
+  double load[1];
+  return getloadavg(load, 1) == 1 ? load[0] : -1.0;
+}
+
+struct BatchCache {
+  std::unique_ptr<KvStorage> kv;
+  int blocks_per_seq = 0;
+  std::vector<int32_t> table;  // [batch * blocks_per_seq]
+
+  std::span<const int32_t> SeqTable(int s, int tokens) const {
+    const int used = (tokens + kBlockSize - 1) / kBlockSize;
+    return std::span<const int32_t>(table).subspan(static_cast<size_t>(s) * blocks_per_seq, used);
+  }
+};
+
+Result<BatchCache> MakeCache(Model& model, Backend& backend, int batch, int max_tokens) {
+  BatchCache c;
+  c.blocks_per_seq = (max_tokens + kBlockSize - 1) / kBlockSize;
+  const int64_t blocks = static_cast<int64_t>(c.blocks_per_seq) * batch;
+  if (blocks > (1 << 30)) return InvalidArgument("bench: KV cache of {} blocks is too large", blocks);
+  DH_ASSIGN_OR_RETURN(c.kv, KvStorage::Allocate(backend, model.kv_spec(), static_cast<int>(blocks),
+                                                 kBlockSize));
+  c.table.resize(blocks);
+  std::iota(c.table.begin(), c.table.end(), 0);
+  return c;
+}
+
+std::vector<int32_t> RandomTokens(std::mt19937_64& rng, int64_t vocab, int n) {
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> ids(n);
+  for (int32_t& id : ids) id = dist(rng);
+  return ids;
+}
+
+double Seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// One prefill of `prompt` tokens for each of `batch` sequences in a single forward.
+Result<double> RunPrefill(Model& model, BatchCache& cache, std::mt19937_64& rng, int batch,
+                          int prompt) {
+  Batch b;
+  const int64_t vocab = model.config().vocab_size;
+  for (int s = 0; s < batch; ++s) {
+    const std::vector<int32_t> ids = RandomTokens(rng, vocab, prompt);
+    b.AddSequence(ids, 0, cache.SeqTable(s, prompt), kBlockSize, /*all_logits=*/false);
+  }
+  std::vector<float> logits;
+  const auto start = std::chrono::steady_clock::now();
+  DH_RETURN_IF_ERROR(model.Forward(b, *cache.kv, &logits));
+  return Seconds(start);
+}
+
+// `gen` decode steps from an empty cache; each step feeds one token of every sequence.
+Result<double> RunDecode(Model& model, BatchCache& cache, std::mt19937_64& rng, int batch,
+                         int gen) {
+  const int64_t vocab = model.config().vocab_size;
+  std::vector<int32_t> tokens = RandomTokens(rng, vocab, batch * gen);
+  std::vector<float> logits;
+  const auto start = std::chrono::steady_clock::now();
+  for (int step = 0; step < gen; ++step) {
+    Batch b;
+    for (int s = 0; s < batch; ++s) {
+      b.AddSequence(std::span<const int32_t>(&tokens[static_cast<size_t>(step) * batch + s], 1),
+                    step, cache.SeqTable(s, step + 1), kBlockSize, /*all_logits=*/false);
+    }
+    DH_RETURN_IF_ERROR(model.Forward(b, *cache.kv, &logits));
+  }
+  return Seconds(start);
+}
+
+}  // namespace
+
+BenchStat Summarize(std::vector<double> samples) {
+  BenchStat s;
+  s.samples = std::move(samples);
+  if (s.samples.empty()) return s;
+  s.mean = std::accumulate(s.samples.begin(), s.samples.end(), 0.0) / s.samples.size();
+  if (s.samples.size() > 1) {
+    double ss = 0;
+    for (double v : s.samples) ss += (v - s.mean) * (v - s.mean);
+    s.stddev = std::sqrt(ss / (s.samples.size() - 1));
+  }
+  return s;
+}
+
+Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend,
+                                       const ModelBenchOptions& o) {
+  if (o.prompt < 0 || o.gen < 0) {
+    return InvalidArgument("bench: --prompt and --gen must be >= 0 (got {} and {})", o.prompt,
+                           o.gen);
+  }
+  if (o.repeat < 1) return InvalidArgument("bench: --repeat: expected >= 1, got {}", o.repeat);
+  if (o.warmup < 0) return InvalidArgument("bench: --warmup: expected >= 0, got {}", o.warmup);
+  if (o.batches.empty()) return InvalidArgument("bench: --batch: expected at least one size");
+  const int64_t max_pos = model.config().max_position_embeddings;
+  if (o.prompt > max_pos || o.gen > max_pos) {
+    return OutOfRange("bench: {} tokens per sequence exceed the model's context of {}",
+                      std::max(o.prompt, o.gen), max_pos);
+  }
+  ModelBenchResult result;
+  result.bandwidth_gbs = o.bandwidth_gbs;
+  result.active_weight_bytes_per_token = model.info().active_weight_bytes_per_token;
+  std::mt19937_64 rng(o.seed);
+  for (int batch : o.batches) {
+    if (batch < 1 || batch > 4096) {
+      return InvalidArgument("bench: --batch: expected sizes in [1, 4096], got {}", batch);
+    }
+    DH_ASSIGN_OR_RETURN(BatchCache cache,
+                        MakeCache(model, backend, batch, std::max({o.prompt, o.gen, 1})));
+    struct Test {
+      const char* kind;
+      int tokens;
+    };
+    for (const Test& t : {Test{"pp", o.prompt}, Test{"tg", o.gen}}) {
+      if (t.tokens == 0) continue;
+      const bool pp = t.kind[0] == 'p';
+      std::vector<double> tps;
+      for (int r = -o.warmup; r < o.repeat; ++r) {
+        Result<double> s = pp ? RunPrefill(model, cache, rng, batch, t.tokens)
+                              : RunDecode(model, cache, rng, batch, t.tokens);
+        if (!s.ok()) return s.status();
+        if (r >= 0) tps.push_back(static_cast<double>(t.tokens) * batch / std::max(*s, 1e-9));
+      }
+      ModelBenchRow row;
+      row.test = fmt::format("{}{}", t.kind, t.tokens);
+      row.batch = batch;
+      row.tokens_per_seq = t.tokens;
+      row.tokens_per_s = Summarize(std::move(tps));
+      row.load_avg_1m = LoadAverage1m();
+      if (!pp && batch == 1) {
+        result.tg_weight_gbs =
+            static_cast<double>(result.active_weight_bytes_per_token) * row.tokens_per_s.mean /
+            1e9;
+        if (o.bandwidth_gbs > 0) result.tg_bandwidth_fraction = result.tg_weight_gbs / o.bandwidth_gbs;
+      }
+      result.rows.push_back(std::move(row));
+    }
+  }
+  return result;
+}
+
+std::string FormatModelBench(const ModelBenchResult& r, const Model& model,
+                             const std::string& label, int threads) {
+  const ModelInfo& info = model.info();
+  std::string out;
+  out += "| model | arch | params | weights GiB | threads | test | batch | t/s | load 1m |\n";
+  out += "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n";
+  for (const ModelBenchRow& row : r.rows) {
+    out += fmt::format("| {} | {} | {:.2f} B | {:.2f} | {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} |\n",
+                       label, info.architecture, info.num_parameters / 1e9,
+                       info.weight_bytes / (1024.0 * 1024.0 * 1024.0), threads, row.test,
+                       row.batch, row.tokens_per_s.mean, row.tokens_per_s.stddev,
+                       row.load_avg_1m);
+  }
+  out += fmt::format("\nactive weight bytes per token: {:.1f} MB\n",
+                     r.active_weight_bytes_per_token / 1e6);
+  if (r.bandwidth_gbs > 0) {
+    out += fmt::format("measured read bandwidth ({} threads): {:.2f} GB/s\n", threads,
+                       r.bandwidth_gbs);
+  }
+  if (r.tg_weight_gbs > 0) {
+    out += fmt::format("tg at batch 1 reads weights at {:.2f} GB/s", r.tg_weight_gbs);
+    if (r.tg_bandwidth_fraction >= 0) {
+      out += fmt::format(" = {:.1f}% of the measured bandwidth", 100.0 * r.tg_bandwidth_fraction);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+nlohmann::json ModelBenchJson(const ModelBenchResult& r, const Model& model,
+                              const std::string& label, int threads) {
+  const ModelInfo& info = model.info();
+  nlohmann::json rows = nlohmann::json::array();
+  for (const ModelBenchRow& row : r.rows) {
+    rows.push_back({{"test", row.test},
+                    {"batch", row.batch},
+                    {"tokens_per_seq", row.tokens_per_seq},
+                    {"tokens_per_s_mean", row.tokens_per_s.mean},
+                    {"tokens_per_s_stddev", row.tokens_per_s.stddev},
+                    {"tokens_per_s_samples", row.tokens_per_s.samples},
+                    {"load_avg_1m", row.load_avg_1m}});
+  }
+  nlohmann::json j = {{"model", label},
+                      {"architecture", info.architecture},
+                      {"parameters", info.num_parameters},
+                      {"weight_bytes", info.weight_bytes},
+                      {"active_weight_bytes_per_token", r.active_weight_bytes_per_token},
+                      {"threads", threads},
+                      {"results", rows}};
+  j["read_bandwidth_gbs"] = r.bandwidth_gbs > 0 ? nlohmann::json(r.bandwidth_gbs) : nullptr;
+  j["tg_weight_read_gbs"] = r.tg_weight_gbs > 0 ? nlohmann::json(r.tg_weight_gbs) : nullptr;
+  j["tg_bandwidth_fraction"] =
+      r.tg_bandwidth_fraction >= 0 ? nlohmann::json(r.tg_bandwidth_fraction) : nullptr;
+  return j;
+}
+
+}  // namespace dh::tools

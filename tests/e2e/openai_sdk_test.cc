@@ -1,0 +1,54 @@
+// Drives the server with the official OpenAI Node SDK (tests/e2e/openai_sdk_test.mjs). Installs
+// the npm package `openai` into tests/e2e/node_modules on first run; skips, saying why, when npm
+// is missing or the registry cannot be reached.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "server_fixture.h"
+
+namespace dh::e2e {
+namespace {
+
+std::string Run(const std::string& cmd, int* status) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) {
+    *status = -1;
+    return "";
+  }
+  std::string out;
+  char buf[1024];
+  while (fgets(buf, sizeof(buf), p)) out += buf;
+  int rc = pclose(p);
+  *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  return out;
+}
+
+TEST(OpenAiSdkTest, ChatCompletionsAndErrorsThroughTheNodeSdk) {
+  namespace fs = std::filesystem;
+  int status = 0;
+  Run("node --version && npm --version", &status);
+  if (status != 0) GTEST_SKIP() << "node/npm not installed: the OpenAI Node SDK test cannot run";
+  const fs::path dir = fs::path(DH_SOURCE_DIR) / "tests" / "e2e";
+  if (!fs::exists(dir / "node_modules" / "openai" / "package.json")) {
+    const std::string install = fs::exists(dir / "package-lock.json")
+                                    ? "npm ci --no-audit --no-fund"
+                                    : "npm install --no-audit --no-fund";
+    std::string out = Run("cd '" + dir.string() + "' && timeout 300 " + install, &status);
+    if (status != 0) GTEST_SKIP() << "could not install the npm package 'openai' (" << install << "):\n" << out;
+  }
+  ServerProcess server;
+  server.set_api_key("sdk-key");
+  ASSERT_TRUE(server.Start({"--api-key", "sdk-key"})) << server.log();
+  const std::string model = ServedModel(server);
+  std::string out = Run("cd '" + dir.string() + "' && DH_BASE_URL=" + server.base_url() + "/v1 DH_MODEL='" +
+                            model + "' DH_API_KEY=sdk-key timeout 300 node openai_sdk_test.mjs",
+                        &status);
+  EXPECT_EQ(status, 0) << out << "\nserver log:\n" << server.log();
+  EXPECT_EQ(server.Stop(), 0);
+}
+
+}  // namespace
+}  // namespace dh::e2e

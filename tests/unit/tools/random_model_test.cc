@@ -1,0 +1,185 @@
+// Random checkpoints (shapes, value statistics, sharding, loadability) and the offline model
+// benchmark on tiny presets.
+#include "tools/random_model.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "model/sequence_runner.h"
+#include "tools/bench_model.h"
+
+namespace dh::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path TempDir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() /
+               ("dh_random_model_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  return p;
+}
+
+int64_t Params(const std::string& preset, int layers = 0) {
+  RandomModelOptions o;
+  o.preset = preset;
+  o.layers = layers;
+  auto config = RandomModelConfig(o);
+  EXPECT_TRUE(config.ok()) << config.status().message();
+  auto specs = RandomModelTensors(*config, DType::kBF16);
+  EXPECT_TRUE(specs.ok()) << specs.status().message();
+  int64_t n = 0;
+  for (const auto& s : *specs) {
+    int64_t e = 1;
+    for (int64_t d : s.shape) e *= d;
+    n += e;
+  }
+  return n;
+}
+
+TEST(RandomModel, PresetsHaveTheRealModelsParameterCounts) {
+  // Qwen2-1.5B: 1.54 B parameters (tied embeddings); DeepSeek-V2-Lite: 15.7 B.
+  EXPECT_NEAR(Params("qwen2-1.5b") / 1e9, 1.54, 0.01);
+  EXPECT_NEAR(Params("v2-lite") / 1e9, 15.7, 0.1);
+  EXPECT_LT(Params("v2-lite", 4), Params("v2-lite", 5));
+  EXPECT_LT(Params("tiny-llama"), 1'000'000);
+  EXPECT_LT(Params("tiny-v3"), 2'000'000);
+}
+
+TEST(RandomModel, RejectsUnknownPresetAndDtype) {
+  RandomModelOptions o;
+  o.preset = "gpt-5";
+  EXPECT_FALSE(RandomModelConfig(o).ok());
+  o.preset = "tiny-llama";
+  o.dtype = DType::kF16;
+  EXPECT_FALSE(RandomModelConfig(o).ok());
+}
+
+TEST(RandomModel, ValuesAreRoughlyNormalWithTheGivenStddev) {
+  const int64_t n = 200000;
+  std::vector<float> v(n);
+  FillRandomNormal(7, 0.02, n, DType::kF32, v.data());
+  double sum = 0, sq = 0, fourth = 0;
+  for (float x : v) sum += x;
+  const double mean = sum / n;
+  for (float x : v) {
+    sq += (x - mean) * (x - mean);
+    fourth += std::pow(x - mean, 4);
+  }
+  const double var = sq / n;
+  EXPECT_NEAR(mean, 0.0, 0.0005);
+  EXPECT_NEAR(std::sqrt(var), 0.02, 0.0005);
+  // Kurtosis of Irwin-Hall(4) is 2.7 (normal: 3); a uniform would give 1.8.
+  EXPECT_NEAR(fourth / n / (var * var), 2.7, 0.1);
+  std::vector<float> w(n);
+  FillRandomNormal(8, 0.02, n, DType::kF32, w.data());
+  EXPECT_NE(v, w);
+}
+
+std::vector<float> LastLogits(const fs::path& dir, const std::vector<int32_t>& ids) {
+  CpuBackend backend(BackendOptions{.num_threads = 1});
+  auto model = LoadModel(dir.string(), backend, LoadOptions{});
+  EXPECT_TRUE(model.ok()) << model.status().message();
+  if (!model.ok()) return {};
+  auto runner = SequenceRunner::Create(**model, backend, 64);
+  EXPECT_TRUE(runner.ok());
+  auto logits = (*runner)->Feed(ids, /*all_logits=*/false);
+  EXPECT_TRUE(logits.ok()) << logits.status().message();
+  return logits.ok() ? *logits : std::vector<float>{};
+}
+
+TEST(RandomModel, ShardedAndSingleFileCheckpointsLoadToTheSameModel) {
+  const fs::path one = TempDir("one"), many = TempDir("many");
+  RandomModelOptions o;
+  o.preset = "tiny-llama";
+  o.seed = 3;
+  auto a = WriteRandomModel(o, one.string());
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->num_files, 1);
+  EXPECT_TRUE(fs::exists(one / "model.safetensors"));
+  o.shard_bytes = 64 << 10;
+  auto b = WriteRandomModel(o, many.string());
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_GT(b->num_files, 3);
+  EXPECT_TRUE(fs::exists(many / "model.safetensors.index.json"));
+  EXPECT_FALSE(fs::exists(many / "model.safetensors"));
+  EXPECT_EQ(a->bytes, b->bytes);
+
+  const std::vector<int32_t> ids = {1, 5, 300, 7};
+  const std::vector<float> la = LastLogits(one, ids), lb = LastLogits(many, ids);
+  ASSERT_EQ(la.size(), 512u);
+  EXPECT_EQ(la, lb);
+  float max_abs = 0;
+  for (float x : la) {
+    ASSERT_TRUE(std::isfinite(x));
+    max_abs = std::max(max_abs, std::abs(x));
+  }
+  EXPECT_GT(max_abs, 0.0f);
+  fs::remove_all(one);
+  fs::remove_all(many);
+}
+
+TEST(ModelBench, RunsPrefillAndDecodeAtSeveralBatchSizes) {
+  for (const char* preset : {"tiny-llama", "tiny-v3"}) {
+    SCOPED_TRACE(preset);
+    const fs::path dir = TempDir(preset);
+    RandomModelOptions o;
+    o.preset = preset;
+    o.dtype = DType::kF32;
+    ASSERT_TRUE(WriteRandomModel(o, dir.string()).ok());
+    CpuBackend backend(BackendOptions{.num_threads = 1});
+    auto model = LoadModel(dir.string(), backend, LoadOptions{});
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    ModelBenchOptions bo;
+    bo.prompt = 20;  // more than one KV block per sequence
+    bo.gen = 18;
+    bo.batches = {1, 3};
+    bo.repeat = 2;
+    bo.bandwidth_gbs = 10.0;
+    auto r = RunModelBench(**model, backend, bo);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    ASSERT_EQ(r->rows.size(), 4u);
+    EXPECT_EQ(r->rows[0].test, "pp20");
+    EXPECT_EQ(r->rows[1].test, "tg18");
+    EXPECT_EQ(r->rows[3].batch, 3);
+    for (const auto& row : r->rows) {
+      EXPECT_EQ(row.tokens_per_s.samples.size(), 2u);
+      EXPECT_GT(row.tokens_per_s.mean, 0.0);
+    }
+    EXPECT_GT(r->active_weight_bytes_per_token, 0u);
+    EXPECT_GT(r->tg_bandwidth_fraction, 0.0);
+    const std::string table = FormatModelBench(*r, **model, preset, 1);
+    EXPECT_NE(table.find("| tg18 | 3 |"), std::string::npos) << table;
+    EXPECT_EQ(ModelBenchJson(*r, **model, preset, 1)["results"].size(), 4u);
+    fs::remove_all(dir);
+  }
+}
+
+TEST(ModelBench, RejectsContextBeyondTheModel) {
+  const fs::path dir = TempDir("ctx");
+  RandomModelOptions o;
+  o.preset = "tiny-llama";
+  ASSERT_TRUE(WriteRandomModel(o, dir.string()).ok());
+  CpuBackend backend(BackendOptions{.num_threads = 1});
+  auto model = LoadModel(dir.string(), backend, LoadOptions{});
+  ASSERT_TRUE(model.ok());
+  ModelBenchOptions bo;
+  bo.prompt = 4096;
+  EXPECT_FALSE(RunModelBench(**model, backend, bo).ok());
+  fs::remove_all(dir);
+}
+
+TEST(BenchStat, MeanAndSampleStddev) {
+  BenchStat s = Summarize({2.0, 4.0, 6.0});
+  EXPECT_DOUBLE_EQ(s.mean, 4.0);
+  EXPECT_DOUBLE_EQ(s.stddev, 2.0);
+  EXPECT_DOUBLE_EQ(Summarize({5.0}).stddev, 0.0);
+}
+
+}  // namespace
+}  // namespace dh::tools
