@@ -17,6 +17,12 @@ void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model) {
   sub->add_option("--device", o->device, "Backend to run on: cpu (default) or reference");
   sub->add_option("--dtype", o->dtype,
                   "Weight dtype: auto (as stored, default), float32, bfloat16, float16");
+  sub->add_option("--quant", o->quant,
+                  "Quantize projection weights at load: none (default), int8 (symmetric, groups "
+                  "of 32; = int8-g32), int8-row (one scale per row), int4 (scale + min, groups of "
+                  "32; = int4-g32), int4-g128. Embeddings, norms, the MoE router and lm_head stay "
+                  "as stored");
+  sub->add_flag("--quant-lm-head", o->quant_lm_head, "With --quant, quantize lm_head too");
   sub->add_option("--threads", o->threads, "Worker threads (default: all available CPUs)");
   sub->add_flag("--no-mmap", o->no_mmap,
                 "Read weights into anonymous memory instead of mapping the files");
@@ -35,6 +41,8 @@ Result<LoadedModel> LoadFromOptions(const ModelOptions& o) {
   DH_ASSIGN_OR_RETURN(loaded.backend, CreateBackend(o.device, bo));
   LoadOptions lo;
   lo.dtype = o.dtype;
+  lo.quant = o.quant;
+  lo.quant_lm_head = o.quant_lm_head;
   lo.file.use_mmap = !o.no_mmap;
   lo.file.mlock = o.mlock;
   lo.show_progress = !o.quiet;

@@ -18,6 +18,8 @@ struct ModelOptions {
   std::string model_path;
   std::string device = "cpu";
   std::string dtype = "auto";
+  std::string quant = "none";
+  bool quant_lm_head = false;
   int threads = 0;
   bool no_mmap = false;
   bool mlock = false;

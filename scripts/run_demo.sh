@@ -20,11 +20,11 @@ has_command() { "$BIN" "$1" --help >/dev/null 2>&1; }
 if [[ -f "$MODEL/config.json" ]] && has_command run; then
   echo "== deepharness run: trained tiny DeepSeek-V3-style Shakespeare model ($MODEL)"
   echo "== prompt: \"ROMEO:\""
-  "$BIN" run --model-path "$MODEL" --prompt "ROMEO:" --max-tokens 100
-  exit 0
-fi
-
-if [[ -f "$MODEL/config.json" ]]; then
+  if "$BIN" run --model-path "$MODEL" --prompt "ROMEO:" --max-tokens 100; then
+    exit 0
+  fi
+  echo "== note: 'deepharness run' failed on $MODEL; showing the random-model demo instead"
+elif [[ -f "$MODEL/config.json" ]]; then
   echo "== note: $MODEL exists but this build has no 'run' command; showing the random-model demo"
 fi
 

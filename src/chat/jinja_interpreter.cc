@@ -425,7 +425,8 @@ Result<Value> Interpreter::GetItem(const Value& obj, const Value& key) {
       if (i < 0 || i >= n) return Value::Undefined("item");
       return obj.list()[static_cast<size_t>(i)];
     }
-    DH_RETURN_IF_ERROR(Step(static_cast<int64_t>(obj.str().size() >> 10)));
+    // Indexing splits the whole string into code points: charge 1 step per 16 bytes.
+    DH_RETURN_IF_ERROR(Step(static_cast<int64_t>(obj.str().size() >> 4)));
     auto chars = SplitCodePoints(obj.str());
     int64_t n = static_cast<int64_t>(chars.size());
     if (i < 0) i += n;
@@ -454,7 +455,7 @@ Result<Value> Interpreter::Slice(const Value& obj, const Value& start_v, const V
   if (obj.is_list()) {
     n = static_cast<int64_t>(obj.list().size());
   } else if (obj.is_string()) {
-    DH_RETURN_IF_ERROR(Step(static_cast<int64_t>(obj.str().size() >> 10)));
+    DH_RETURN_IF_ERROR(Step(static_cast<int64_t>(obj.str().size() >> 4)));
     chars = SplitCodePoints(obj.str());
     n = static_cast<int64_t>(chars.size());
   } else {

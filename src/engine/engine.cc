@@ -131,16 +131,26 @@ Status Engine::Start() {
   int64_t num_blocks = o.num_kv_blocks;
   if (num_blocks <= 0) {
     const uint64_t per_block = spec.BytesPerToken() * static_cast<uint64_t>(o.block_size);
-    if (per_block == 0) return InvalidArgument("KV cache: the model needs no KV; set num_kv_blocks");
+    if (per_block == 0)
+      return InvalidArgument("KV cache: the model needs no KV; set num_kv_blocks");
     const uint64_t memory = o.kv_cache_memory > 0 ? o.kv_cache_memory : DefaultKvCacheMemory();
-    num_blocks = static_cast<int64_t>(std::min<uint64_t>(memory / per_block, INT32_MAX / o.block_size));
+    num_blocks =
+        static_cast<int64_t>(std::min<uint64_t>(memory / per_block, INT32_MAX / o.block_size));
+    if (o.kv_cache_memory == 0) {
+      // The default never takes more than max_num_seqs full-length sequences can use.
+      const int64_t len = o.max_model_len > 0 ? o.max_model_len
+                                              : m.model->config().max_position_embeddings;
+      const int64_t useful =
+          static_cast<int64_t>(o.max_num_seqs) * ((len + o.block_size - 1) / o.block_size);
+      num_blocks = std::min(num_blocks, std::max<int64_t>(useful, 1));
+    }
     if (num_blocks <= 0) {
       return ResourceExhausted("--kv-cache-memory {} bytes holds no block of {} bytes", memory,
                                per_block);
     }
   }
-  DH_ASSIGN_OR_RETURN(m.kv, KvStorage::Allocate(m.backend, spec, static_cast<int>(num_blocks),
-                                                o.block_size));
+  DH_ASSIGN_OR_RETURN(
+      m.kv, KvStorage::Allocate(m.backend, spec, static_cast<int>(num_blocks), o.block_size));
   m.pool = std::make_unique<BlockPool>(static_cast<int>(num_blocks), o.block_size,
                                        o.enable_prefix_caching);
   m.scheduler = std::make_unique<Scheduler>(
@@ -158,7 +168,8 @@ Status Engine::Start() {
     for (int64_t id : config.eos_token_ids) m.eos_ids.push_back(static_cast<int32_t>(id));
   }
   std::erase_if(m.eos_ids, [&](int32_t id) { return id < 0 || id >= m.vocab_size; });
-  DH_LOG(Info, "engine: {} KV blocks of {} tokens, max model len {}, max {} seqs / {} tokens per step",
+  DH_LOG(Info,
+         "engine: {} KV blocks of {} tokens, max model len {}, max {} seqs / {} tokens per step",
          num_blocks, o.block_size, m.max_len, o.max_num_seqs, o.max_num_batched_tokens);
   {
     std::lock_guard<std::mutex> lock(m.waker->mu);
@@ -184,7 +195,8 @@ Result<std::shared_ptr<RequestHandle>> Engine::Submit(Request request) {
   if (prompt_len == 0) return InvalidArgument("prompt: must contain at least one token");
   for (int32_t id : request.prompt_token_ids) {
     if (id < 0 || id >= m.vocab_size) {
-      return InvalidArgument("prompt: token id {} is out of vocabulary (size {})", id, m.vocab_size);
+      return InvalidArgument("prompt: token id {} is out of vocabulary (size {})", id,
+                             m.vocab_size);
     }
   }
   DH_RETURN_IF_ERROR(request.sampling.Validate(m.vocab_size, m.tokenizer != nullptr));
@@ -202,8 +214,8 @@ Result<std::shared_ptr<RequestHandle>> Engine::Submit(Request request) {
   r->seq.use_prefix_cache = r->params.prompt_logprobs < 0;
   r->seq.all_logits = r->params.prompt_logprobs >= 0;
   r->max_num_tokens = prompt_len + std::min(r->params.max_tokens, m.max_len - prompt_len);
-  r->timing.arrival = request.arrival_time == EngineTime{} ? EngineClock::now()
-                                                          : request.arrival_time;
+  r->timing.arrival =
+      request.arrival_time == EngineTime{} ? EngineClock::now() : request.arrival_time;
   if (m.tokenizer) {
     r->decoder = std::make_unique<StreamingDecoder>(*m.tokenizer, r->params.skip_special_tokens);
     if (!r->params.stop.empty()) {
@@ -218,8 +230,8 @@ Result<std::shared_ptr<RequestHandle>> Engine::Submit(Request request) {
   if (m.unfinished - m.stats.num_running >= m.options.max_queue_size) {
     return ResourceExhausted("request queue is full ({} waiting)", m.options.max_queue_size);
   }
-  std::string id = request.id.empty() ? fmt::format("req-{}", m.next_request_number++)
-                                      : std::move(request.id);
+  std::string id =
+      request.id.empty() ? fmt::format("req-{}", m.next_request_number++) : std::move(request.id);
   if (auto it = m.live.find(id); it != m.live.end() && !it->second.expired()) {
     return InvalidArgument("request id '{}' is already in flight", id);
   }
@@ -295,9 +307,8 @@ void Engine::Impl::Run() {
       std::unique_lock<std::mutex> lock(mu);
       const bool idle = active.empty() && inbox.empty() && !cancel_pending;
       if (idle && !stopping) {
-        wake.wait_for(lock, std::chrono::milliseconds(200), [&] {
-          return stopping || cancel_pending || !inbox.empty();
-        });
+        wake.wait_for(lock, std::chrono::milliseconds(200),
+                      [&] { return stopping || cancel_pending || !inbox.empty(); });
       }
       if (stopping) break;
     }
@@ -402,8 +413,8 @@ void Engine::Impl::ProcessChunkOutputs(const SchedulerOutput& out, const Batch& 
       for (size_t j = 0; j < num_rows; ++j) {
         const int target = c.start + static_cast<int>(j) + 1;
         if (target >= num_prompt) break;
-        r.prompt_logprobs[target] =
-            ComputeLogprob(row_span(first_row[i] + j), r.seq.token_ids[target], r.params.prompt_logprobs);
+        r.prompt_logprobs[target] = ComputeLogprob(
+            row_span(first_row[i] + j), r.seq.token_ids[target], r.params.prompt_logprobs);
       }
     }
     if (!c.samples) continue;
@@ -468,8 +479,8 @@ void Engine::Impl::SampleToken(ActiveRequest& r, std::span<float> row, EngineTim
   if (may_stop) {
     const bool is_eos =
         !p.ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), token) != eos_ids.end();
-    const bool is_stop_id =
-        std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
+    const bool is_stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
+                            p.stop_token_ids.end();
     if (is_eos || is_stop_id) {
       r.delta.stop_token_id = token;
       Finish(r, FinishReason::kStop, now);
@@ -500,9 +511,15 @@ void Engine::Impl::Finish(ActiveRequest& r, FinishReason reason, EngineTime now,
   {
     std::lock_guard<std::mutex> lock(mu);
     switch (reason) {
-      case FinishReason::kStop: ++stats.requests_finished_stop; break;
-      case FinishReason::kLength: ++stats.requests_finished_length; break;
-      default: ++stats.requests_finished_abort; break;
+      case FinishReason::kStop:
+        ++stats.requests_finished_stop;
+        break;
+      case FinishReason::kLength:
+        ++stats.requests_finished_length;
+        break;
+      default:
+        ++stats.requests_finished_abort;
+        break;
     }
   }
 }

@@ -99,8 +99,8 @@ struct TopLogprob {
 struct TokenLogprob {
   int32_t token_id = 0;  // the sampled (or prompt) token
   float logprob = 0.0f;
-  int32_t rank = 0;                  // 1-based rank of token_id among all logits
-  std::vector<TopLogprob> top;       // the `logprobs` best alternatives, best first
+  int32_t rank = 0;             // 1-based rank of token_id among all logits
+  std::vector<TopLogprob> top;  // the `logprobs` best alternatives, best first
 };
 
 struct Usage {
@@ -113,8 +113,9 @@ struct Usage {
 struct RequestTiming {
   EngineTime arrival{};
   EngineTime first_scheduled{};  // queue time = first_scheduled - arrival
-  EngineTime first_token{};      // TTFT = first_token - arrival; prefill = first_token - first_scheduled
-  EngineTime last_token{};       // decode time = last_token - first_token
+  // TTFT = first_token - arrival; prefill time = first_token - first_scheduled.
+  EngineTime first_token{};
+  EngineTime last_token{};  // decode time = last_token - first_token
   EngineTime finished{};
 };
 
@@ -123,9 +124,9 @@ struct RequestTiming {
 // pending events into one, so a slow reader catches up in one call).
 struct RequestOutput {
   std::string request_id;
-  std::vector<int32_t> token_ids;      // new generated tokens
-  std::vector<EngineTime> token_times; // when each new token was sampled (parallel to token_ids)
-  std::vector<TokenLogprob> logprobs;  // parallel to token_ids when sampling.logprobs >= 0
+  std::vector<int32_t> token_ids;       // new generated tokens
+  std::vector<EngineTime> token_times;  // when each new token was sampled (parallel to token_ids)
+  std::vector<TokenLogprob> logprobs;   // parallel to token_ids when sampling.logprobs >= 0
   // New text (UTF-8, complete characters only). Text that could still become part of a stop
   // string is held back until it cannot; empty without a tokenizer. Because of that hold-back
   // and multi-byte characters, text and token_ids of one event need not line up.
@@ -177,10 +178,10 @@ class RequestHandle {
 struct EngineOptions {
   int block_size = 16;
   // KV pool size in bytes; num_blocks = kv_cache_memory / (kv_spec.BytesPerToken() * block_size).
-  // 0: DefaultKvCacheMemory().
+  // 0: DefaultKvCacheMemory(), but no more than max_num_seqs sequences of max_model_len need.
   uint64_t kv_cache_memory = 0;
-  int num_kv_blocks = 0;  // > 0 overrides kv_cache_memory (tests)
-  int max_num_seqs = 64;  // sequences per step
+  int num_kv_blocks = 0;              // > 0 overrides kv_cache_memory (tests)
+  int max_num_seqs = 64;              // sequences per step
   int max_num_batched_tokens = 2048;  // tokens per step (decodes + prefill chunks)
   // Longest sequence (prompt + output); 0: the model's max_position_embeddings. Capped further by
   // the pool: a sequence never needs more blocks than exist.
@@ -206,7 +207,7 @@ struct EngineStats {
   int kv_blocks_used = 0;
   int kv_blocks_cached = 0;
   double kv_usage = 0.0;
-  double kv_fragmentation = 0.0;  // unused slots in partly filled blocks / slots of used blocks
+  double kv_fragmentation = 0.0;     // unused slots in partly filled blocks / slots of used blocks
   int64_t prefix_cache_queries = 0;  // prompt tokens looked up
   int64_t prefix_cache_hits = 0;     // of those, served from the cache
   int64_t num_preemptions = 0;

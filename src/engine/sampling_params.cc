@@ -11,10 +11,14 @@ namespace dh {
 
 const char* FinishReasonName(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAbort: return "abort";
-    case FinishReason::kNone: break;
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kNone:
+      break;
   }
   return "";
 }

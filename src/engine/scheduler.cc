@@ -40,8 +40,8 @@ SchedulerOutput Scheduler::Schedule() {
   // scheduled this step.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
-    DH_CHECK(seq->num_tokens() > seq->num_computed_tokens, "running sequence {} has nothing to compute",
-             seq->seq_id);
+    DH_CHECK(seq->num_tokens() > seq->num_computed_tokens,
+             "running sequence {} has nothing to compute", seq->seq_id);
     const int n = chunk_size(seq, seq->num_tokens() - seq->num_computed_tokens);
     if (n == 0) {  // out of logit rows: this one waits a step
       ++i;
@@ -58,8 +58,8 @@ SchedulerOutput Scheduler::Schedule() {
       }
     }
     if (!fits) break;  // seq was the newest: nothing after it remains
-    out.chunks.push_back({seq, seq->num_computed_tokens, n,
-                          seq->num_computed_tokens + n == seq->num_tokens()});
+    out.chunks.push_back(
+        {seq, seq->num_computed_tokens, n, seq->num_computed_tokens + n == seq->num_tokens()});
     out.num_tokens += n;
     budget -= n;
     if (seq->all_logits) logit_rows -= n;

@@ -18,10 +18,10 @@ struct Sequence {
   int64_t seq_id = 0;
   std::vector<int32_t> token_ids;  // prompt + generated
   int num_prompt_tokens = 0;
-  int num_computed_tokens = 0;      // tokens whose KV is in the cache
-  int num_cached_tokens = -1;       // prefix-cache hit at first scheduling; -1: never scheduled
-  bool use_prefix_cache = true;     // false for requests that need every prompt logit
-  bool all_logits = false;          // needs a logits row per computed token (prompt logprobs)
+  int num_computed_tokens = 0;   // tokens whose KV is in the cache
+  int num_cached_tokens = -1;    // prefix-cache hit at first scheduling; -1: never scheduled
+  bool use_prefix_cache = true;  // false for requests that need every prompt logit
+  bool all_logits = false;       // needs a logits row per computed token (prompt logprobs)
   bool running = false;
   SequenceBlocks blocks;
 

@@ -39,7 +39,8 @@ StopMatcher::Step StopMatcher::Push(std::string_view piece) {
   for (const auto& s : stops_) {
     const size_t max_k = std::min(s.size() - 1, pending_.size());
     for (size_t k = max_k; k > hold; --k) {
-      if (std::string_view(pending_).substr(pending_.size() - k) == std::string_view(s).substr(0, k)) {
+      if (std::string_view(pending_).substr(pending_.size() - k) ==
+          std::string_view(s).substr(0, k)) {
         hold = k;
         break;
       }

@@ -25,8 +25,7 @@ uint64_t RandomKey() {
 
 }  // namespace
 
-BlockPool::BlockPool(int num_blocks, int block_size, bool enable_prefix_caching,
-                     uint64_t hash_key)
+BlockPool::BlockPool(int num_blocks, int block_size, bool enable_prefix_caching, uint64_t hash_key)
     : num_blocks_(num_blocks), block_size_(block_size), prefix_caching_(enable_prefix_caching) {
   DH_CHECK(num_blocks > 0 && block_size > 0, "pool of {} blocks of {}", num_blocks, block_size);
   const uint64_t key = hash_key != 0 ? hash_key : RandomKey();
@@ -60,7 +59,8 @@ BlockHash BlockPool::HashBlock(const BlockHash& parent, std::span<const int32_t>
 int BlockPool::BlocksNeeded(const SequenceBlocks& seq, int num_new_slots) const {
   const int64_t slots = static_cast<int64_t>(seq.num_slots) + num_new_slots;
   const int64_t blocks = (slots + block_size_ - 1) / block_size_;
-  return static_cast<int>(std::max<int64_t>(0, blocks - static_cast<int64_t>(seq.block_ids.size())));
+  return static_cast<int>(
+      std::max<int64_t>(0, blocks - static_cast<int64_t>(seq.block_ids.size())));
 }
 
 int BlockPool::AcquireCachedPrefix(SequenceBlocks& seq, std::span<const int32_t> tokens,
@@ -222,9 +222,9 @@ BlockPoolStats BlockPool::stats() const {
   s.evictable = lru_size_;
   s.allocated_slots = static_cast<int64_t>(s.used) * block_size_;
   s.wasted_slots = wasted_slots_;
-  s.fragmentation = s.allocated_slots > 0
-                        ? static_cast<double>(wasted_slots_) / static_cast<double>(s.allocated_slots)
-                        : 0.0;
+  s.fragmentation = s.allocated_slots > 0 ? static_cast<double>(wasted_slots_) /
+                                                static_cast<double>(s.allocated_slots)
+                                          : 0.0;
   s.prefix_queries = prefix_queries_;
   s.prefix_hits = prefix_hits_;
   return s;

@@ -47,6 +47,11 @@ struct LoadOptions {
   // MLA attention path: auto (decompressed for prefill, absorbed for decode), naive or absorbed
   // everywhere. Both give the same numbers; tests compare them.
   std::string mla_mode = "auto";
+  // Quantize 2-D projection weights at load (model/quantize.h): none | int8 | int8-g32 |
+  // int8-row | int4 | int4-g32 | int4-g128. Embeddings, norms and the MoE router stay as stored;
+  // lm_head only with quant_lm_head.
+  std::string quant = "none";
+  bool quant_lm_head = false;
 };
 
 struct ModelInfo {

@@ -59,6 +59,36 @@ WeightLoader::WeightLoader(const Checkpoint& checkpoint, const ModelConfig& conf
   if (options.show_progress) {
     progress_ = std::make_unique<ProgressBar>("loading", checkpoint.total_bytes());
   }
+  quant_ = ParseQuantSpec(options.quant);
+}
+
+bool WeightLoader::ShouldQuantize(const std::string& name) const {
+  if (quant_suspended_ || !quant_.ok() || !quant_->enabled) return false;
+  auto ends_with = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends_with("embed_tokens.weight")) return false;
+  if (ends_with("mlp.gate.weight")) return false;  // MoE router: small and sensitive
+  if (name == "lm_head.weight") return options_.quant_lm_head;
+  return true;
+}
+
+Result<Weight> WeightLoader::UploadQuantized(std::span<const float> values, int64_t rows,
+                                             int64_t cols, const std::string& name) {
+  DH_ASSIGN_OR_RETURN(QuantizedMatrix q, QuantizeMatrix(values, rows, cols, *quant_, name));
+  Weight host = q.View();
+  Weight w = host;
+  for (Tensor* t : {&w.data, &w.scales, &w.mins}) {
+    if (t->empty()) continue;
+    auto buf = backend_.Allocate(t->nbytes());
+    if (!buf) return ResourceExhausted("cannot allocate {} bytes for weight '{}'", t->nbytes(), name);
+    const void* src = t->data;
+    t->data = buf->data();
+    backend_.CopyToDevice(*t, src);
+    owned_.push_back(std::move(buf));
+  }
+  return backend_.PrepareWeight(w);
 }
 
 Result<const TensorInfo*> WeightLoader::Find(const std::string& name) {
@@ -97,6 +127,7 @@ Result<Tensor> WeightLoader::Upload(const Tensor& host, DType dtype) {
 }
 
 Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64_t cols) {
+  if (!quant_.ok()) return quant_.status();
   DH_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name));
   if (!ShapeIs(*t, {rows, cols})) {
     return InvalidArgument("{}: tensor '{}' has shape {}, expected {} for this config", t->file,
@@ -132,8 +163,9 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
     } else {
       DH_ASSIGN_OR_RETURN(w.scales, Upload(s->View(), DType::kF32));
     }
+    const bool quantize = ShouldQuantize(name);
     auto requested = RequestedDType(options_.dtype);
-    if (requested) {
+    if (requested || quantize) {
       // --dtype asks for a dense copy: dequantize once at load.
       std::vector<float> dense(rows * cols);
       const uint8_t* q8 = t->data;
@@ -143,6 +175,7 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
               F8E4M3ToF32(q8[r * cols + c]) * w.scales.as<float>()[(r / br) * scols + c / bc];
         }
       }
+      if (quantize) return UploadQuantized(dense, rows, cols, name);
       Tensor host(dense.data(), DType::kF32, {rows, cols});
       DH_ASSIGN_OR_RETURN(Tensor converted, Upload(host, *requested));
       w = Weight::Dense(converted);
@@ -154,6 +187,11 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
                            t->file, name, SafetensorsDTypeName(t->dtype));
   }
   Tensor data = t->View();
+  if (ShouldQuantize(name)) {
+    std::vector<float> dense(static_cast<size_t>(rows * cols));
+    ToF32(data, dense.data());
+    return UploadQuantized(dense, rows, cols, name);
+  }
   auto requested = RequestedDType(options_.dtype);
   if (requested && *requested != data.dtype) {
     DH_ASSIGN_OR_RETURN(data, Upload(data, *requested));
@@ -169,7 +207,10 @@ Result<std::vector<float>> WeightLoader::HostMatrixF32(const std::string& name, 
   std::vector<float> out(static_cast<size_t>(rows * cols));
   if (t->dtype == DType::kF8E4M3) {
     // Matrix() has validated the tensor and its scales already.
-    DH_ASSIGN_OR_RETURN(Weight w, Matrix(name, rows, cols));
+    quant_suspended_ = true;
+    Result<Weight> checked = Matrix(name, rows, cols);
+    quant_suspended_ = false;
+    DH_RETURN_IF_ERROR(checked.status());
     num_parameters_ -= rows * cols;
     const auto& q = config_.quantization;
     const int br = q.block_rows > 0 ? q.block_rows : 128;

@@ -14,6 +14,7 @@
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "model/model.h"
+#include "model/quantize.h"
 
 namespace dh {
 
@@ -55,6 +56,12 @@ class WeightLoader {
  private:
   Result<const TensorInfo*> Find(const std::string& name);
   Result<Tensor> Upload(const Tensor& host, DType dtype);
+  // Whether LoadOptions::quant applies to matrix `name` (projections only: not embeddings, the
+  // MoE router or, unless asked, lm_head).
+  bool ShouldQuantize(const std::string& name) const;
+  // Quantizes host f32 values [rows, cols] per quant_ into backend memory.
+  Result<Weight> UploadQuantized(std::span<const float> values, int64_t rows, int64_t cols,
+                                 const std::string& name);
 
   const Checkpoint& checkpoint_;
   const ModelConfig& config_;
@@ -66,6 +73,8 @@ class WeightLoader {
   int64_t num_parameters_ = 0;
   std::unique_ptr<ProgressBar> progress_;
   uint64_t loaded_bytes_ = 0;
+  Result<QuantSpec> quant_ = QuantSpec{};
+  bool quant_suspended_ = false;  // while HostMatrixF32 validates through Matrix()
 };
 
 }  // namespace dh

@@ -121,8 +121,10 @@ TEST_F(HttpErrorsTest, Row05EmptyPrompts) {
 }
 
 TEST_F(HttpErrorsTest, Row06And07UnknownModelNames) {
-  for (std::string name : {"no-such-model", "../../etc/passwd", "/etc/passwd", "%2e%2e%2f",
-                           std::string("a\0b", 3), std::string(10000, 'm'), "x\r\nInjected: 1"}) {
+  const std::vector<std::string> names = {"no-such-model", "../../etc/passwd", "/etc/passwd", "%2e%2e%2f",
+                                          std::string("a\0b", 3), std::string(10000, 'm'),
+                                          "x\r\nInjected: 1"};
+  for (const std::string& name : names) {
     HttpResult r = server_->PostJson("/v1/chat/completions", Chat({{"model", name}}));
     Expect(r, 404, "model name of size " + std::to_string(name.size()));
     EXPECT_EQ(r.json()["error"]["code"], "model_not_found");

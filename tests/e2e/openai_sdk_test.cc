@@ -12,7 +12,7 @@
 namespace dh::e2e {
 namespace {
 
-std::string Run(const std::string& cmd, int* status) {
+std::string RunShell(const std::string& cmd, int* status) {
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   if (!p) {
     *status = -1;
@@ -29,21 +29,21 @@ std::string Run(const std::string& cmd, int* status) {
 TEST(OpenAiSdkTest, ChatCompletionsAndErrorsThroughTheNodeSdk) {
   namespace fs = std::filesystem;
   int status = 0;
-  Run("node --version && npm --version", &status);
+  RunShell("node --version && npm --version", &status);
   if (status != 0) GTEST_SKIP() << "node/npm not installed: the OpenAI Node SDK test cannot run";
   const fs::path dir = fs::path(DH_SOURCE_DIR) / "tests" / "e2e";
   if (!fs::exists(dir / "node_modules" / "openai" / "package.json")) {
     const std::string install = fs::exists(dir / "package-lock.json")
                                     ? "npm ci --no-audit --no-fund"
                                     : "npm install --no-audit --no-fund";
-    std::string out = Run("cd '" + dir.string() + "' && timeout 300 " + install, &status);
+    std::string out = RunShell("cd '" + dir.string() + "' && timeout 300 " + install, &status);
     if (status != 0) GTEST_SKIP() << "could not install the npm package 'openai' (" << install << "):\n" << out;
   }
   ServerProcess server;
   server.set_api_key("sdk-key");
   ASSERT_TRUE(server.Start({"--api-key", "sdk-key"})) << server.log();
   const std::string model = ServedModel(server);
-  std::string out = Run("cd '" + dir.string() + "' && DH_BASE_URL=" + server.base_url() + "/v1 DH_MODEL='" +
+  std::string out = RunShell("cd '" + dir.string() + "' && DH_BASE_URL=" + server.base_url() + "/v1 DH_MODEL='" +
                             model + "' DH_API_KEY=sdk-key timeout 300 node openai_sdk_test.mjs",
                         &status);
   EXPECT_EQ(status, 0) << out << "\nserver log:\n" << server.log();

@@ -139,7 +139,8 @@ bool ServerProcess::Start(const std::vector<std::string>& extra, std::chrono::se
                ("dh-e2e-server-" + std::to_string(getpid()) + "-" + std::to_string(port_) + ".log"))
                   .string();
   std::vector<std::string> args = {DH_BINARY, "serve", "--model-path", TestModelDir(),
-                                   "--port", std::to_string(port_), "--host", "127.0.0.1"};
+                                   "--port", std::to_string(port_), "--host", "127.0.0.1",
+                                   "--kv-cache-memory", "128MiB"};
   args.insert(args.end(), extra.begin(), extra.end());
   pid_ = fork();
   if (pid_ == 0) {

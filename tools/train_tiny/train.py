@@ -171,18 +171,18 @@ def window_loss(model, ids, context, batch=16):
 
 
 def greedy(model, prompt_ids, n_new, context):
-    """Greedy decoding by full recomputation; returns (new ids, min top1-top2 logit margin)."""
+    """Greedy decoding by full recomputation; returns (new ids, per-step top1-top2 logit margins)."""
     ids = list(prompt_ids)
-    margin = float("inf")
+    margins = []
     model.eval()
     with torch.no_grad():
         for _ in range(n_new):
             logits = model(torch.tensor(ids[-context:])[None])[0, -1]
             top = logits.topk(2)
-            margin = min(margin, float(top.values[0] - top.values[1]))
+            margins.append(float(top.values[0] - top.values[1]))
             ids.append(int(top.indices[0]))
     model.train()
-    return ids[len(prompt_ids):], margin
+    return ids[len(prompt_ids):], margins
 
 
 def lr_at(step, steps, lr, warmup, min_ratio):
@@ -316,9 +316,10 @@ def main():
     samples = []
     for p in SAMPLE_PROMPTS:
         pids = tok.encode(p)
-        new, margin = greedy(model, pids, args.sample_tokens, ctx)
+        new, margins = greedy(model, pids, args.sample_tokens, ctx)
         samples.append({"prompt": p, "prompt_ids": pids, "new_ids": new, "text": tok.decode(new),
-                        "min_top2_logit_margin": round(margin, 4)})
+                        "min_top2_logit_margin": round(min(margins), 4),
+                        "top2_logit_margins": [round(m, 4) for m in margins]})
 
     with open(os.path.join(args.out, "generation_config.json"), "w") as f:
         json.dump({"bos_token_id": tok.bos_id, "eos_token_id": tok.eos_id, "do_sample": True,

@@ -2,12 +2,12 @@
 // recompute, prefix hits, cancellation, stop strings, EOS handling, logprobs and admission errors.
 #include "engine/engine.h"
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "unit/engine/fake_model.h"
 
@@ -155,8 +155,7 @@ TEST(EngineTest, PreemptionRecomputesAndKeepsOutputs) {
     EngineOptions roomy;
     roomy.num_kv_blocks = 64;
     Harness h(roomy);
-    EXPECT_EQ(h.Submit(Prompt(5 + 9 * i, i), Sampled(i, 40))->WaitFinished().token_ids,
-              together[i])
+    EXPECT_EQ(h.Submit(Prompt(5 + 9 * i, i), Sampled(i, 40))->WaitFinished().token_ids, together[i])
         << "request " << i;
   }
 }
@@ -349,6 +348,7 @@ TEST(EngineTest, AdmissionErrors) {
   o.num_kv_blocks = 4;  // 64 slots: max model len 64
   o.max_queue_size = 2;
   Harness h(o, FakeMode::kContextHash, /*with_tokenizer=*/false);
+  h.model->set_step_delay(2ms);  // "dup" must still be running when its id is reused
   EXPECT_EQ(h.engine->GetStats().max_model_len, 64);
   Request r;
   EXPECT_EQ(h.engine->Submit(r).status().code(), StatusCode::kInvalidArgument);  // empty

@@ -116,8 +116,8 @@ class FakeModel : public Model {
         if (last < 0) return Internal("position {} read before it was written", p);
         h = (h ^ static_cast<uint64_t>(last)) * 1099511628211ull;
       }
-      const int favoured = mode_ == FakeMode::kSuccessor ? (last + 1) % vocab
-                                                         : static_cast<int>(h % vocab);
+      const int favoured =
+          mode_ == FakeMode::kSuccessor ? (last + 1) % vocab : static_cast<int>(h % vocab);
       float* row = logits->data() + r * vocab;
       for (int i = 0; i < vocab; ++i) {
         const uint64_t x = (h + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull) >> 40;
@@ -169,11 +169,16 @@ class FakeTokenizer : public Tokenizer {
   Result<std::vector<int32_t>> Encode(std::string_view text, bool) const override {
     std::vector<int32_t> ids;
     for (char c : text) {
-      if (c >= 'a' && c <= 'z') ids.push_back(c - 'a');
-      else if (c >= 'A' && c <= 'Z') ids.push_back(26 + c - 'A');
-      else if (c >= '0' && c <= '9') ids.push_back(52 + c - '0');
-      else if (c == ' ') ids.push_back(62);
-      else return InvalidArgument("cannot encode '{}'", c);
+      if (c >= 'a' && c <= 'z')
+        ids.push_back(c - 'a');
+      else if (c >= 'A' && c <= 'Z')
+        ids.push_back(26 + c - 'A');
+      else if (c >= '0' && c <= '9')
+        ids.push_back(52 + c - '0');
+      else if (c == ' ')
+        ids.push_back(62);
+      else
+        return InvalidArgument("cannot encode '{}'", c);
     }
     return ids;
   }

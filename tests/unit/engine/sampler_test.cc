@@ -2,11 +2,11 @@
 // SamplingParams::Validate.
 #include "engine/sampler.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <map>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/stop_matcher.h"
 

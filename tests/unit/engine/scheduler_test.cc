@@ -2,11 +2,11 @@
 // preemption by recompute, and a randomized run that keeps the pool consistent.
 #include "engine/scheduler.h"
 
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <numeric>
 #include <random>
-
-#include <gtest/gtest.h>
 
 namespace dh {
 namespace {
@@ -184,7 +184,8 @@ TEST(SchedulerTest, RandomWorkloadKeepsPoolConsistentAndDrainsToEmpty) {
   int finished = 0;
   for (int step = 0; step < 4000; ++step) {
     if (live.size() < 12 && rng() % 3 == 0) {
-      auto s = MakeSeq(next_id++, 1 + static_cast<int>(rng() % 30), static_cast<int32_t>(rng() % 3));
+      auto s =
+          MakeSeq(next_id++, 1 + static_cast<int>(rng() % 30), static_cast<int32_t>(rng() % 3));
       sched.AddWaiting(s.get());
       live.push_back(std::move(s));
     }

@@ -74,7 +74,9 @@ TEST(SafetensorsTest, RoundTripsEveryDType) {
       EXPECT_EQ(static_cast<int>(info.shape.size()), tensors[i].second.ndim);
       EXPECT_EQ(info.nbytes, hosts[i].bytes.size());
       EXPECT_EQ(info.file, path);
-      EXPECT_EQ(std::memcmp(info.data, hosts[i].bytes.data(), info.nbytes), 0) << info.name;
+      if (info.nbytes > 0) {
+        EXPECT_EQ(std::memcmp(info.data, hosts[i].bytes.data(), info.nbytes), 0) << info.name;
+      }
       Tensor v = info.View();
       EXPECT_EQ(v.nbytes(), info.nbytes);
     }

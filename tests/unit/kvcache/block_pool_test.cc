@@ -2,13 +2,13 @@
 // randomized property test over >= 100,000 operations.
 #include "kvcache/block_pool.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <map>
 #include <numeric>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace dh {
 namespace {

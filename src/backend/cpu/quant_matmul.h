@@ -1,0 +1,40 @@
+// MatMul over int8 / int4 weights (backend/weight.h layouts) with Highway kernels that
+// dequantize in registers: int8/int4 codes are widened to f32 and scaled per group, never
+// written back as a dense matrix. Dispatches at run time to the best SIMD target.
+#pragma once
+
+#include <cstdint>
+
+namespace dh::cpu {
+
+// out[r, j] = dot(x[r, :], dequant(w[j, :])) + bias[j] for r < m and j in [n_begin, n_end).
+struct QuantMatMulArgs {
+  const float* x = nullptr;
+  int64_t x_stride = 0;  // floats between rows of x
+  int64_t m = 0;
+  bool int4 = false;             // false: kInt8 (value = q * scale), true: kInt4 (q * scale + min)
+  const void* q = nullptr;       // codes: i8 [.., k] or u8 [.., ceil(k/2)] (low nibble first)
+  int64_t q_stride = 0;          // bytes between weight rows
+  const float* scales = nullptr;
+  int64_t scale_stride = 0;      // floats between weight rows of scales
+  const float* mins = nullptr;   // int4 only
+  int64_t min_stride = 0;
+  int64_t k = 0;
+  int64_t group_size = 0;
+  const float* bias = nullptr;   // may be null
+  float* out = nullptr;
+  int64_t out_stride = 0;
+};
+
+// Whether the kernels handle this layout (int4 groups must not split a byte: even group size,
+// or one group per row).
+inline bool QuantMatMulSupports(bool int4, int64_t k, int64_t group_size) {
+  if (k <= 0 || group_size <= 0) return false;
+  return !int4 || group_size % 2 == 0 || group_size >= k;
+}
+
+// Computes rows [n_begin, n_end) of the output. M = 1 runs a fused GEMV; M > 1 dequantizes each
+// weight row once into a scratch row and reuses it for every row of x.
+void QuantMatMulRange(const QuantMatMulArgs& a, int64_t n_begin, int64_t n_end);
+
+}  // namespace dh::cpu
