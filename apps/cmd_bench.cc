@@ -17,7 +17,8 @@ Result<std::vector<int>> ParseBatchList(const std::string& text) {
   std::vector<int> out;
   DH_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIdList(text, "--batch"));
   for (int32_t v : ids) {
-    if (v < 1 || v > 4096) return InvalidArgument("--batch: expected sizes in [1, 4096], got {}", v);
+    if (v < 1 || v > 4096)
+      return InvalidArgument("--batch: expected sizes in [1, 4096], got {}", v);
     out.push_back(v);
   }
   return out;
@@ -47,8 +48,9 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
   sub->add_flag("--json", a->json, "Print the result as JSON");
   return [a]() -> int {
     if (a->model.model_path.empty()) {
-      return ReportError(InvalidArgument("bench: --model-path is required (or name a benchmark, "
-                                         "e.g. bench serve)"));
+      return ReportError(
+          InvalidArgument("bench: --model-path is required (or name a benchmark, "
+                          "e.g. bench serve)"));
     }
     auto batches = ParseBatchList(a->batch);
     if (!batches.ok()) return ReportError(batches.status());

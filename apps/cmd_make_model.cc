@@ -46,11 +46,12 @@ std::function<int()> SetupMakeModel(CLI::App* sub) {
     const double s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!a->quiet) {
-      std::printf("wrote %s: preset %s, %lld tensors, %.3f B parameters, %.3f GiB in %d file(s), "
-                  "%.1f s\n",
-                  a->output.c_str(), a->options.preset.c_str(),
-                  static_cast<long long>(summary->num_tensors), summary->num_parameters / 1e9,
-                  summary->bytes / (1024.0 * 1024.0 * 1024.0), summary->num_files, s);
+      std::printf(
+          "wrote %s: preset %s, %lld tensors, %.2f M parameters, %.3f GiB in %d file(s), "
+          "%.1f s\n",
+          a->output.c_str(), a->options.preset.c_str(),
+          static_cast<long long>(summary->num_tensors), summary->num_parameters / 1e6,
+          summary->bytes / (1024.0 * 1024.0 * 1024.0), summary->num_files, s);
     }
     return kExitOk;
   };

@@ -88,6 +88,7 @@ Result<Weight> WeightLoader::UploadQuantized(std::span<const float> values, int6
     backend_.CopyToDevice(*t, src);
     owned_.push_back(std::move(buf));
   }
+  quantized_bytes_[name] = w.nbytes();
   return backend_.PrepareWeight(w);
 }
 
@@ -284,6 +285,13 @@ Status WeightLoader::Finish(ModelInfo* info) {
     if (!used_.count(t->name)) {
       if (unused.size() < 3) unused.push_back(t->name);
       ++num_unused;
+      continue;
+    }
+    if (auto q = quantized_bytes_.find(t->name); q != quantized_bytes_.end()) {
+      // Quantized at load: count the bytes the kernels read, under the format's name.
+      info->bytes_by_dtype[std::string(WeightFormatName(quant_->format))] +=
+          static_cast<int64_t>(q->second);
+      info->weight_bytes += q->second;
       continue;
     }
     info->bytes_by_dtype[std::string(DTypeName(t->dtype))] += static_cast<int64_t>(t->nbytes);

@@ -4,6 +4,7 @@
 // skipped tensors can be reported.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -75,6 +76,8 @@ class WeightLoader {
   uint64_t loaded_bytes_ = 0;
   Result<QuantSpec> quant_ = QuantSpec{};
   bool quant_suspended_ = false;  // while HostMatrixF32 validates through Matrix()
+  // Quantized tensors: name -> bytes as loaded (data + scales + mins), for Finish's counts.
+  std::map<std::string, uint64_t> quantized_bytes_;
 };
 
 }  // namespace dh

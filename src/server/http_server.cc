@@ -7,6 +7,8 @@
 #include <thread>
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "base/log.h"
 #include "server/generation.h"
@@ -262,6 +264,7 @@ Status OpenAIServer::Bind() {
   if (options_.port == 0) {
     port_ = http.bind_to_any_port(options_.host);
     if (port_ <= 0) return IoError("cannot listen on {} (no free port)", options_.host);
+    RaiseListenBacklog(port_);
     return Status::Ok();
   }
   if (!http.bind_to_port(options_.host, options_.port)) {
@@ -269,7 +272,28 @@ Status OpenAIServer::Bind() {
                    options_.port);
   }
   port_ = options_.port;
+  RaiseListenBacklog(port_);
   return Status::Ok();
+}
+
+// Debian's cpp-httplib 0.11 is a compiled library that listens with a backlog of 5: a burst of
+// clients overflows the accept queue and sees resets instead of 200/503. Linux lets listen()
+// raise the backlog of a socket that is already listening, so find ours and do that.
+void OpenAIServer::RaiseListenBacklog(int port) {
+  for (int fd = 0; fd < 4096; ++fd) {
+    int accepting = 0;
+    socklen_t len = sizeof(accepting);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0 || !accepting) continue;
+    sockaddr_storage addr{};
+    socklen_t addr_len = sizeof(addr);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0) continue;
+    int bound = -1;
+    if (addr.ss_family == AF_INET) bound = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) bound = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    if (bound == port && ::listen(fd, SOMAXCONN) != 0) {
+      DH_LOG(Warning, "could not raise the listen backlog of port {}", port);
+    }
+  }
 }
 
 void OpenAIServer::Run() { http_->listen_after_bind(); }

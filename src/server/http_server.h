@@ -81,6 +81,8 @@ class OpenAIServer {
   ServerMetrics& metrics() { return *metrics_; }
 
  private:
+  static void RaiseListenBacklog(int port);
+
   class Handlers;
   ServerOptions options_;
   std::unique_ptr<httplib::Server> http_;

@@ -2,14 +2,14 @@
 // blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq), and every repeat restarts at position 0.
 #include "tools/bench_model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <numeric>
 #include <random>
-
-#include <fmt/format.h>
 
 namespace dh::tools {
 
@@ -37,9 +37,10 @@ Result<BatchCache> MakeCache(Model& model, Backend& backend, int batch, int max_
   BatchCache c;
   c.blocks_per_seq = (max_tokens + kBlockSize - 1) / kBlockSize;
   const int64_t blocks = static_cast<int64_t>(c.blocks_per_seq) * batch;
-  if (blocks > (1 << 30)) return InvalidArgument("bench: KV cache of {} blocks is too large", blocks);
-  DH_ASSIGN_OR_RETURN(c.kv, KvStorage::Allocate(backend, model.kv_spec(), static_cast<int>(blocks),
-                                                 kBlockSize));
+  if (blocks > (1 << 30))
+    return InvalidArgument("bench: KV cache of {} blocks is too large", blocks);
+  DH_ASSIGN_OR_RETURN(
+      c.kv, KvStorage::Allocate(backend, model.kv_spec(), static_cast<int>(blocks), kBlockSize));
   c.table.resize(blocks);
   std::iota(c.table.begin(), c.table.end(), 0);
   return c;
@@ -104,8 +105,7 @@ BenchStat Summarize(std::vector<double> samples) {
   return s;
 }
 
-Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend,
-                                       const ModelBenchOptions& o) {
+Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend, const ModelBenchOptions& o) {
   if (o.prompt < 0 || o.gen < 0) {
     return InvalidArgument("bench: --prompt and --gen must be >= 0 (got {} and {})", o.prompt,
                            o.gen);
@@ -150,9 +150,9 @@ Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend,
       row.load_avg_1m = LoadAverage1m();
       if (!pp && batch == 1) {
         result.tg_weight_gbs =
-            static_cast<double>(result.active_weight_bytes_per_token) * row.tokens_per_s.mean /
-            1e9;
-        if (o.bandwidth_gbs > 0) result.tg_bandwidth_fraction = result.tg_weight_gbs / o.bandwidth_gbs;
+            static_cast<double>(result.active_weight_bytes_per_token) * row.tokens_per_s.mean / 1e9;
+        if (o.bandwidth_gbs > 0)
+          result.tg_bandwidth_fraction = result.tg_weight_gbs / o.bandwidth_gbs;
       }
       result.rows.push_back(std::move(row));
     }
@@ -164,14 +164,16 @@ std::string FormatModelBench(const ModelBenchResult& r, const Model& model,
                              const std::string& label, int threads) {
   const ModelInfo& info = model.info();
   std::string out;
+  const std::string params = info.num_parameters >= 1'000'000'000
+                                 ? fmt::format("{:.2f} B", info.num_parameters / 1e9)
+                                 : fmt::format("{:.2f} M", info.num_parameters / 1e6);
   out += "| model | arch | params | weights GiB | threads | test | batch | t/s | load 1m |\n";
   out += "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n";
   for (const ModelBenchRow& row : r.rows) {
-    out += fmt::format("| {} | {} | {:.2f} B | {:.2f} | {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} |\n",
-                       label, info.architecture, info.num_parameters / 1e9,
-                       info.weight_bytes / (1024.0 * 1024.0 * 1024.0), threads, row.test,
-                       row.batch, row.tokens_per_s.mean, row.tokens_per_s.stddev,
-                       row.load_avg_1m);
+    out += fmt::format("| {} | {} | {} | {:.2f} | {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} |\n",
+                       label, info.architecture, params,
+                       info.weight_bytes / (1024.0 * 1024.0 * 1024.0), threads, row.test, row.batch,
+                       row.tokens_per_s.mean, row.tokens_per_s.stddev, row.load_avg_1m);
   }
   out += fmt::format("\nactive weight bytes per token: {:.1f} MB\n",
                      r.active_weight_bytes_per_token / 1e6);

@@ -4,10 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 #include "base/status.h"
@@ -16,11 +15,11 @@
 namespace dh::tools {
 
 struct ModelBenchOptions {
-  int prompt = 512;             // pp: tokens per sequence in one forward (0: skip)
-  int gen = 128;                // tg: tokens per sequence, one forward per token (0: skip)
+  int prompt = 512;  // pp: tokens per sequence in one forward (0: skip)
+  int gen = 128;     // tg: tokens per sequence, one forward per token (0: skip)
   std::vector<int> batches = {1};
   int repeat = 3;
-  int warmup = 1;               // untimed runs of each test before the timed ones
+  int warmup = 1;  // untimed runs of each test before the timed ones
   uint64_t seed = 0;
   // Read bandwidth of the machine in GB/s (measured by the caller); <= 0: unknown.
   double bandwidth_gbs = 0;
@@ -38,8 +37,8 @@ struct ModelBenchRow {
   std::string test;  // "pp512", "tg128"
   int batch = 1;
   int tokens_per_seq = 0;
-  BenchStat tokens_per_s;  // aggregated over the batch
-  double load_avg_1m = -1; // getloadavg right after the row ran (-1: unavailable)
+  BenchStat tokens_per_s;   // aggregated over the batch
+  double load_avg_1m = -1;  // getloadavg right after the row ran (-1: unavailable)
 };
 
 struct ModelBenchResult {

@@ -195,9 +195,10 @@ Result<json> RandomModelConfig(const RandomModelOptions& options) {
   } else if (options.preset == "tiny-v3") {
     c = TinyV3();
   } else {
-    return InvalidArgument("--preset: unknown preset '{}' (expected tiny-llama, qwen2-1.5b, "
-                           "v2-lite or tiny-v3)",
-                           options.preset);
+    return InvalidArgument(
+        "--preset: unknown preset '{}' (expected tiny-llama, qwen2-1.5b, "
+        "v2-lite or tiny-v3)",
+        options.preset);
   }
   if (options.layers < 0) {
     return InvalidArgument("--layers: expected >= 1, got {}", options.layers);
@@ -322,9 +323,9 @@ void FillRandomNormal(uint64_t seed, double stddev, int64_t n, DType dtype, void
   const float offset = static_cast<float>(2.0 * 65536.0);
   auto next = [&]() {
     const uint64_t r = SplitMix64(state);
-    const float s = static_cast<float>((r & 0xFFFF) + ((r >> 16) & 0xFFFF) +
-                                       ((r >> 32) & 0xFFFF) + (r >> 48)) +
-                    2.0f;  // centre each 16-bit uniform on its bucket
+    const float s =
+        static_cast<float>((r & 0xFFFF) + ((r >> 16) & 0xFFFF) + ((r >> 32) & 0xFFFF) + (r >> 48)) +
+        2.0f;  // centre each 16-bit uniform on its bucket
     return (s - offset) * scale;
   };
   if (dtype == DType::kBF16) {

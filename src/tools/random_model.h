@@ -4,10 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 #include "tensor/dtype.h"
@@ -16,7 +15,7 @@ namespace dh::tools {
 
 struct RandomModelOptions {
   std::string preset;
-  int layers = 0;           // 0: the preset's layer count
+  int layers = 0;              // 0: the preset's layer count
   DType dtype = DType::kBF16;  // kBF16 or kF32
   uint64_t seed = 0;
   double stddev = 0.02;

@@ -70,6 +70,7 @@ TEST(LoadTest, BurstOf1000IsAnswered200Or503) {
   std::mutex mu;
   std::map<int, int> statuses;
   int missing_retry_after = 0;
+  std::map<std::string, int> errors;  // transport errors by kind
   std::atomic<bool> go{false};
   std::vector<std::thread> threads;
   for (int i = 0; i < 1000; ++i) {
@@ -82,6 +83,7 @@ TEST(LoadTest, BurstOf1000IsAnswered200Or503) {
       std::lock_guard<std::mutex> lock(mu);
       const int status = res ? res->status : 0;
       ++statuses[status];
+      if (!res) ++errors[httplib::to_string(res.error())];
       if (status == 503 && !res->has_header("Retry-After")) ++missing_retry_after;
     });
   }
@@ -91,6 +93,7 @@ TEST(LoadTest, BurstOf1000IsAnswered200Or503) {
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::string summary;
   for (const auto& [status, n] : statuses) summary += std::to_string(status) + ":" + std::to_string(n) + " ";
+  for (const auto& [kind, n] : errors) summary += kind + ":" + std::to_string(n) + " ";
   std::printf("burst of 1000: %s in %.1f s\n", summary.c_str(), elapsed);
   for (const auto& [status, n] : statuses) EXPECT_TRUE(status == 200 || status == 503) << summary;
   EXPECT_GT(statuses[200], 0) << summary;

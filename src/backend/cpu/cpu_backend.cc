@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/quant_matmul.h"
 #include "backend/reference/reference_ops.h"
 #include "base/check.h"
 #include "base/log.h"
@@ -231,6 +232,25 @@ void CpuBackend::AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weig
   });
 }
 
+namespace {
+
+// Whether quant_matmul's kernels take weight w: int8 / int4 codes with contiguous rows and
+// f32 scales (and mins) laid out [rows, groups].
+bool QuantKernelApplies(const Weight& w) {
+  const bool int4 = w.format == WeightFormat::kInt4;
+  if (w.format != WeightFormat::kInt8 && !int4) return false;
+  if (w.data.dtype != (int4 ? DType::kU8 : DType::kI8)) return false;
+  auto plain_f32 = [&](const Tensor& t) {
+    return t.dtype == DType::kF32 && t.ndim == 2 && t.shape[0] == w.rows &&
+           t.shape[1] == (w.cols + w.group_size - 1) / std::max(w.group_size, 1) &&
+           (t.stride[1] == 1 || t.shape[1] == 1);
+  };
+  return cpu::QuantMatMulSupports(int4, w.cols, w.group_size) && plain_f32(w.scales) &&
+         (!int4 || plain_f32(w.mins));
+}
+
+}  // namespace
+
 void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) {
   const auto xr = AsRows(x), o = AsRows(out);
   const bool bias_ok = bias.empty() || (bias.dtype == DType::kF32 && IsPlainVector(bias, w.rows));
@@ -261,6 +281,32 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     a.w_stride = w.data.stride[0];
     pool_->ParallelFor(n, GrainFor(m * k),
                        [&](size_t b, size_t e) { cpu::MatMulRange(a, b, e); });
+    return;
+  }
+  // int8 / int4 with few rows of x (decode): dequantize in registers (quant_matmul.h).
+  if (m < 4 && QuantKernelApplies(w)) {
+    Trace(fmt::format("matmul gemv {} g{} M={} N={} K={}", WeightFormatName(w.format),
+                      w.group_size, m, n, k));
+    cpu::QuantMatMulArgs qa;
+    qa.x = a.x;
+    qa.x_stride = a.x_stride;
+    qa.m = m;
+    qa.int4 = w.format == WeightFormat::kInt4;
+    qa.q = w.data.data;
+    qa.q_stride = w.data.stride[0];
+    qa.scales = w.scales.as<const float>();
+    qa.scale_stride = w.scales.stride[0];
+    if (qa.int4) {
+      qa.mins = w.mins.as<const float>();
+      qa.min_stride = w.mins.stride[0];
+    }
+    qa.k = k;
+    qa.group_size = w.group_size;
+    qa.bias = a.bias;
+    qa.out = a.out;
+    qa.out_stride = a.out_stride;
+    pool_->ParallelFor(n, GrainFor(m * k),
+                       [&](size_t b, size_t e) { cpu::QuantMatMulRange(qa, b, e); });
     return;
   }
   // Quantized: dequantize a few rows at a time into a per-chunk f32 buffer and multiply that.

@@ -83,7 +83,8 @@ std::vector<Violation> ScanTree(const fs::path& src) {
       if (q == std::string::npos) continue;
       const size_t e = line.find_first_of("\">", q + 1);
       const std::string inc = line.substr(q + 1, e - q - 1);
-      if (line[q] == '"') {
+      const bool ours = AllowedLayers().count(LayerOf(inc)) > 0;
+      if (line[q] == '"' && ours) {
         if (allowed == AllowedLayers().end() ||
             !allowed->second.count(LayerOf(inc))) {
           out.push_back({rel, inc});

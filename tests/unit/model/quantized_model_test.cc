@@ -93,6 +93,43 @@ TEST(QuantizedModelTest, BackendsAgreeOnQuantizedModel) {
   }
 }
 
+// FP8 block-scaled checkpoints are dequantized, then quantized (no FP8 left in the model).
+TEST(QuantizedModelTest, QuantizesFp8Checkpoint) {
+  if (!fs::exists(kFixtures / "ds_v3_fp8")) GTEST_SKIP() << "fixture ds_v3_fp8 is absent";
+  auto fp8 = Logits("ds_v3_fp8", "cpu", "none");
+  ASSERT_TRUE(fp8.ok()) << fp8.status().message();
+  for (const auto& q : {std::pair<const char*, double>{"int8", 0.03}, {"int4", 0.30}}) {
+    auto got = Logits("ds_v3_fp8", "cpu", q.first);
+    ASSERT_TRUE(got.ok()) << q.first << ": " << got.status().message();
+    const double err = RelativeRmsError(*got, *fp8);
+    std::printf("ds_v3_fp8 cpu %s: relative RMS logit error %.5f (bound %.2f)\n", q.first, err,
+                q.second);
+    EXPECT_LE(err, q.second) << q.first;
+    EXPECT_GT(err, 1e-6) << q.first;
+  }
+}
+
+// ModelInfo counts quantized tensors by the bytes loaded (codes + scales + mins), not as stored.
+TEST(QuantizedModelTest, InfoCountsQuantizedBytes) {
+  if (!fs::exists(kFixtures / "llama_f32")) GTEST_SKIP() << "fixture llama_f32 is absent";
+  uint64_t bytes[3] = {};
+  const char* quants[3] = {"none", "int8", "int4"};
+  for (int i = 0; i < 3; ++i) {
+    ReferenceBackend backend{BackendOptions{}};
+    LoadOptions o;
+    o.quant = quants[i];
+    auto model = LoadModel((kFixtures / "llama_f32").string(), backend, o);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    bytes[i] = (*model)->info().weight_bytes;
+    if (i > 0) {
+      EXPECT_GT((*model)->info().bytes_by_dtype.count(quants[i]), 0u) << quants[i];
+    }
+  }
+  // f32 weights: int8 groups of 32 take 1 + 4/32 bytes per value, int4 0.5 + 8/32.
+  EXPECT_LT(bytes[1], bytes[0]);
+  EXPECT_LT(bytes[2], bytes[1]);
+}
+
 TEST(QuantizedModelTest, RejectsUnknownQuant) {
   if (!fs::exists(kFixtures / "llama_f32")) GTEST_SKIP() << "fixture llama_f32 is absent";
   auto got = Logits("llama_f32", "reference", "int5");

@@ -19,8 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path TempDir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() /
-               ("dh_random_model_" + name + "_" + std::to_string(::getpid()));
+  fs::path p =
+      fs::temp_directory_path() / ("dh_random_model_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   return p;
 }
