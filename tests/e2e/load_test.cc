@@ -1,5 +1,5 @@
 // Load tests against the real server: the mixed-traffic run of issue 6 (64 clients; duration
-// from DH_E2E_LOAD_SECONDS, default 30 s in CI, 120 for the full 2-minute version) with 0
+// from DH_E2E_LOAD_SECONDS, default 120 s, the 2 minutes issue 6 asks for; set it lower for a quick run) with 0
 // errors; a burst of 1,000 simultaneous requests answered only with 200 or 503 + Retry-After;
 // greedy output identical at concurrency 1 and 8. After each, /metrics shows the KV pool at
 // rest (free == total, nothing running or waiting).
@@ -38,7 +38,7 @@ Json RunBench(const ServerProcess& server, const std::string& args, std::string*
 
 TEST(LoadTest, MixedTrafficHasNoErrorsAndFreesThePool) {
   const int clients = EnvInt("DH_E2E_LOAD_CLIENTS", 64);
-  const int seconds = EnvInt("DH_E2E_LOAD_SECONDS", 30);
+  const int seconds = EnvInt("DH_E2E_LOAD_SECONDS", 120);
   ServerProcess server;
   ASSERT_TRUE(server.Start({"--max-num-seqs", "32"})) << server.log();
   std::string raw;

@@ -1,7 +1,8 @@
 // Int8 / int4 MatMul kernels (backend/cpu/quant_matmul) against the reference backend's MatMul
 // over the same codes, on every SIMD target compiled in that the CPU supports, for odd shapes,
 // partial last groups, per-row groups, odd column counts (int4: a half-filled last byte), M = 1
-// (fused GEMV) and M > 1 (dequantized row reused), with bias and strided x / out rows.
+// and M > 1 (each dequantized weight vector used for up to 4 rows of x), with bias and strided
+// x / out rows; and the f32 rows DequantizeRows hands to the tiled GEMM.
 //
 // Tolerance: |got - want| <= 2e-5 * max(1, max|want|) (f32 SIMD accumulation in a different
 // order than the reference's sums; the dequantized weights are the same f32 products).
@@ -14,6 +15,7 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/quant_matmul.h"
 #include "backend/reference/reference_backend.h"
+#include "backend/reference/reference_ops.h"
 #include "hwy/highway.h"
 #include "hwy/targets.h"
 #include "kernels/kernel_test_util.h"
@@ -36,7 +38,7 @@ const Case kCases[] = {
     {false, 2, 5, 19, 19},   {true, 1, 1, 2, 2},      {true, 1, 7, 45, 32},
     {true, 3, 17, 96, 32},   {true, 1, 33, 257, 257}, {true, 5, 64, 130, 32},
     {true, 8, 9, 300, 128},  {true, 1, 40, 256, 128}, {true, 2, 11, 37, 37},
-    {true, 4, 13, 70, 16},
+    {true, 4, 13, 70, 16},   {false, 6, 21, 64, 32},  {true, 7, 21, 96, 32},
 };
 
 class QuantMatMulTest : public ::testing::Test {
@@ -137,6 +139,31 @@ TEST_F(QuantMatMulTest, BackendMatchesReference) {
       cpu_.MatMul(x.t, rw.w, rw.bias.t, got.t);
       ref_.MatMul(x.t, rw.w, rw.bias.t, want.t);
       ExpectClose(got.ToVector(), want.ToVector(), 2e-5f, "backend " + Name(c));
+    }
+  });
+}
+
+// DequantizeRows (the f32 rows the tiled GEMM consumes) equals the reference decoding exactly.
+TEST_F(QuantMatMulTest, DequantizeRowsMatchesReference) {
+  Rng rng(13);
+  ForEachTarget([&] {
+    for (const Case& c : kCases) {
+      RandomWeight rw(rng, c);
+      cpu::QuantMatMulArgs a;
+      a.int4 = c.int4;
+      a.q = rw.q.t.data;
+      a.q_stride = rw.q.t.shape[1];
+      a.scales = rw.scales.f32();
+      a.scale_stride = rw.scales.t.shape[1];
+      a.mins = rw.mins.f32();
+      a.min_stride = rw.mins.t.shape[1];
+      a.k = c.k;
+      a.group_size = c.group;
+      const int64_t begin = c.n / 3, count = c.n - c.n / 3;
+      std::vector<float> got(count * c.k), want(count * c.k);
+      cpu::DequantizeRows(a, begin, count, got.data());
+      for (int64_t i = 0; i < count; ++i) ref::DecodeWeightRow(rw.w, begin + i, &want[i * c.k]);
+      ExpectClose(got, want, 1e-6f, "dequantize " + Name(c));
     }
   });
 }

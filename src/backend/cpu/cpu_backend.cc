@@ -284,10 +284,9 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     return;
   }
   // int8 / int4 with few rows of x (decode): dequantize in registers (quant_matmul.h).
-  if (m < 4 && QuantKernelApplies(w)) {
-    Trace(fmt::format("matmul gemv {} g{} M={} N={} K={}", WeightFormatName(w.format),
-                      w.group_size, m, n, k));
-    cpu::QuantMatMulArgs qa;
+  const bool quant_kernel = QuantKernelApplies(w);
+  cpu::QuantMatMulArgs qa;
+  if (quant_kernel) {
     qa.x = a.x;
     qa.x_stride = a.x_stride;
     qa.m = m;
@@ -305,6 +304,10 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     qa.bias = a.bias;
     qa.out = a.out;
     qa.out_stride = a.out_stride;
+  }
+  if (quant_kernel && m < 4) {
+    Trace(fmt::format("matmul gemv {} g{} M={} N={} K={}", WeightFormatName(w.format),
+                      w.group_size, m, n, k));
     pool_->ParallelFor(n, GrainFor(m * k),
                        [&](size_t b, size_t e) { cpu::QuantMatMulRange(qa, b, e); });
     return;
@@ -317,7 +320,11 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     std::vector<float> rows(kRowsPerStep * k);
     for (int64_t j0 = b; j0 < static_cast<int64_t>(e); j0 += kRowsPerStep) {
       const int64_t nb = std::min<int64_t>(kRowsPerStep, e - j0);
-      for (int64_t j = 0; j < nb; ++j) DecodeQuantizedRow(w, j0 + j, rows.data() + j * k);
+      if (quant_kernel) {
+        cpu::DequantizeRows(qa, j0, nb, rows.data());
+      } else {
+        for (int64_t j = 0; j < nb; ++j) DecodeQuantizedRow(w, j0 + j, rows.data() + j * k);
+      }
       cpu::MatMulArgs step = a;
       step.w = rows.data();
       step.wtype = WType::kF32;

@@ -20,50 +20,49 @@ using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 using DI = hn::Rebind<int32_t, DF>;
 
-HWY_INLINE float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t n) {
-  const DF df;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
-  VF acc0 = hn::Zero(df), acc1 = hn::Zero(df);
-  int64_t i = 0;
-  for (; i + 2 * L <= n; i += 2 * L) {
-    acc0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc0);
-    acc1 = hn::MulAdd(hn::LoadU(df, a + i + L), hn::LoadU(df, b + i + L), acc1);
-  }
-  for (; i + L <= n; i += L) acc0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc0);
-  float tail = 0.0f;
-  for (; i < n; ++i) tail += a[i] * b[i];
-  return hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1))) + tail;
-}
-
 // L int8 codes at p as f32.
 HWY_INLINE VF LoadI8(DF df, const int8_t* HWY_RESTRICT p) {
   const hn::Rebind<int8_t, DF> d8;
   return hn::ConvertTo(df, hn::PromoteTo(DI(), hn::LoadU(d8, p)));
 }
 
-// dot(x, dequant(int8 row)).
-HWY_INLINE float DotInt8(const int8_t* HWY_RESTRICT q, const float* HWY_RESTRICT s, int64_t k,
-                         int64_t g, const float* HWY_RESTRICT x) {
+// sums[r] = dot(x row r, dequant(int8 row)) for MR rows of x (stride xs): each weight vector is
+// widened and scaled once, in registers, and used for all MR rows.
+template <int MR>
+HWY_INLINE void DotInt8(const int8_t* HWY_RESTRICT q, const float* HWY_RESTRICT s, int64_t k,
+                        int64_t g, const float* HWY_RESTRICT x, int64_t xs, float* sums) {
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
-  VF acc0 = hn::Zero(df), acc1 = hn::Zero(df);
-  float tail = 0.0f;
+  VF acc0[MR], acc1[MR];
+  float tail[MR];
+  for (int r = 0; r < MR; ++r) {
+    acc0[r] = hn::Zero(df);
+    acc1[r] = hn::Zero(df);
+    tail[r] = 0.0f;
+  }
   for (int64_t g0 = 0, gi = 0; g0 < k; g0 += g, ++gi) {
     const int64_t g1 = std::min(k, g0 + g);
     const VF vs = hn::Set(df, s[gi]);
     int64_t c = g0;
     for (; c + 2 * L <= g1; c += 2 * L) {
-      acc0 = hn::MulAdd(hn::Mul(LoadI8(df, q + c), vs), hn::LoadU(df, x + c), acc0);
-      acc1 = hn::MulAdd(hn::Mul(LoadI8(df, q + c + L), vs), hn::LoadU(df, x + c + L), acc1);
+      const VF w0 = hn::Mul(LoadI8(df, q + c), vs), w1 = hn::Mul(LoadI8(df, q + c + L), vs);
+      for (int r = 0; r < MR; ++r) {
+        acc0[r] = hn::MulAdd(w0, hn::LoadU(df, x + r * xs + c), acc0[r]);
+        acc1[r] = hn::MulAdd(w1, hn::LoadU(df, x + r * xs + c + L), acc1[r]);
+      }
     }
     for (; c + L <= g1; c += L) {
-      acc0 = hn::MulAdd(hn::Mul(LoadI8(df, q + c), vs), hn::LoadU(df, x + c), acc0);
+      const VF w0 = hn::Mul(LoadI8(df, q + c), vs);
+      for (int r = 0; r < MR; ++r) acc0[r] = hn::MulAdd(w0, hn::LoadU(df, x + r * xs + c), acc0[r]);
     }
-    float part = 0.0f;
-    for (; c < g1; ++c) part += static_cast<float>(q[c]) * x[c];
-    tail += part * s[gi];
+    for (; c < g1; ++c) {
+      const float w = static_cast<float>(q[c]) * s[gi];
+      for (int r = 0; r < MR; ++r) tail[r] += w * x[r * xs + c];
+    }
   }
-  return hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1))) + tail;
+  for (int r = 0; r < MR; ++r) {
+    sums[r] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[r], acc1[r]))) + tail[r];
+  }
 }
 
 HWY_INLINE void DequantInt8(const int8_t* HWY_RESTRICT q, const float* HWY_RESTRICT s, int64_t k,
@@ -88,15 +87,22 @@ HWY_INLINE void LoadNibbles(DF df, const uint8_t* HWY_RESTRICT p, VF* lo, VF* hi
   *hi = hn::ConvertTo(df, hn::ShiftRight<4>(v));
 }
 
-// dot(x, dequant(int4 row)) with x split into even columns xe and odd columns xo (kb each;
-// xo[kb - 1] = 0 when k is odd). gb = bytes per group.
-HWY_INLINE float DotInt4(const uint8_t* HWY_RESTRICT q, const float* HWY_RESTRICT s,
-                         const float* HWY_RESTRICT mn, int64_t kb, int64_t gb,
-                         const float* HWY_RESTRICT xe, const float* HWY_RESTRICT xo) {
+// sums[r] = dot(x row r, dequant(int4 row)) for MR rows of x, each split into even columns
+// (at x + r * xs) and odd columns (at x + r * xs + kb), kb each; the odd half is zero-padded when
+// k is odd. gb = bytes per group. Weights are dequantized once, in registers, for all MR rows.
+template <int MR>
+HWY_INLINE void DotInt4(const uint8_t* HWY_RESTRICT q, const float* HWY_RESTRICT s,
+                        const float* HWY_RESTRICT mn, int64_t kb, int64_t gb,
+                        const float* HWY_RESTRICT x, int64_t xs, float* sums) {
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
-  VF acc0 = hn::Zero(df), acc1 = hn::Zero(df);
-  float tail = 0.0f;
+  VF acc0[MR], acc1[MR];
+  float tail[MR];
+  for (int r = 0; r < MR; ++r) {
+    acc0[r] = hn::Zero(df);
+    acc1[r] = hn::Zero(df);
+    tail[r] = 0.0f;
+  }
   for (int64_t b0 = 0, gi = 0; b0 < kb; b0 += gb, ++gi) {
     const int64_t b1 = std::min(kb, b0 + gb);
     const VF vs = hn::Set(df, s[gi]), vm = hn::Set(df, mn[gi]);
@@ -104,15 +110,21 @@ HWY_INLINE float DotInt4(const uint8_t* HWY_RESTRICT q, const float* HWY_RESTRIC
     for (; b + L <= b1; b += L) {
       VF lo, hi;
       LoadNibbles(df, q + b, &lo, &hi);
-      acc0 = hn::MulAdd(hn::MulAdd(lo, vs, vm), hn::LoadU(df, xe + b), acc0);
-      acc1 = hn::MulAdd(hn::MulAdd(hi, vs, vm), hn::LoadU(df, xo + b), acc1);
+      const VF we = hn::MulAdd(lo, vs, vm), wo = hn::MulAdd(hi, vs, vm);
+      for (int r = 0; r < MR; ++r) {
+        acc0[r] = hn::MulAdd(we, hn::LoadU(df, x + r * xs + b), acc0[r]);
+        acc1[r] = hn::MulAdd(wo, hn::LoadU(df, x + r * xs + kb + b), acc1[r]);
+      }
     }
     for (; b < b1; ++b) {
-      tail += (static_cast<float>(q[b] & 15) * s[gi] + mn[gi]) * xe[b] +
-              (static_cast<float>(q[b] >> 4) * s[gi] + mn[gi]) * xo[b];
+      const float we = static_cast<float>(q[b] & 15) * s[gi] + mn[gi];
+      const float wo = static_cast<float>(q[b] >> 4) * s[gi] + mn[gi];
+      for (int r = 0; r < MR; ++r) tail[r] += we * x[r * xs + b] + wo * x[r * xs + kb + b];
     }
   }
-  return hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1))) + tail;
+  for (int r = 0; r < MR; ++r) {
+    sums[r] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[r], acc1[r]))) + tail[r];
+  }
 }
 
 // Dequantizes an int4 row into we (even columns) and wo (odd columns), kb each.
@@ -138,50 +150,71 @@ HWY_INLINE void DequantInt4(const uint8_t* HWY_RESTRICT q, const float* HWY_REST
   }
 }
 
-void QuantMatMulRangeImpl(const QuantMatMulArgs& a, int64_t n_begin, int64_t n_end) {
-  const int64_t k = a.k, m = a.m, g = std::min(a.group_size, k);
+// Runs Dot<MR> over the weight rows [n_begin, n_end) for x rows [r0, r0 + MR).
+template <int MR>
+HWY_INLINE void RowBlock(const QuantMatMulArgs& a, const float* x, int64_t xs, int64_t r0,
+                         int64_t n_begin, int64_t n_end) {
+  const int64_t k = a.k, g = std::min(a.group_size, k);
   const uint8_t* qbase = static_cast<const uint8_t*>(a.q);
-  auto finish = [&](int64_t r, int64_t j, float v) {
-    a.out[r * a.out_stride + j] = v + (a.bias ? a.bias[j] : 0.0f);
-  };
-  if (!a.int4) {
-    if (m == 1) {
-      for (int64_t j = n_begin; j < n_end; ++j) {
-        const auto* q = reinterpret_cast<const int8_t*>(qbase + j * a.q_stride);
-        finish(0, j, DotInt8(q, a.scales + j * a.scale_stride, k, g, a.x));
-      }
-      return;
-    }
-    std::vector<float> wrow(k);
-    for (int64_t j = n_begin; j < n_end; ++j) {
-      const auto* q = reinterpret_cast<const int8_t*>(qbase + j * a.q_stride);
-      DequantInt8(q, a.scales + j * a.scale_stride, k, g, wrow.data());
-      for (int64_t r = 0; r < m; ++r) finish(r, j, Dot(wrow.data(), a.x + r * a.x_stride, k));
-    }
-    return;
-  }
-  // int4: split each x row into even and odd columns (zero-padded to kb).
-  const int64_t kb = (k + 1) / 2;
-  const int64_t gb = g >= k ? kb : g / 2;
-  std::vector<float> xs(static_cast<size_t>(m * 2 * kb), 0.0f);
-  for (int64_t r = 0; r < m; ++r) {
-    const float* x = a.x + r * a.x_stride;
-    float* xe = xs.data() + r * 2 * kb;
-    float* xo = xe + kb;
-    for (int64_t c = 0; c < k; ++c) (c % 2 == 0 ? xe : xo)[c / 2] = x[c];
-  }
-  if (m == 1) {
-    for (int64_t j = n_begin; j < n_end; ++j) {
-      finish(0, j, DotInt4(qbase + j * a.q_stride, a.scales + j * a.scale_stride,
-                           a.mins + j * a.min_stride, kb, gb, xs.data(), xs.data() + kb));
-    }
-    return;
-  }
-  std::vector<float> wrow(2 * kb);
+  const int64_t kb = (k + 1) / 2, gb = g >= k ? kb : g / 2;
+  float sums[MR];
   for (int64_t j = n_begin; j < n_end; ++j) {
-    DequantInt4(qbase + j * a.q_stride, a.scales + j * a.scale_stride, a.mins + j * a.min_stride,
-                kb, gb, wrow.data(), wrow.data() + kb);
-    for (int64_t r = 0; r < m; ++r) finish(r, j, Dot(wrow.data(), xs.data() + r * 2 * kb, 2 * kb));
+    const float* s = a.scales + j * a.scale_stride;
+    if (a.int4) {
+      DotInt4<MR>(qbase + j * a.q_stride, s, a.mins + j * a.min_stride, kb, gb, x, xs, sums);
+    } else {
+      DotInt8<MR>(reinterpret_cast<const int8_t*>(qbase + j * a.q_stride), s, k, g, x, xs, sums);
+    }
+    const float bias = a.bias ? a.bias[j] : 0.0f;
+    for (int r = 0; r < MR; ++r) a.out[(r0 + r) * a.out_stride + j] = sums[r] + bias;
+  }
+}
+
+void QuantMatMulRangeImpl(const QuantMatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  const int64_t k = a.k;
+  const float* x = a.x;
+  int64_t xs = a.x_stride;
+  std::vector<float> split;
+  if (a.int4) {
+    // Split each x row into even and odd columns, zero-padded to kb each.
+    const int64_t kb = (k + 1) / 2;
+    split.assign(static_cast<size_t>(a.m * 2 * kb), 0.0f);
+    for (int64_t r = 0; r < a.m; ++r) {
+      const float* xr = a.x + r * a.x_stride;
+      float* xe = split.data() + r * 2 * kb;
+      for (int64_t c = 0; c < k; ++c) xe[(c % 2) * kb + c / 2] = xr[c];
+    }
+    x = split.data();
+    xs = 2 * kb;
+  }
+  // Blocks of up to 4 rows of x share each dequantized weight vector.
+  int64_t r0 = 0;
+  for (; r0 + 4 <= a.m; r0 += 4) RowBlock<4>(a, x + r0 * xs, xs, r0, n_begin, n_end);
+  switch (a.m - r0) {
+    case 3: RowBlock<3>(a, x + r0 * xs, xs, r0, n_begin, n_end); break;
+    case 2: RowBlock<2>(a, x + r0 * xs, xs, r0, n_begin, n_end); break;
+    case 1: RowBlock<1>(a, x + r0 * xs, xs, r0, n_begin, n_end); break;
+    default: break;
+  }
+}
+
+// Dequantizes weight rows [row_begin, row_begin + count) into out (count x k f32, row-major).
+void DequantizeRowsImpl(const QuantMatMulArgs& a, int64_t row_begin, int64_t count, float* out) {
+  const int64_t k = a.k, g = std::min(a.group_size, k);
+  const uint8_t* qbase = static_cast<const uint8_t*>(a.q);
+  const int64_t kb = (k + 1) / 2, gb = g >= k ? kb : g / 2;
+  std::vector<float> halves(a.int4 ? 2 * kb : 0);
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t j = row_begin + i;
+    const float* s = a.scales + j * a.scale_stride;
+    float* o = out + i * k;
+    if (!a.int4) {
+      DequantInt8(reinterpret_cast<const int8_t*>(qbase + j * a.q_stride), s, k, g, o);
+      continue;
+    }
+    DequantInt4(qbase + j * a.q_stride, s, a.mins + j * a.min_stride, kb, gb, halves.data(),
+                halves.data() + kb);
+    for (int64_t c = 0; c < k; ++c) o[c] = halves[(c % 2) * kb + c / 2];
   }
 }
 
@@ -195,6 +228,14 @@ HWY_AFTER_NAMESPACE();
 namespace dh::cpu {
 
 HWY_EXPORT(QuantMatMulRangeImpl);
+HWY_EXPORT(DequantizeRowsImpl);
+
+void DequantizeRows(const QuantMatMulArgs& a, int64_t row_begin, int64_t count, float* out) {
+  DH_CHECK(QuantMatMulSupports(a.int4, a.k, a.group_size), "dequantize rows: {} k={} group={}",
+           a.int4 ? "int4" : "int8", a.k, a.group_size);
+  if (count <= 0) return;
+  HWY_DYNAMIC_DISPATCH(DequantizeRowsImpl)(a, row_begin, count, out);
+}
 
 void QuantMatMulRange(const QuantMatMulArgs& a, int64_t n_begin, int64_t n_end) {
   DH_CHECK(QuantMatMulSupports(a.int4, a.k, a.group_size), "quant matmul: {} k={} group={}",

@@ -33,8 +33,12 @@ inline bool QuantMatMulSupports(bool int4, int64_t k, int64_t group_size) {
   return !int4 || group_size % 2 == 0 || group_size >= k;
 }
 
-// Computes rows [n_begin, n_end) of the output. M = 1 runs a fused GEMV; M > 1 dequantizes each
-// weight row once into a scratch row and reuses it for every row of x.
+// Computes rows [n_begin, n_end) of the output: a fused GEMV in which each weight vector is
+// dequantized once, in registers, and used for up to 4 rows of x at a time (x, out: m rows).
 void QuantMatMulRange(const QuantMatMulArgs& a, int64_t n_begin, int64_t n_end);
+
+// Dequantizes weight rows [row_begin, row_begin + count) of `a` (q, scales, mins, k, group_size;
+// the x / out fields are unused) into out, count x k f32 row-major — for tiled GEMMs over f32.
+void DequantizeRows(const QuantMatMulArgs& a, int64_t row_begin, int64_t count, float* out);
 
 }  // namespace dh::cpu

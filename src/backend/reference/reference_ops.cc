@@ -264,6 +264,16 @@ void Copy(const Tensor& src, Tensor dst) {
   const bool raw = src.dtype == dst.dtype;
   DH_CHECK(raw || (IsFloat(src.dtype) && IsFloat(dst.dtype)), "copy {} -> {}",
            DTypeName(src.dtype), DTypeName(dst.dtype));
+  const int last = src.ndim - 1;
+  if (raw && src.ndim > 0 && src.stride[last] == 1 && dst.stride[last] == 1) {
+    // Rows contiguous in both: one memcpy per row (the common case: slices of heads).
+    const int64_t row = src.shape[last];
+    for (int64_t e = 0; e < src.numel(); e += row) {
+      std::memcpy(static_cast<char*>(dst.data) + ElementOffset(dst, e) * esize,
+                  static_cast<const char*>(src.data) + ElementOffset(src, e) * esize, row * esize);
+    }
+    return;
+  }
   for (int64_t e = 0; e < src.numel(); ++e) {
     const int64_t so = ElementOffset(src, e), d_off = ElementOffset(dst, e);
     if (raw) {
