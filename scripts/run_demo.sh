@@ -20,7 +20,7 @@ has_command() { "$BIN" "$1" --help >/dev/null 2>&1; }
 if [[ -f "$MODEL/config.json" ]] && has_command run; then
   echo "== deepharness run: trained tiny DeepSeek-V3-style Shakespeare model ($MODEL)"
   echo "== prompt: \"ROMEO:\""
-  if "$BIN" run --model-path "$MODEL" --prompt "ROMEO:" --max-tokens 100; then
+  if "$BIN" run --model-path "$MODEL" --prompt "ROMEO:" --max-tokens 100 --seed 42; then
     exit 0
   fi
   echo "== note: 'deepharness run' failed on $MODEL; showing the random-model demo instead"

@@ -5,8 +5,12 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libhwy-dev libcpp-httplib-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev
   libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev
-  nodejs npm curl
+  curl
 )
+# Node.js + npm run the OpenAI SDK end-to-end test. A machine may already have them from another
+# source (e.g. NodeSource's nodejs, which bundles npm and conflicts with Debian's npm package).
+if ! command -v node >/dev/null 2>&1; then PACKAGES+=(nodejs); fi
+if ! command -v npm >/dev/null 2>&1; then PACKAGES+=(npm); fi
 # Optional: the PyTorch reference under tools/ (run by hand, never in CI).
 if [[ "${DH_WITH_TORCH:-0}" == "1" ]]; then PACKAGES+=(python3-torch python3-numpy); fi
 

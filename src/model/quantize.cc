@@ -100,14 +100,14 @@ Weight QuantizedMatrix::View() {
   w.data = Tensor(data.data(), format == WeightFormat::kInt8 ? DType::kI8 : DType::kU8,
                   {rows, bytes_per_row});
   w.scales = Tensor(scales.data(), DType::kF32, {rows, groups_per_row});
-  if (format == WeightFormat::kInt4) w.mins = Tensor(mins.data(), DType::kF32, {rows, groups_per_row});
+  if (format == WeightFormat::kInt4)
+    w.mins = Tensor(mins.data(), DType::kF32, {rows, groups_per_row});
   return w;
 }
 
 Result<QuantizedMatrix> QuantizeMatrix(std::span<const float> values, int64_t rows, int64_t cols,
                                        const QuantSpec& spec, const std::string& what) {
-  if (!spec.enabled ||
-      (spec.format != WeightFormat::kInt8 && spec.format != WeightFormat::kInt4)) {
+  if (!spec.enabled || (spec.format != WeightFormat::kInt8 && spec.format != WeightFormat::kInt4)) {
     return InvalidArgument("{}: quantization to {} is not supported", what,
                            WeightFormatName(spec.format));
   }
@@ -121,7 +121,8 @@ Result<QuantizedMatrix> QuantizeMatrix(std::span<const float> values, int64_t ro
   m.rows = rows;
   m.cols = cols;
   const int64_t group = spec.group_size <= 0 ? cols : std::min<int64_t>(spec.group_size, cols);
-  if (group > INT32_MAX) return InvalidArgument("{}: {} columns are too many for one group", what, cols);
+  if (group > INT32_MAX)
+    return InvalidArgument("{}: {} columns are too many for one group", what, cols);
   if (spec.format == WeightFormat::kInt4 && group % 2 != 0 && group < cols) {
     return InvalidArgument("{}: int4 group size {} must be even", what, group);
   }

@@ -47,12 +47,12 @@ struct QuantizedMatrix {
   WeightFormat format = WeightFormat::kInt8;
   int64_t rows = 0;
   int64_t cols = 0;
-  int group_size = 0;           // effective (cols for per-row)
-  int64_t groups_per_row = 0;   // ceil(cols / group_size)
-  int64_t bytes_per_row = 0;    // cols (int8) or ceil(cols / 2) (int4)
-  std::vector<uint8_t> data;    // [rows, bytes_per_row]
-  std::vector<float> scales;    // [rows, groups_per_row]
-  std::vector<float> mins;      // [rows, groups_per_row], int4 only
+  int group_size = 0;          // effective (cols for per-row)
+  int64_t groups_per_row = 0;  // ceil(cols / group_size)
+  int64_t bytes_per_row = 0;   // cols (int8) or ceil(cols / 2) (int4)
+  std::vector<uint8_t> data;   // [rows, bytes_per_row]
+  std::vector<float> scales;   // [rows, groups_per_row]
+  std::vector<float> mins;     // [rows, groups_per_row], int4 only
 
   // A host Weight viewing this matrix's storage (valid while *this lives, unmoved).
   Weight View();

@@ -191,10 +191,17 @@ void QuantMatMulRangeImpl(const QuantMatMulArgs& a, int64_t n_begin, int64_t n_e
   int64_t r0 = 0;
   for (; r0 + 4 <= a.m; r0 += 4) RowBlock<4>(a, x + r0 * xs, xs, r0, n_begin, n_end);
   switch (a.m - r0) {
-    case 3: RowBlock<3>(a, x + r0 * xs, xs, r0, n_begin, n_end); break;
-    case 2: RowBlock<2>(a, x + r0 * xs, xs, r0, n_begin, n_end); break;
-    case 1: RowBlock<1>(a, x + r0 * xs, xs, r0, n_begin, n_end); break;
-    default: break;
+    case 3:
+      RowBlock<3>(a, x + r0 * xs, xs, r0, n_begin, n_end);
+      break;
+    case 2:
+      RowBlock<2>(a, x + r0 * xs, xs, r0, n_begin, n_end);
+      break;
+    case 1:
+      RowBlock<1>(a, x + r0 * xs, xs, r0, n_begin, n_end);
+      break;
+    default:
+      break;
   }
 }
 

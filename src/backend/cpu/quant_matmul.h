@@ -12,16 +12,16 @@ struct QuantMatMulArgs {
   const float* x = nullptr;
   int64_t x_stride = 0;  // floats between rows of x
   int64_t m = 0;
-  bool int4 = false;             // false: kInt8 (value = q * scale), true: kInt4 (q * scale + min)
-  const void* q = nullptr;       // codes: i8 [.., k] or u8 [.., ceil(k/2)] (low nibble first)
-  int64_t q_stride = 0;          // bytes between weight rows
+  bool int4 = false;        // false: kInt8 (value = q * scale), true: kInt4 (q * scale + min)
+  const void* q = nullptr;  // codes: i8 [.., k] or u8 [.., ceil(k/2)] (low nibble first)
+  int64_t q_stride = 0;     // bytes between weight rows
   const float* scales = nullptr;
-  int64_t scale_stride = 0;      // floats between weight rows of scales
-  const float* mins = nullptr;   // int4 only
+  int64_t scale_stride = 0;     // floats between weight rows of scales
+  const float* mins = nullptr;  // int4 only
   int64_t min_stride = 0;
   int64_t k = 0;
   int64_t group_size = 0;
-  const float* bias = nullptr;   // may be null
+  const float* bias = nullptr;  // may be null
   float* out = nullptr;
   int64_t out_stride = 0;
 };

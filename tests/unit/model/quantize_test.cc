@@ -1,11 +1,11 @@
 // Round-trip bounds and layout of the int8 / int4 quantizers in model/quantize.
 #include "model/quantize.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace dh {
 namespace {

@@ -10,12 +10,12 @@
 // Bounds: int8 <= 0.03, int8-row <= 0.04, int4 <= 0.30, int4-g128 <= 0.35.
 // Quantization must also change the logits (> 1e-6), so the test cannot pass on unquantized
 // weights.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-
-#include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/reference/reference_backend.h"
@@ -134,8 +134,7 @@ TEST(QuantizedModelTest, RejectsUnknownQuant) {
   if (!fs::exists(kFixtures / "llama_f32")) GTEST_SKIP() << "fixture llama_f32 is absent";
   auto got = Logits("llama_f32", "reference", "int5");
   ASSERT_FALSE(got.ok());
-  EXPECT_NE(got.status().message().find("int4-g128"), std::string::npos)
-      << got.status().message();
+  EXPECT_NE(got.status().message().find("int4-g128"), std::string::npos) << got.status().message();
 }
 
 }  // namespace
