@@ -24,8 +24,11 @@ void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model) {
                   "as stored");
   sub->add_flag("--quant-lm-head", o->quant_lm_head, "With --quant, quantize lm_head too");
   sub->add_option("--threads", o->threads, "Worker threads (default: all available CPUs)");
+  sub->add_flag("--mmap", o->mmap,
+                "Map the weight files instead of reading them into memory (faster start, but the "
+                "page cache can evict weights under memory pressure)");
   sub->add_flag("--no-mmap", o->no_mmap,
-                "Read weights into anonymous memory instead of mapping the files");
+                "Read weights into anonymous memory (the default; overrides --mmap)");
   sub->add_flag("--mlock", o->mlock, "Lock weights in RAM (needs RLIMIT_MEMLOCK)");
   sub->add_flag("--trace-kernels", o->trace_kernels, "Log the kernel chosen for each op and shape");
   sub->add_flag("--quiet,-q", o->quiet, "Only print errors on stderr");
@@ -43,7 +46,7 @@ Result<LoadedModel> LoadFromOptions(const ModelOptions& o) {
   lo.dtype = o.dtype;
   lo.quant = o.quant;
   lo.quant_lm_head = o.quant_lm_head;
-  lo.file.use_mmap = !o.no_mmap;
+  lo.file.use_mmap = o.mmap && !o.no_mmap;
   lo.file.mlock = o.mlock;
   lo.show_progress = !o.quiet;
   const auto start = std::chrono::steady_clock::now();

@@ -1,5 +1,5 @@
 // Flags shared by every subcommand that loads a model (--model-path, --device, --dtype,
-// --threads, --no-mmap, --mlock, --trace-kernels) and the code that turns them into a loaded
+// --threads, --mmap/--no-mmap, --mlock, --trace-kernels) and the code that turns them into a loaded
 // backend + model.
 #pragma once
 
@@ -21,6 +21,9 @@ struct ModelOptions {
   std::string quant = "none";
   bool quant_lm_head = false;
   int threads = 0;
+  // Weights are read into anonymous memory by default: mapped weights were evicted from the page
+  // cache by other processes' file reading and decode fell 2-5x (docs/DESIGN.md "Traps").
+  bool mmap = false;
   bool no_mmap = false;
   bool mlock = false;
   bool trace_kernels = false;
