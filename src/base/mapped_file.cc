@@ -105,6 +105,9 @@ Result<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& path,
     }
     file->data_ = static_cast<const uint8_t*>(p);
     file->mapped_ = true;  // the destructor unmaps it
+    // Huge pages for weights that are streamed every token: fewer TLB misses, and the hardware
+    // prefetcher does not stop at every 4 KiB boundary. Advisory; ignored where unsupported.
+    ::madvise(p, size, MADV_HUGEPAGE);
     DH_RETURN_IF_ERROR(ReadAll(fd, path, static_cast<uint8_t*>(p), size));
     ::mprotect(p, size, PROT_READ);
   }
