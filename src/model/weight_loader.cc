@@ -44,6 +44,21 @@ void ToF32(const Tensor& src, float* dst) {
   }
 }
 
+// value[r, c] = fp8[r, c] * scale[r / br, c / bc], from the checkpoint's host bytes.
+std::vector<float> DequantizeFp8(const TensorInfo& q, const TensorInfo& scale, int64_t rows,
+                                 int64_t cols, int br, int bc) {
+  std::vector<float> scales(static_cast<size_t>(scale.View().numel()));
+  ToF32(scale.View(), scales.data());
+  const int64_t scols = (cols + bc - 1) / bc;
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      out[r * cols + c] = F8E4M3ToF32(q.data[r * cols + c]) * scales[(r / br) * scols + c / bc];
+    }
+  }
+  return out;
+}
+
 std::optional<DType> RequestedDType(const std::string& dtype) {
   if (dtype == "float32" || dtype == "f32") return DType::kF32;
   if (dtype == "bfloat16" || dtype == "bf16") return DType::kBF16;
@@ -63,7 +78,7 @@ WeightLoader::WeightLoader(const Checkpoint& checkpoint, const ModelConfig& conf
 }
 
 bool WeightLoader::ShouldQuantize(const std::string& name) const {
-  if (quant_suspended_ || !quant_.ok() || !quant_->enabled) return false;
+  if (!quant_.ok() || !quant_->enabled) return false;
   auto ends_with = [&](std::string_view suffix) {
     return name.size() >= suffix.size() &&
            name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -167,15 +182,8 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
     const bool quantize = ShouldQuantize(name);
     auto requested = RequestedDType(options_.dtype);
     if (requested || quantize) {
-      // --dtype asks for a dense copy: dequantize once at load.
-      std::vector<float> dense(rows * cols);
-      const uint8_t* q8 = t->data;
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < cols; ++c) {
-          dense[r * cols + c] =
-              F8E4M3ToF32(q8[r * cols + c]) * w.scales.as<float>()[(r / br) * scols + c / bc];
-        }
-      }
+      // --dtype / --quant ask for another format: dequantize once at load.
+      std::vector<float> dense = DequantizeFp8(*t, *s, rows, cols, br, bc);
       if (quantize) return UploadQuantized(dense, rows, cols, name);
       Tensor host(dense.data(), DType::kF32, {rows, cols});
       DH_ASSIGN_OR_RETURN(Tensor converted, Upload(host, *requested));
@@ -207,24 +215,14 @@ Result<std::vector<float>> WeightLoader::HostMatrixF32(const std::string& name, 
   if (t == nullptr) return NotFound("{}: missing tensor '{}'", checkpoint_.dir(), name);
   std::vector<float> out(static_cast<size_t>(rows * cols));
   if (t->dtype == DType::kF8E4M3) {
-    // Matrix() has validated the tensor and its scales already.
-    quant_suspended_ = true;
-    Result<Weight> checked = Matrix(name, rows, cols);
-    quant_suspended_ = false;
-    DH_RETURN_IF_ERROR(checked.status());
-    num_parameters_ -= rows * cols;
+    // Matrix(name) has validated the tensor and its scales (see the header's precondition).
     const auto& q = config_.quantization;
-    const int br = q.block_rows > 0 ? q.block_rows : 128;
-    const int bc = q.block_cols > 0 ? q.block_cols : 128;
-    const int64_t scols = (cols + bc - 1) / bc;
-    const TensorInfo* s = checkpoint_.Find(name.substr(0, name.size() - 7) + ".weight_scale_inv");
-    std::vector<float> scales(s->nbytes / DTypeSize(s->dtype));
-    ToF32(s->View(), scales.data());
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        out[r * cols + c] = F8E4M3ToF32(t->data[r * cols + c]) * scales[(r / br) * scols + c / bc];
-      }
+    const TensorInfo* scale = checkpoint_.Find(name.substr(0, name.size() - 7) + ".weight_scale_inv");
+    if (!used_.count(name) || scale == nullptr) {
+      return Internal("HostMatrixF32('{}') before Matrix() validated it", name);
     }
+    out = DequantizeFp8(*t, *scale, rows, cols, q.block_rows > 0 ? q.block_rows : 128,
+                        q.block_cols > 0 ? q.block_cols : 128);
     *stored_dtype = DType::kBF16;
     return out;
   }

@@ -33,7 +33,8 @@ class WeightLoader {
   Result<Tensor> OptionalVector(const std::string& name, int64_t n);
   // The dequantized f32 values of matrix `name` on the host (for weights the architecture
   // rearranges at load, e.g. MLA's absorbed kv_b_proj), and the dtype it is stored in (bf16 for
-  // FP8 checkpoints, so rearranged copies stay compact).
+  // FP8 checkpoints, so rearranged copies stay compact). For FP8 tensors, call Matrix(name)
+  // first: it validates the tensor and its scales.
   Result<std::vector<float>> HostMatrixF32(const std::string& name, int64_t rows, int64_t cols,
                                            DType* stored_dtype);
   // A dense weight [rows, cols] from host f32 values, stored as `dtype` on the backend.
@@ -75,7 +76,6 @@ class WeightLoader {
   std::unique_ptr<ProgressBar> progress_;
   uint64_t loaded_bytes_ = 0;
   Result<QuantSpec> quant_ = QuantSpec{};
-  bool quant_suspended_ = false;  // while HostMatrixF32 validates through Matrix()
   // Quantized tensors: name -> bytes as loaded (data + scales + mins), for Finish's counts.
   std::map<std::string, uint64_t> quantized_bytes_;
 };

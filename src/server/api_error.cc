@@ -5,100 +5,54 @@
 
 namespace dh::server {
 
-ApiError BadRequest(std::string param, std::string message, std::optional<std::string> code) {
+namespace {
+ApiError Make(int status, const char* type, std::string message, std::optional<std::string> code,
+              std::optional<std::string> param = std::nullopt) {
   ApiError e;
-  e.status = 400;
+  e.status = status;
+  e.type = type;
   e.message = std::move(message);
-  e.param = std::move(param);
   e.code = std::move(code);
+  e.param = std::move(param);
   return e;
 }
+constexpr const char* kInvalid = "invalid_request_error";
+constexpr const char* kServer = "server_error";
+}  // namespace
 
+ApiError BadRequest(std::string param, std::string message, std::optional<std::string> code) {
+  return Make(400, kInvalid, std::move(message), std::move(code), std::move(param));
+}
 ApiError InvalidJson(std::string message) {
-  ApiError e;
-  e.status = 400;
-  e.message = std::move(message);
-  e.code = "invalid_json";
-  return e;
+  return Make(400, kInvalid, std::move(message), "invalid_json");
 }
-
 ApiError ModelNotFound(const std::string& served) {
-  ApiError e;
-  e.status = 404;
-  e.message = "The model does not exist on this server; it serves: " + served;
-  e.param = "model";
-  e.code = "model_not_found";
-  return e;
+  return Make(404, kInvalid, "The model does not exist on this server; it serves: " + served,
+              "model_not_found", "model");
 }
-
 ApiError Unauthorized() {
-  ApiError e;
-  e.status = 401;
-  e.type = "authentication_error";
-  e.message = "Missing or invalid API key (send 'Authorization: Bearer <key>')";
-  e.code = "invalid_api_key";
-  return e;
+  return Make(401, "authentication_error",
+              "Missing or invalid API key (send 'Authorization: Bearer <key>')", "invalid_api_key");
 }
-
-ApiError NotFoundRoute() {
-  ApiError e;
-  e.status = 404;
-  e.type = "not_found_error";
-  e.message = "Unknown route";
-  e.code = "not_found";
-  return e;
-}
-
+ApiError NotFoundRoute() { return Make(404, "not_found_error", "Unknown route", "not_found"); }
 ApiError MethodNotAllowed() {
-  ApiError e;
-  e.status = 405;
-  e.message = "Method not allowed on this route";
-  e.code = "method_not_allowed";
-  return e;
+  return Make(405, kInvalid, "Method not allowed on this route", "method_not_allowed");
 }
-
 ApiError PayloadTooLarge(size_t limit) {
-  ApiError e;
-  e.status = 413;
-  e.message = "Request body exceeds the limit of " + std::to_string(limit) + " bytes";
-  e.code = "request_too_large";
-  return e;
+  return Make(413, kInvalid,
+              "Request body exceeds the limit of " + std::to_string(limit) + " bytes",
+              "request_too_large");
 }
-
 ApiError Overloaded() {
-  ApiError e;
-  e.status = 503;
-  e.type = "server_error";
-  e.message = "The server is overloaded (request queue full); retry later";
-  e.code = "server_overloaded";
-  return e;
+  return Make(503, kServer, "The server is overloaded (request queue full); retry later",
+              "server_overloaded");
 }
-
 ApiError ShuttingDown() {
-  ApiError e;
-  e.status = 503;
-  e.type = "server_error";
-  e.message = "The server is shutting down";
-  e.code = "server_shutting_down";
-  return e;
+  return Make(503, kServer, "The server is shutting down", "server_shutting_down");
 }
-
-ApiError NotReady() {
-  ApiError e;
-  e.status = 503;
-  e.type = "server_error";
-  e.message = "The model is still loading";
-  e.code = "server_loading";
-  return e;
-}
-
+ApiError NotReady() { return Make(503, kServer, "The model is still loading", "server_loading"); }
 ApiError InternalError(std::string message) {
-  ApiError e;
-  e.status = 500;
-  e.type = "server_error";
-  e.message = std::move(message);
-  e.code = "internal_error";
-  return e;
+  return Make(500, kServer, std::move(message), "internal_error");
 }
 
 ApiError FromStatus(const Status& status, std::optional<std::string> param) {
