@@ -52,6 +52,9 @@ struct LoadOptions {
   // lm_head only with quant_lm_head.
   std::string quant = "none";
   bool quant_lm_head = false;
+  // Per-layer precision policy (--policy): "" (none: `quant` applies), static:FMT, dynamic, or
+  // custom:CLASS=FMT,... (see model/precision_policy.h).
+  std::string policy;
 };
 
 struct ModelInfo {

@@ -423,4 +423,57 @@ void CpuBackend::Add(const Tensor& a, const Tensor& b, Tensor out) {
   ForEachElementChunk(*pool_, *ar, *br, *o, cpu::AddRow);
 }
 
+void CpuBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& p) {
+  if (options().trace_kernels) {
+    Trace(fmt::format("rope reference T={} H={} D={} rotary={}", x.ndim > 0 ? x.shape[0] : 0,
+                      x.ndim > 1 ? x.shape[1] : 0, x.ndim > 2 ? x.shape[2] : 0, p.rot_dim));
+  }
+  ReferenceBackend::Rope(x, positions, p);
+}
+
+void CpuBackend::KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
+                         const Tensor& slot_mapping) {
+  if (options().trace_kernels) {
+    Trace(fmt::format("kv_write reference k={} v={} cache={}", k.ShapeString(),
+                      v.empty() ? "none" : v.ShapeString(), DTypeName(k_cache.dtype)));
+  }
+  ReferenceBackend::KvWrite(k, v, k_cache, v_cache, slot_mapping);
+}
+
+void CpuBackend::Copy(const Tensor& src, Tensor dst) {
+  if (options().trace_kernels) {
+    Trace(fmt::format("copy reference {} {} -> {}", src.ShapeString(), DTypeName(src.dtype),
+                      DTypeName(dst.dtype)));
+  }
+  ReferenceBackend::Copy(src, dst);
+}
+
+void CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, Tensor out) {
+  if (options().trace_kernels) {
+    Trace(fmt::format("gather_rows reference n={} H={}", rows.numel(),
+                      x.ndim > 1 ? x.shape[1] : 0));
+  }
+  ReferenceBackend::GatherRows(x, rows, out);
+}
+
+void CpuBackend::MoeGate(const Tensor& logits, const Tensor& bias, const MoeGateParams& p,
+                         Tensor topk_ids, Tensor topk_weights) {
+  if (options().trace_kernels) {
+    Trace(fmt::format("moe_gate reference T={} E={} k={}", logits.ndim > 0 ? logits.shape[0] : 0,
+                      logits.ndim > 1 ? logits.shape[1] : 0,
+                      topk_ids.ndim > 1 ? topk_ids.shape[1] : 0));
+  }
+  ReferenceBackend::MoeGate(logits, bias, p, topk_ids, topk_weights);
+}
+
+void CpuBackend::MoeExperts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                            std::span<const ExpertWeights> experts, Tensor out) {
+  if (options().trace_kernels) {
+    Trace(fmt::format("moe_experts grouped T={} H={} experts={} k={}",
+                      x.ndim > 0 ? x.shape[0] : 0, x.ndim > 1 ? x.shape[1] : 0, experts.size(),
+                      topk_ids.ndim > 1 ? topk_ids.shape[1] : 0));
+  }
+  ReferenceBackend::MoeExperts(x, topk_ids, topk_weights, experts, out);
+}
+
 }  // namespace dh

@@ -31,7 +31,16 @@ class CpuBackend : public ReferenceBackend {
                  const AttentionMeta& meta, float scale, Tensor out) override;
   void SiluMul(const Tensor& gate, const Tensor& up, Tensor out) override;
   void Add(const Tensor& a, const Tensor& b, Tensor out) override;
-
+  // Ops the reference backend's loops serve; overridden only so --trace-kernels names them.
+  void Rope(Tensor x, const Tensor& positions, const RopeParams& p) override;
+  void KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
+               const Tensor& slot_mapping) override;
+  void Copy(const Tensor& src, Tensor dst) override;
+  void GatherRows(const Tensor& x, const Tensor& rows, Tensor out) override;
+  void MoeGate(const Tensor& logits, const Tensor& bias, const MoeGateParams& p, Tensor topk_ids,
+               Tensor topk_weights) override;
+  void MoeExperts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                  std::span<const ExpertWeights> experts, Tensor out) override;
 
  private:
   // With trace_kernels, logs `what` the first time it is seen.
