@@ -3,6 +3,7 @@
 // multiply and divide these numbers without overflow or division by zero (sglang#32028).
 #include "io/model_config.h"
 
+#include <cctype>
 #include <cmath>
 
 #include "base/mapped_file.h"
@@ -215,11 +216,49 @@ Status ParseQuantization(const Fields& top, QuantizationConfig* q) {
     q->block_cols = static_cast<int>((*bs)[1].get<int64_t>());
   } else if (q->method == "awq" || q->method == "gptq") {
     DH_RETURN_IF_ERROR(f.IntAsInt("bits", &q->bits, 2, 8, /*required=*/true));
+    if (q->bits != 4) {
+      return Unsupported(
+          "{}: field 'quantization_config.bits': {}-bit {} is not supported (expected 4)",
+          top.source(), q->bits, q->method);
+    }
     // -1 means one group per row (GPTQ's per-channel quantization).
     DH_RETURN_IF_ERROR(f.IntAsInt("group_size", &q->group_size, -1, 1 << 20, true));
     if (q->group_size == 0) return f.Error("group_size", "-1 or a positive integer", "0");
     DH_RETURN_IF_ERROR(f.Bool("desc_act", &q->desc_act));
     DH_RETURN_IF_ERROR(f.Bool("zero_point", &q->zero_point));
+    DH_RETURN_IF_ERROR(f.Bool("sym", &q->sym));
+    if (q->method == "awq") {
+      DH_RETURN_IF_ERROR(f.String("version", &q->version));
+      for (char& ch : q->version) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (q->version != "gemm") {
+        return Unsupported(
+            "{}: field 'quantization_config.version': unsupported AWQ packing '{}' (expected "
+            "gemm)",
+            top.source(), q->version);
+      }
+      if (!q->zero_point) {
+        return Unsupported(
+            "{}: field 'quantization_config.zero_point': false (symmetric AWQ) is not supported "
+            "(expected true)",
+            top.source());
+      }
+    } else {
+      DH_RETURN_IF_ERROR(f.String("checkpoint_format", &q->checkpoint_format));
+      if (q->checkpoint_format != "gptq" && q->checkpoint_format != "gptq_v2") {
+        return Unsupported(
+            "{}: field 'quantization_config.checkpoint_format': unsupported '{}' (expected gptq "
+            "or gptq_v2)",
+            top.source(), q->checkpoint_format);
+      }
+      // GPTQModel's per-module overrides may change bits or group size per layer.
+      const json* dyn = f.Get("dynamic");
+      if (dyn != nullptr && !(dyn->is_object() && dyn->empty())) {
+        return Unsupported(
+            "{}: field 'quantization_config.dynamic': per-module overrides are not supported "
+            "(got {})",
+            top.source(), JsonSnippet(*dyn));
+      }
+    }
   } else {
     return Unsupported(
         "{}: field 'quantization_config.quant_method': unsupported '{}' (expected fp8, awq or "

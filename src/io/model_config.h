@@ -29,10 +29,13 @@ struct QuantizationConfig {
   std::string method;  // "" (none) | fp8 | awq | gptq
   int block_rows = 0;  // fp8 weight_block_size
   int block_cols = 0;
-  int bits = 0;        // awq | gptq
-  int group_size = 0;
-  bool desc_act = false;
-  bool zero_point = true;
+  int bits = 0;        // awq | gptq: only 4 is accepted
+  int group_size = 0;  // -1: one group per row (the whole input dimension)
+  bool desc_act = false;   // gptq: act-order (g_idx is a permuted group assignment)
+  bool zero_point = true;  // awq: only true (asymmetric, qzeros stored) is accepted
+  bool sym = true;         // gptq: informational (symmetric GPTQ still stores qzeros)
+  std::string version = "gemm";              // awq: only the GEMM packing is accepted
+  std::string checkpoint_format = "gptq";    // gptq: gptq (zeros stored minus 1) | gptq_v2
 };
 
 struct ModelConfig {

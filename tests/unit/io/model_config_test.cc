@@ -144,13 +144,28 @@ TEST(ModelConfigTest, ParsesAwqAndGptq) {
   EXPECT_EQ(r->quantization.method, "awq");
   EXPECT_EQ(r->quantization.bits, 4);
   EXPECT_EQ(r->quantization.group_size, 128);
+  EXPECT_EQ(r->quantization.version, "gemm");
   j["quantization_config"] = json::parse(
-      R"({"bits": 8, "group_size": -1, "quant_method": "gptq", "desc_act": true, "sym": true})");
+      R"({"bits": 4, "group_size": -1, "quant_method": "gptq", "desc_act": true, "sym": true})");
   r = Parse(j);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->quantization.method, "gptq");
   EXPECT_EQ(r->quantization.group_size, -1);
   EXPECT_TRUE(r->quantization.desc_act);
+  EXPECT_TRUE(r->quantization.sym);
+  EXPECT_EQ(r->quantization.checkpoint_format, "gptq");
+  j["quantization_config"] = json::parse(
+      R"({"bits": 4, "group_size": 128, "quant_method": "gptq", "desc_act": false, "sym": false,
+          "checkpoint_format": "gptq_v2", "dynamic": {}})");
+  r = Parse(j);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->quantization.checkpoint_format, "gptq_v2");
+  EXPECT_FALSE(r->quantization.sym);
+  j["quantization_config"] = json::parse(
+      R"({"bits": 4, "group_size": 64, "quant_method": "awq", "version": "GEMM"})");
+  r = Parse(j);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->quantization.version, "gemm");
 }
 
 struct BadConfig {
@@ -247,6 +262,40 @@ TEST(ModelConfigTest, RefusesBadValues) {
          j["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}, {"group_size", 0}};
        },
        {"field 'quantization_config.group_size'"}},
+      {"gptq_bits_8",
+       [](json& j) {
+         j["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 8}, {"group_size", 128}};
+       },
+       {"field 'quantization_config.bits'", "8-bit gptq", "expected 4"}},
+      {"awq_bits_3",
+       [](json& j) {
+         j["quantization_config"] = {{"quant_method", "awq"}, {"bits", 3}, {"group_size", 128}};
+       },
+       {"field 'quantization_config.bits'", "3-bit awq"}},
+      {"awq_gemv",
+       [](json& j) {
+         j["quantization_config"] = {
+             {"quant_method", "awq"}, {"bits", 4}, {"group_size", 128}, {"version", "gemv"}};
+       },
+       {"field 'quantization_config.version'", "gemv", "expected gemm"}},
+      {"awq_no_zero_point",
+       [](json& j) {
+         j["quantization_config"] = {
+             {"quant_method", "awq"}, {"bits", 4}, {"group_size", 128}, {"zero_point", false}};
+       },
+       {"field 'quantization_config.zero_point'"}},
+      {"gptq_marlin_format",
+       [](json& j) {
+         j["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128},
+                                     {"checkpoint_format", "marlin"}};
+       },
+       {"field 'quantization_config.checkpoint_format'", "marlin", "gptq_v2"}},
+      {"gptq_dynamic",
+       [](json& j) {
+         j["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128},
+                                     {"dynamic", {{"-:.*mlp.*", json::object()}}}};
+       },
+       {"field 'quantization_config.dynamic'"}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
