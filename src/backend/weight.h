@@ -31,6 +31,10 @@ struct Weight {
   int block_rows = 0;  // kFp8Block
   int block_cols = 0;  // kFp8Block
   int group_size = 0;  // kInt8, kInt4
+  // Optional input permutation, i32 [cols] (GPTQ act-order checkpoints): the product is taken
+  // with x gathered as x[:, perm], i.e. out[r][j] = sum_c value[j][c] * x[r][perm[c]]. Empty:
+  // identity.
+  Tensor perm;
 
   bool empty() const { return data.empty(); }
   // A dense weight over `t` ([rows, cols] or, for vectors, [n]).
@@ -41,9 +45,10 @@ struct Weight {
     w.cols = t.ndim >= 2 ? t.shape[1] : 1;
     return w;
   }
-  // Bytes a full read of this weight touches (data + scales + mins).
+  // Bytes a full read of this weight touches (data + scales + mins + perm).
   size_t nbytes() const {
-    return data.nbytes() + (scales.empty() ? 0 : scales.nbytes()) + (mins.empty() ? 0 : mins.nbytes());
+    return data.nbytes() + (scales.empty() ? 0 : scales.nbytes()) +
+           (mins.empty() ? 0 : mins.nbytes()) + (perm.empty() ? 0 : perm.nbytes());
   }
 };
 

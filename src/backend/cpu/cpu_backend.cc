@@ -252,6 +252,37 @@ bool QuantKernelApplies(const Weight& w) {
 }  // namespace
 
 void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) {
+  if (!w.perm.empty()) {
+    // Input permutation (GPTQ act-order): gather x[:, perm] into a scratch buffer, then multiply
+    // by the same weight without the permutation.
+    const auto xp = AsRows(x);
+    const bool perm_ok = w.perm.dtype == DType::kI32 && w.perm.ndim == 1 &&
+                         w.perm.shape[0] == w.cols && (w.perm.stride[0] == 1 || w.cols == 1);
+    if (!xp || !perm_ok || xp->cols != w.cols) {
+      Trace(fmt::format("matmul reference permuted {}", WeightFormatName(w.format)));
+      return ReferenceBackend::MatMul(x, w, bias, out);
+    }
+    const int64_t m = xp->rows, k = xp->cols;
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(m * k));
+    float* dst = scratch.data();  // this thread's buffer (the pool's threads write into it)
+    const int32_t* perm = w.perm.as<const int32_t>();
+    const RowView xv = *xp;
+    pool_->ParallelFor(m, GrainFor(k), [&, dst, perm](size_t b, size_t e) {
+      for (size_t r = b; r < e; ++r) {
+        const float* src = xv.row(static_cast<int64_t>(r));
+        float* d = dst + r * k;
+        for (int64_t c = 0; c < k; ++c) {
+          DH_CHECK(static_cast<uint32_t>(perm[c]) < static_cast<uint64_t>(k),
+                   "matmul perm[{}] = {} outside [0, {})", c, perm[c], k);
+          d[c] = src[perm[c]];
+        }
+      }
+    });
+    Weight plain = w;
+    plain.perm = Tensor();
+    return MatMul(Tensor(dst, DType::kF32, {m, k}), plain, bias, out);
+  }
   const auto xr = AsRows(x), o = AsRows(out);
   const bool bias_ok = bias.empty() || (bias.dtype == DType::kF32 && IsPlainVector(bias, w.rows));
   const bool dense = w.format == WeightFormat::kDense;

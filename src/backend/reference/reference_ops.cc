@@ -170,10 +170,21 @@ void MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) {
            out.ShapeString(), m, n);
   DH_CHECK(bias.empty() || bias.numel() == n, "matmul bias {} for {} outputs",
            bias.ShapeString(), n);
+  // A weight with an input permutation (GPTQ act-order) multiplies x gathered as x[:, perm].
+  const bool permuted = !w.perm.empty();
+  DH_CHECK(!permuted || w.perm.numel() == k, "matmul perm {} for {} columns", w.perm.ShapeString(),
+           k);
   std::vector<float> xs(m * k), wrow(k);
   for (int64_t r = 0; r < m; ++r) {
     const int64_t xo = RowOffset(x, r);
-    for (int64_t i = 0; i < k; ++i) xs[r * k + i] = Get(x, xo + i * ColStride(x));
+    for (int64_t i = 0; i < k; ++i) {
+      int64_t src = i;
+      if (permuted) {
+        src = GetI32(w.perm, i);
+        DH_CHECK(src >= 0 && src < k, "matmul perm[{}] = {} outside [0, {})", i, src, k);
+      }
+      xs[r * k + i] = Get(x, xo + src * ColStride(x));
+    }
   }
   for (int64_t j = 0; j < n; ++j) {
     DecodeWeightRow(w, j, wrow.data());
