@@ -143,6 +143,9 @@ Result<Tensor> WeightLoader::Upload(const Tensor& host, DType dtype) {
 }
 
 Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64_t cols) {
+  if (const std::string base = PackedInt4Base(name); !base.empty()) {
+    return LoadPackedInt4(base, rows, cols);  // AWQ / GPTQ: weight_loader_packed.cc
+  }
   if (!quant_.ok()) return quant_.status();
   DH_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name));
   if (!ShapeIs(*t, {rows, cols})) {
@@ -211,6 +214,9 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
 
 Result<std::vector<float>> WeightLoader::HostMatrixF32(const std::string& name, int64_t rows,
                                                        int64_t cols, DType* stored_dtype) {
+  if (const std::string base = PackedInt4Base(name); !base.empty()) {
+    return HostPackedInt4F32(base, rows, cols, stored_dtype);
+  }
   const TensorInfo* t = checkpoint_.Find(name);
   if (t == nullptr) return NotFound("{}: missing tensor '{}'", checkpoint_.dir(), name);
   std::vector<float> out(static_cast<size_t>(rows * cols));
@@ -283,6 +289,13 @@ Status WeightLoader::Finish(ModelInfo* info) {
     if (!used_.count(t->name)) {
       if (unused.size() < 3) unused.push_back(t->name);
       ++num_unused;
+      continue;
+    }
+    if (auto p = prequantized_bytes_.find(t->name); p != prequantized_bytes_.end()) {
+      // AWQ / GPTQ tensors: the converted int4 weight's bytes, under "int4".
+      info->bytes_by_dtype[std::string(WeightFormatName(WeightFormat::kInt4))] +=
+          static_cast<int64_t>(p->second);
+      info->weight_bytes += p->second;
       continue;
     }
     if (auto q = quantized_bytes_.find(t->name); q != quantized_bytes_.end()) {

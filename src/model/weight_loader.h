@@ -65,6 +65,18 @@ class WeightLoader {
   Result<Weight> UploadQuantized(std::span<const float> values, int64_t rows, int64_t cols,
                                  const std::string& name);
 
+  // AWQ / GPTQ int4 projections stored as <base>.qweight, .qzeros, .scales (, .g_idx) instead of
+  // <base>.weight (model/packed_int4.h; defined in weight_loader_packed.cc). PackedInt4Base is
+  // <base> when `name` is "<base>.weight" and the checkpoint has <base>.qweight, else "".
+  std::string PackedInt4Base(const std::string& name) const;
+  Result<Weight> LoadPackedInt4(const std::string& base, int64_t rows, int64_t cols);
+  Result<std::vector<float>> HostPackedInt4F32(const std::string& base, int64_t rows,
+                                               int64_t cols, DType* stored_dtype);
+  // Packed int4 tensors: name -> bytes as loaded (qweight: the converted weight; its companions
+  // 0), counted under "int4" by Finish.
+  std::map<std::string, uint64_t> prequantized_bytes_;
+  bool logged_prequantized_ = false;
+
   const Checkpoint& checkpoint_;
   const ModelConfig& config_;
   Backend& backend_;
