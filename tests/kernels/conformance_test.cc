@@ -16,6 +16,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/quant_vnni.h"
 #include "backend/reference/reference_backend.h"
 #include "base/log.h"
 #include "hwy/highway.h"
@@ -95,6 +96,9 @@ TEST_F(ConformanceTest, MatMulDense) {
 
 TEST_F(ConformanceTest, MatMulQuantized) {
   Rng rng(2);
+  // f32 products here (exact weights, 2e-5); the integer-dot kernel, which quantizes x, is checked
+  // against its error bound in quant_matmul_test.cc.
+  cpu::SetIntegerDotForTest(cpu::IntegerDot::kOff);
   ForEachTarget([&] {
     for (int64_t m : {1, 3, 6}) {
       // fp8 with 16x32 blocks over 37x70: partial edge blocks in both directions.
@@ -142,6 +146,7 @@ TEST_F(ConformanceTest, MatMulQuantized) {
       }
     }
   });
+  cpu::SetIntegerDotForTest(cpu::IntegerDot::kAuto);
 }
 
 TEST_F(ConformanceTest, RmsNormAndAddRmsNorm) {

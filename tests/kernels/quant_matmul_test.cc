@@ -7,6 +7,7 @@
 // Tolerance: |got - want| <= 2e-5 * max(1, max|want|) (f32 SIMD accumulation in a different
 // order than the reference's sums; the dequantized weights are the same f32 products).
 #include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/quant_vnni.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -40,6 +41,9 @@ const Case kCases[] = {
     {true, 3, 17, 96, 32},    {true, 1, 33, 257, 257}, {true, 5, 64, 130, 32},
     {true, 8, 9, 300, 128},   {true, 1, 40, 256, 128}, {true, 2, 11, 37, 37},
     {true, 4, 13, 70, 16},    {false, 6, 21, 64, 32},  {true, 7, 21, 96, 32},
+    {false, 2, 10, 200, 64},  {true, 3, 10, 300, 64},  {true, 1, 9, 600, 256},
+    {false, 1, 6, 100, 8},    {true, 1, 20, 1536, 32}, {false, 1, 20, 1536, 1536},
+    {false, 9, 12, 160, 32},  {true, 10, 7, 129, 128}, {false, 1, 5, 100, 48},
 };
 
 class QuantMatMulTest : public ::testing::Test {
@@ -132,6 +136,7 @@ TEST_F(QuantMatMulTest, KernelMatchesReference) {
 // The same shapes through CpuBackend::MatMul (whichever kernel it picks for quantized weights).
 TEST_F(QuantMatMulTest, BackendMatchesReference) {
   Rng rng(12);
+  cpu::SetIntegerDotForTest(cpu::IntegerDot::kOff);  // f32 products: tight tolerance
   ForEachTarget([&] {
     for (const Case& c : kCases) {
       RandomWeight rw(rng, c);
@@ -142,6 +147,124 @@ TEST_F(QuantMatMulTest, BackendMatchesReference) {
       ExpectClose(got.ToVector(), want.ToVector(), 2e-5f, "backend " + Name(c));
     }
   });
+  cpu::SetIntegerDotForTest(cpu::IntegerDot::kAuto);
+}
+
+// Checks an integer-dot result against the reference (exact f32 x): each x element is quantized
+// per block of 32 columns to round(x / s), s = max|x_block| / 127, so it is off by at most s / 2;
+// an output is then off by at most sum_c |q_c * scale_c| * s(c) / 2 (the int4 min term uses exact
+// sums of x), plus f32 accumulation error (2e-5 of the output scale, as for the f32 kernels).
+void ExpectWithinQuantBound(const Case& c, const Weight& w, const Owned& x, int64_t x_stride,
+                            const bool with_bias, const Owned& bias, const float* got,
+                            int64_t got_stride, const std::vector<float>& want,
+                            const std::string& what) {
+  float scale = 1.0f;
+  for (float v : want) scale = std::max(scale, std::fabs(v));
+  std::vector<float> row(c.k);
+  int bad = 0;
+  const float* xf = reinterpret_cast<const float*>(x.bytes.data());
+  for (int64_t j = 0; j < c.n; ++j) {
+    ref::DecodeWeightRow(w, j, row.data());
+    if (c.int4) {  // drop the min term: only q * scale meets the quantized x
+      const float* mn = w.mins.as<const float>() + j * w.mins.stride[0];
+      for (int64_t col = 0; col < c.k; ++col) row[col] -= mn[col / c.group];
+    }
+    for (int64_t r = 0; r < c.m; ++r) {
+      double bound = 0.0;
+      for (int64_t b0 = 0; b0 < c.k; b0 += 32) {
+        const int64_t b1 = std::min<int64_t>(c.k, b0 + 32);
+        float amax = 0.0f;
+        double wsum = 0.0;
+        for (int64_t col = b0; col < b1; ++col) {
+          amax = std::max(amax, std::fabs(xf[r * x_stride + col]));
+          wsum += std::fabs(row[col]);
+        }
+        bound += wsum * amax / 127.0 / 2.0;
+      }
+      const float g = got[r * got_stride + j], want_v = want[r * c.n + j];
+      const double tol = bound * 1.001 + 2e-5 * scale;
+      if (!(std::fabs(g - want_v) <= tol) && ++bad <= 5) {
+        ADD_FAILURE() << what << (with_bias ? " bias" : "") << ": row " << r << " col " << j
+                      << " got " << g << " want " << want_v << " (bound " << tol << ")";
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+  (void)bias;
+}
+
+// The AVX512-VNNI integer kernel (x quantized to int8 per 32 columns) against the reference,
+// within the bound above, over two ranges as the thread pool splits them.
+TEST_F(QuantMatMulTest, IntegerDotWithinQuantizationBound) {
+  if (!cpu::IntegerDotAvailable()) GTEST_SKIP() << "CPU has no AVX512-VNNI";
+  Rng rng(14);
+  int tested = 0;
+  for (const Case& c : kCases) {
+    if (!cpu::IntegerDotSupports(c.int4, c.k, c.group)) continue;
+    ++tested;
+    RandomWeight rw(rng, c);
+    Owned x(DType::kF32, {c.m, c.k + 3}), got(DType::kF32, {c.m, c.n + 5}),
+        want(DType::kF32, {c.m, c.n});
+    rng.Fill(x, -2.0f, 2.0f);
+    for (bool with_bias : {false, true}) {
+      cpu::QuantMatMulArgs a;
+      a.x = x.f32();
+      a.x_stride = c.k + 3;
+      a.m = c.m;
+      a.int4 = c.int4;
+      a.q = rw.q.t.data;
+      a.q_stride = rw.q.t.shape[1];
+      a.scales = rw.scales.f32();
+      a.scale_stride = rw.scales.t.shape[1];
+      a.mins = c.int4 ? rw.mins.f32() : nullptr;
+      a.min_stride = rw.mins.t.shape[1];
+      a.k = c.k;
+      a.group_size = c.group;
+      a.bias = with_bias ? rw.bias.f32() : nullptr;
+      a.out = got.f32();
+      a.out_stride = c.n + 5;
+      cpu::QuantizedActs acts;
+      cpu::QuantizeActs(a, &acts);
+      cpu::IntegerDotRange(a, acts, 0, c.n / 2);
+      cpu::IntegerDotRange(a, acts, c.n / 2, c.n);
+      ref_.MatMul(x.t.Narrow(1, 0, c.k), rw.w, with_bias ? rw.bias.t : Tensor(), want.t);
+      ExpectWithinQuantBound(c, rw.w, x, c.k + 3, with_bias, rw.bias, got.f32(), c.n + 5,
+                             want.ToVector(), "vnni " + Name(c));
+    }
+  }
+  EXPECT_GT(tested, 10);
+}
+
+// CpuBackend::MatMul with the integer kernel forced on (every Highway target: the f32 kernels
+// serve the layouts the integer kernel does not take), within the same bound.
+TEST_F(QuantMatMulTest, BackendIntegerDotWithinQuantizationBound) {
+  Rng rng(15);
+  cpu::SetIntegerDotForTest(cpu::IntegerDot::kOn);
+  ForEachTarget([&] {
+    for (const Case& c : kCases) {
+      RandomWeight rw(rng, c);
+      Owned x(DType::kF32, {c.m, c.k}), got(DType::kF32, {c.m, c.n}), want(DType::kF32, {c.m, c.n});
+      rng.Fill(x, -2.0f, 2.0f);
+      cpu_.MatMul(x.t, rw.w, rw.bias.t, got.t);
+      ref_.MatMul(x.t, rw.w, rw.bias.t, want.t);
+      ExpectWithinQuantBound(c, rw.w, x, c.k, true, rw.bias, got.f32(), c.n, want.ToVector(),
+                             "backend vnni " + Name(c));
+    }
+  });
+  cpu::SetIntegerDotForTest(cpu::IntegerDot::kAuto);
+}
+
+// Layouts the integer kernel takes: lanes inside one group, groups aligned with 64-byte chunks.
+TEST(IntegerDotSupportsTest, Layouts) {
+  EXPECT_TRUE(cpu::IntegerDotSupports(false, 1536, 32));
+  EXPECT_TRUE(cpu::IntegerDotSupports(false, 1536, 1536));
+  EXPECT_TRUE(cpu::IntegerDotSupports(false, 1536, 128));
+  EXPECT_TRUE(cpu::IntegerDotSupports(true, 1536, 32));
+  EXPECT_TRUE(cpu::IntegerDotSupports(true, 1536, 128));
+  EXPECT_TRUE(cpu::IntegerDotSupports(true, 45, 45));
+  EXPECT_FALSE(cpu::IntegerDotSupports(false, 100, 48));  // 48 neither divides nor spans 64
+  EXPECT_FALSE(cpu::IntegerDotSupports(true, 100, 4));    // 8-column lanes straddle groups
+  EXPECT_FALSE(cpu::IntegerDotSupports(true, 45, 9));
 }
 
 // DequantizeRows (the f32 rows the tiled GEMM consumes) equals the reference decoding exactly.

@@ -12,6 +12,7 @@
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/quant_vnni.h"
 #include "backend/reference/reference_ops.h"
 #include "base/check.h"
 #include "base/log.h"
@@ -336,8 +337,18 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     qa.out = a.out;
     qa.out_stride = a.out_stride;
   }
+  if (quant_kernel && cpu::UseIntegerDot(qa)) {
+    // x quantized to int8 once per call, dot products in VNNI units (quant_vnni.h).
+    Trace(fmt::format("matmul {} {} g{} {} M={} N={} K={}", kind, WeightFormatName(w.format),
+                      w.group_size, cpu::IntegerDotName(), m, n, k));
+    cpu::QuantizedActs acts;
+    cpu::QuantizeActs(qa, &acts);
+    pool_->ParallelFor(n, GrainFor(m * k),
+                       [&](size_t b, size_t e) { cpu::IntegerDotRange(qa, acts, b, e); });
+    return;
+  }
   if (quant_kernel && m < 4) {
-    Trace(fmt::format("matmul gemv {} g{} M={} N={} K={}", WeightFormatName(w.format),
+    Trace(fmt::format("matmul gemv {} g{} f32 M={} N={} K={}", WeightFormatName(w.format),
                       w.group_size, m, n, k));
     pool_->ParallelFor(n, GrainFor(m * k),
                        [&](size_t b, size_t e) { cpu::QuantMatMulRange(qa, b, e); });

@@ -1,0 +1,274 @@
+// AVX512-VNNI kernels for int8 / int4 weights (see quant_vnni.h for the numerics). The x86
+// intrinsics live in functions compiled for AVX-512 + VNNI with a target attribute, so this file
+// builds with the project's baseline flags on every host and the kernels run only where
+// __builtin_cpu_supports says the CPU has them.
+#include "backend/cpu/quant_vnni.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+
+#include "base/check.h"
+
+#if defined(__x86_64__)
+// GCC 12 warns about the deliberately undefined pass-through operand inside its own AVX-512
+// intrinsics (false positives reported at the inlining site).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#endif
+
+namespace dh::cpu {
+namespace {
+
+std::atomic<IntegerDot> g_mode{IntegerDot::kAuto};
+
+constexpr int64_t kBlock = 32;  // x columns per quantization block
+
+int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// Columns of x per i32 lane, and per 64-byte vector of codes.
+int64_t LaneCols(bool int4) { return int4 ? 8 : 4; }
+int64_t ChunkCols(bool int4) { return int4 ? 128 : 64; }
+
+// How the weight scales map onto the 16 lanes of a chunk.
+enum class ScaleMode { kOne, kPerChunk, kPermute };
+
+ScaleMode ModeFor(bool int4, int64_t k, int64_t g) {
+  if (g >= k) return ScaleMode::kOne;
+  if (g % ChunkCols(int4) == 0) return ScaleMode::kPerChunk;
+  return ScaleMode::kPermute;
+}
+
+// Quantizes x[0..n) to int8 with one scale (max|x| / 127); returns the scale.
+float QuantizeBlock(const float* x, int64_t n, int8_t* q) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  if (!(amax > 0.0f) || !std::isfinite(amax)) {
+    // Zero block (or non-finite input, which the f32 path would propagate: keep it visible).
+    for (int64_t i = 0; i < n; ++i) q[i] = 0;
+    return amax > 0.0f ? amax : 0.0f;
+  }
+  const float inv = 127.0f / amax;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::nearbyint(x[i] * inv);
+    q[i] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+  }
+  return amax / 127.0f;
+}
+
+}  // namespace
+
+void SetIntegerDotForTest(IntegerDot mode) { g_mode.store(mode); }
+
+bool IntegerDotAvailable() {
+#if defined(__x86_64__)
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vnni");
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+bool IntegerDotSupports(bool int4, int64_t k, int64_t group_size) {
+  if (!QuantMatMulSupports(int4, k, group_size)) return false;
+  const int64_t g = group_size, c = ChunkCols(int4);
+  return g >= k || g % c == 0 || (c % g == 0 && g % LaneCols(int4) == 0);
+}
+
+bool UseIntegerDot(const QuantMatMulArgs& a) {
+  const IntegerDot mode = g_mode.load(std::memory_order_relaxed);
+  if (mode == IntegerDot::kOff || !IntegerDotAvailable()) return false;
+  if (!IntegerDotSupports(a.int4, a.k, a.group_size) || a.m <= 0) return false;
+  if (mode == IntegerDot::kOn) return true;
+  // kAuto: measured on an AVX-512 VNNI CPU (bench/README.md "Quantized decode kernels"): the
+  // integer kernel is faster than the f32 one for every format and group at the decode sizes.
+  return a.m <= 16;
+}
+
+const char* IntegerDotName() { return "vnni512"; }
+
+void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts) {
+  const int64_t k = a.k, m = a.m;
+  const int64_t g = std::min(a.group_size, k);
+  acts->m = m;
+  std::vector<int8_t> q(static_cast<size_t>(k));
+  const int64_t nblocks = (k + kBlock - 1) / kBlock;
+  std::vector<float> bs(static_cast<size_t>(nblocks));
+  if (!a.int4) {
+    acts->row_bytes = RoundUp(k, 64);
+    acts->lanes = acts->row_bytes / 4;
+    acts->groups = 0;
+  } else {
+    acts->row_bytes = 2 * RoundUp((k + 1) / 2, 64);
+    acts->lanes = acts->row_bytes / 2 / 4;
+    acts->groups = (k + g - 1) / g;
+  }
+  acts->codes.assign(static_cast<size_t>(m * acts->row_bytes), a.int4 ? 0 : 128);
+  acts->lane_scales.assign(static_cast<size_t>(m * acts->lanes), 0.0f);
+  acts->group_sums.assign(static_cast<size_t>(m * acts->groups), 0.0f);
+  const int64_t lc = LaneCols(a.int4);
+  for (int64_t r = 0; r < m; ++r) {
+    const float* x = a.x + r * a.x_stride;
+    for (int64_t b = 0; b < nblocks; ++b) {
+      const int64_t c0 = b * kBlock;
+      bs[b] = QuantizeBlock(x + c0, std::min(kBlock, k - c0), q.data() + c0);
+    }
+    uint8_t* codes = acts->codes.data() + r * acts->row_bytes;
+    if (!a.int4) {
+      for (int64_t c = 0; c < k; ++c) codes[c] = static_cast<uint8_t>(q[c] + 128);
+    } else {
+      const int64_t half = acts->row_bytes / 2;
+      for (int64_t c = 0; c < k; ++c) codes[(c & 1) * half + c / 2] = static_cast<uint8_t>(q[c]);
+      float* gs = acts->group_sums.data() + r * acts->groups;
+      for (int64_t c = 0; c < k; ++c) gs[c / g] += x[c];
+    }
+    float* ls = acts->lane_scales.data() + r * acts->lanes;
+    for (int64_t l = 0; l < acts->lanes; ++l) {
+      const int64_t b = l * lc / kBlock;
+      ls[l] = b < nblocks ? bs[b] : 0.0f;
+    }
+  }
+}
+
+#if defined(__x86_64__)
+namespace {
+
+#define DH_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+
+// dot(a[0..n), b[0..n)) in f32.
+DH_VNNI_TARGET float DotF32(const float* a, const float* b, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+  }
+  if (i < n) {
+    const __mmask16 mk = static_cast<__mmask16>((1u << (n - i)) - 1);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, a + i), _mm512_maskz_loadu_ps(mk, b + i), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+// Output rows [n_begin, n_end) for x rows [r0, r0 + MR): each 64-byte vector of weight codes is
+// loaded once and multiplied with the MR rows of quantized x.
+template <int MR, bool kInt4>
+DH_VNNI_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t r0,
+                            int64_t n_begin, int64_t n_end) {
+  const int64_t k = a.k, g = std::min(a.group_size, k);
+  const int64_t row_len = kInt4 ? (k + 1) / 2 : k;  // bytes of codes per weight row
+  constexpr int64_t kChunk = kInt4 ? 128 : 64, kLane = kInt4 ? 8 : 4;
+  const int64_t ngroups = (k + g - 1) / g;
+  const ScaleMode mode = ModeFor(kInt4, k, g);
+  const int per_chunk = mode == ScaleMode::kPermute ? static_cast<int>(kChunk / g) : 1;
+  alignas(64) int32_t idx_lanes[16];
+  for (int i = 0; i < 16; ++i) {
+    idx_lanes[i] = mode == ScaleMode::kPermute ? static_cast<int32_t>(i * kLane / g) : 0;
+  }
+  const __m512i idx = _mm512_load_si512(idx_lanes);
+  const __m512i ones = _mm512_set1_epi8(1), low4 = _mm512_set1_epi8(0x0f);
+  const int64_t half = x.row_bytes / 2;
+  const uint8_t* xc[MR];
+  const float* xl[MR];
+  for (int r = 0; r < MR; ++r) {
+    xc[r] = x.codes.data() + (r0 + r) * x.row_bytes;
+    xl[r] = x.lane_scales.data() + (r0 + r) * x.lanes;
+  }
+  const uint8_t* qbase = static_cast<const uint8_t*>(a.q);
+  for (int64_t j = n_begin; j < n_end; ++j) {
+    const uint8_t* q = qbase + j * a.q_stride;
+    const float* s = a.scales + j * a.scale_stride;
+    __m512 facc[MR];
+    for (int r = 0; r < MR; ++r) facc[r] = _mm512_setzero_ps();
+    __m512 wsl = _mm512_set1_ps(s[0]);
+    for (int64_t b = 0; b < row_len; b += 64) {
+      const int64_t rem = row_len - b;
+      const __mmask64 mk = rem >= 64 ? ~0ULL : (1ULL << rem) - 1;
+      const __m512i v = _mm512_maskz_loadu_epi8(mk, q + b);
+      const int64_t c = kInt4 ? 2 * b : b;  // first column of this chunk
+      if (mode == ScaleMode::kPerChunk) {
+        wsl = _mm512_set1_ps(s[c / g]);
+      } else if (mode == ScaleMode::kPermute) {
+        const int64_t gi = c / g;
+        const int64_t cnt = std::min<int64_t>(per_chunk, ngroups - gi);
+        const __mmask16 sm = static_cast<__mmask16>((1u << cnt) - 1);
+        wsl = _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(sm, s + gi));
+      }
+      const int64_t lane0 = b / 4;
+      if constexpr (kInt4) {
+        const __m512i lo = _mm512_and_si512(v, low4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        for (int r = 0; r < MR; ++r) {
+          __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo,
+                                            _mm512_loadu_si512(xc[r] + b));
+          acc = _mm512_dpbusd_epi32(acc, hi, _mm512_loadu_si512(xc[r] + half + b));
+          const __m512 comb = _mm512_mul_ps(_mm512_loadu_ps(xl[r] + lane0), wsl);
+          facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), comb, facc[r]);
+        }
+      } else {
+        // dot(x + 128, w) - 128 * sum(w): exact in i32.
+        const __m512i corr =
+            _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, v), 7);
+        for (int r = 0; r < MR; ++r) {
+          __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                            _mm512_loadu_si512(xc[r] + b), v);
+          acc = _mm512_sub_epi32(acc, corr);
+          const __m512 comb = _mm512_mul_ps(_mm512_loadu_ps(xl[r] + lane0), wsl);
+          facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), comb, facc[r]);
+        }
+      }
+    }
+    const float bias = a.bias ? a.bias[j] : 0.0f;
+    for (int r = 0; r < MR; ++r) {
+      float sum = _mm512_reduce_add_ps(facc[r]);
+      if constexpr (kInt4) {
+        sum += DotF32(a.mins + j * a.min_stride, x.group_sums.data() + (r0 + r) * x.groups,
+                      ngroups);
+      }
+      a.out[(r0 + r) * a.out_stride + j] = sum + bias;
+    }
+  }
+}
+
+template <bool kInt4>
+void DotAll(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t n_begin, int64_t n_end) {
+  int64_t r0 = 0;
+  for (; r0 + 4 <= a.m; r0 += 4) DotRows<4, kInt4>(a, x, r0, n_begin, n_end);
+  switch (a.m - r0) {
+    case 3: DotRows<3, kInt4>(a, x, r0, n_begin, n_end); break;
+    case 2: DotRows<2, kInt4>(a, x, r0, n_begin, n_end); break;
+    case 1: DotRows<1, kInt4>(a, x, r0, n_begin, n_end); break;
+    default: break;
+  }
+}
+
+}  // namespace
+#endif  // __x86_64__
+
+void IntegerDotRange(const QuantMatMulArgs& a, const QuantizedActs& acts, int64_t n_begin,
+                     int64_t n_end) {
+  DH_CHECK(IntegerDotAvailable() && IntegerDotSupports(a.int4, a.k, a.group_size) &&
+               acts.m == a.m,
+           "integer dot: {} k={} group={} m={} (prepared for m={})", a.int4 ? "int4" : "int8",
+           a.k, a.group_size, a.m, acts.m);
+  if (n_begin >= n_end || a.m <= 0) return;
+#if defined(__x86_64__)
+  if (a.int4) {
+    DotAll<true>(a, acts, n_begin, n_end);
+  } else {
+    DotAll<false>(a, acts, n_begin, n_end);
+  }
+#endif
+}
+
+}  // namespace dh::cpu
+
+#if defined(__x86_64__)
+#pragma GCC diagnostic pop
+#endif
