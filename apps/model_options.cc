@@ -20,9 +20,14 @@ void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model) {
   sub->add_option("--quant", o->quant,
                   "Quantize projection weights at load: none (default), int8 (symmetric, groups "
                   "of 32; = int8-g32), int8-row (one scale per row), int4 (scale + min, groups of "
-                  "32; = int4-g32), int4-g128. Embeddings, norms, the MoE router and lm_head stay "
-                  "as stored");
+                  "32; = int4-g32), int4-g128, fp8 (e4m3, 128x128 block scales). Embeddings, norms, "
+                  "the MoE router and lm_head stay as stored");
   sub->add_flag("--quant-lm-head", o->quant_lm_head, "With --quant, quantize lm_head too");
+  sub->add_option("--policy", o->policy,
+                  "Per-layer precision policy (instead of --quant): static:FORMAT, dynamic, or "
+                  "custom:CLASS=FORMAT,... with classes embed, attn, mla, mlp, experts, shared, "
+                  "gate, lm_head, other, default, layers.A-B[.CLASS] and formats auto, f32, bf16, "
+                  "f16, int8, int8-row, int4, int4-g128, fp8 (docs/quantization.md)");
   sub->add_option("--threads", o->threads, "Worker threads (default: all available CPUs)");
   sub->add_flag("--mmap", o->mmap,
                 "Map the weight files instead of reading them into memory (faster start, but the "
@@ -46,6 +51,7 @@ Result<LoadedModel> LoadFromOptions(const ModelOptions& o) {
   lo.dtype = o.dtype;
   lo.quant = o.quant;
   lo.quant_lm_head = o.quant_lm_head;
+  lo.policy = o.policy;
   lo.file.use_mmap = o.mmap && !o.no_mmap;
   lo.file.mlock = o.mlock;
   lo.show_progress = !o.quiet;

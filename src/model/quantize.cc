@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "base/check.h"
+#include "tensor/dtype.h"
 
 namespace dh {
 namespace {
@@ -14,7 +15,8 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 std::string_view QuantSpecNames() {
-  return "none, int8 (= int8-g32), int8-g32, int8-row, int4 (= int4-g32), int4-g32, int4-g128";
+  return "none, int8 (= int8-g32), int8-g32, int8-row, int4 (= int4-g32), int4-g32, int4-g128, "
+         "fp8 (e4m3, 128x128 block scales)";
 }
 
 Result<QuantSpec> ParseQuantSpec(std::string_view name) {
@@ -33,6 +35,10 @@ Result<QuantSpec> ParseQuantSpec(std::string_view name) {
   } else if (name == "int4-g128") {
     s.format = WeightFormat::kInt4;
     s.group_size = 128;
+  } else if (name == "fp8") {
+    s.format = WeightFormat::kFp8Block;
+    s.block_rows = 128;
+    s.block_cols = 128;
   } else {
     return InvalidArgument("--quant: unknown value '{}' (expected one of: {})", name,
                            QuantSpecNames());
@@ -91,12 +97,42 @@ void DequantizeInt4Row(const uint8_t* q, const float* scales, const float* mins,
   }
 }
 
+void QuantizeFp8Block(const float* x, int64_t rows, int64_t cols, int block_rows,
+                      int block_cols, uint8_t* q, float* scales) {
+  DH_CHECK(block_rows > 0 && block_cols > 0, "fp8 block {}x{}", block_rows, block_cols);
+  const int64_t scols = CeilDiv(cols, block_cols);
+  for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
+    const int64_t r1 = std::min(rows, r0 + block_rows);
+    for (int64_t c0 = 0; c0 < cols; c0 += block_cols) {
+      const int64_t c1 = std::min(cols, c0 + block_cols);
+      float amax = 0.0f;
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
+      }
+      const float scale = amax / 448.0f;
+      scales[(r0 / block_rows) * scols + c0 / block_cols] = scale;
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t c = c0; c < c1; ++c) {
+          q[r * cols + c] = scale > 0.0f ? F32ToF8E4M3(x[r * cols + c] / scale) : uint8_t{0};
+        }
+      }
+    }
+  }
+}
+
 Weight QuantizedMatrix::View() {
   Weight w;
   w.format = format;
   w.rows = rows;
   w.cols = cols;
   w.group_size = group_size;
+  if (format == WeightFormat::kFp8Block) {
+    w.block_rows = block_rows;
+    w.block_cols = block_cols;
+    w.data = Tensor(data.data(), DType::kF8E4M3, {rows, cols});
+    w.scales = Tensor(scales.data(), DType::kF32, {CeilDiv(rows, block_rows), groups_per_row});
+    return w;
+  }
   w.data = Tensor(data.data(), format == WeightFormat::kInt8 ? DType::kI8 : DType::kU8,
                   {rows, bytes_per_row});
   w.scales = Tensor(scales.data(), DType::kF32, {rows, groups_per_row});
@@ -107,7 +143,8 @@ Weight QuantizedMatrix::View() {
 
 Result<QuantizedMatrix> QuantizeMatrix(std::span<const float> values, int64_t rows, int64_t cols,
                                        const QuantSpec& spec, const std::string& what) {
-  if (!spec.enabled || (spec.format != WeightFormat::kInt8 && spec.format != WeightFormat::kInt4)) {
+  if (!spec.enabled || (spec.format != WeightFormat::kInt8 && spec.format != WeightFormat::kInt4 &&
+                        spec.format != WeightFormat::kFp8Block)) {
     return InvalidArgument("{}: quantization to {} is not supported", what,
                            WeightFormatName(spec.format));
   }
@@ -116,10 +153,31 @@ Result<QuantizedMatrix> QuantizeMatrix(std::span<const float> values, int64_t ro
     return InvalidArgument("{}: cannot quantize {} values as a [{}, {}] matrix", what,
                            values.size(), rows, cols);
   }
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    if (!std::isfinite(values[i])) {
+      return InvalidArgument("{}: value at row {}, column {} is {}, cannot quantize", what,
+                             i / cols, i % cols, values[i]);
+    }
+  }
   QuantizedMatrix m;
   m.format = spec.format;
   m.rows = rows;
   m.cols = cols;
+  if (spec.format == WeightFormat::kFp8Block) {
+    if (spec.block_rows <= 0 || spec.block_cols <= 0) {
+      return InvalidArgument("{}: fp8 block {}x{} must be positive", what, spec.block_rows,
+                             spec.block_cols);
+    }
+    m.block_rows = spec.block_rows;
+    m.block_cols = spec.block_cols;
+    m.groups_per_row = CeilDiv(cols, spec.block_cols);
+    m.bytes_per_row = cols;
+    m.data.resize(rows * cols);
+    m.scales.resize(CeilDiv(rows, spec.block_rows) * m.groups_per_row);
+    QuantizeFp8Block(values.data(), rows, cols, m.block_rows, m.block_cols, m.data.data(),
+                     m.scales.data());
+    return m;
+  }
   const int64_t group = spec.group_size <= 0 ? cols : std::min<int64_t>(spec.group_size, cols);
   if (group > INT32_MAX)
     return InvalidArgument("{}: {} columns are too many for one group", what, cols);
@@ -129,12 +187,6 @@ Result<QuantizedMatrix> QuantizeMatrix(std::span<const float> values, int64_t ro
   m.group_size = static_cast<int>(group);
   m.groups_per_row = CeilDiv(cols, group);
   m.bytes_per_row = spec.format == WeightFormat::kInt8 ? cols : CeilDiv(cols, 2);
-  for (int64_t i = 0; i < rows * cols; ++i) {
-    if (!std::isfinite(values[i])) {
-      return InvalidArgument("{}: value at row {}, column {} is {}, cannot quantize", what,
-                             i / cols, i % cols, values[i]);
-    }
-  }
   m.data.resize(rows * m.bytes_per_row);
   m.scales.resize(rows * m.groups_per_row);
   if (spec.format == WeightFormat::kInt4) m.mins.resize(rows * m.groups_per_row);
@@ -152,6 +204,14 @@ Result<QuantizedMatrix> QuantizeMatrix(std::span<const float> values, int64_t ro
 }
 
 void DequantizeRow(const Weight& w, int64_t r, float* out) {
+  if (w.format == WeightFormat::kFp8Block) {
+    DH_CHECK(r >= 0 && r < w.rows && w.block_rows > 0 && w.block_cols > 0,
+             "row {} of a {}-row fp8 weight", r, w.rows);
+    const uint8_t* q = w.data.as<const uint8_t>() + r * w.data.stride[0];
+    const float* s = w.scales.as<const float>() + (r / w.block_rows) * w.scales.stride[0];
+    for (int64_t c = 0; c < w.cols; ++c) out[c] = F8E4M3ToF32(q[c]) * s[c / w.block_cols];
+    return;
+  }
   DH_CHECK(r >= 0 && r < w.rows && w.group_size > 0, "row {} of a {}-row quantized weight", r,
            w.rows);
   const float* s = w.scales.as<const float>() + r * w.scales.stride[0];

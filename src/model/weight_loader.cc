@@ -74,24 +74,13 @@ WeightLoader::WeightLoader(const Checkpoint& checkpoint, const ModelConfig& conf
   if (options.show_progress) {
     progress_ = std::make_unique<ProgressBar>("loading", checkpoint.total_bytes());
   }
-  quant_ = ParseQuantSpec(options.quant);
-}
-
-bool WeightLoader::ShouldQuantize(const std::string& name) const {
-  if (!quant_.ok() || !quant_->enabled) return false;
-  auto ends_with = [&](std::string_view suffix) {
-    return name.size() >= suffix.size() &&
-           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  if (ends_with("embed_tokens.weight")) return false;
-  if (ends_with("mlp.gate.weight")) return false;  // MoE router: small and sensitive
-  if (name == "lm_head.weight") return options_.quant_lm_head;
-  return true;
+  policy_ = PolicyFromOptions(options);
 }
 
 Result<Weight> WeightLoader::UploadQuantized(std::span<const float> values, int64_t rows,
-                                             int64_t cols, const std::string& name) {
-  DH_ASSIGN_OR_RETURN(QuantizedMatrix q, QuantizeMatrix(values, rows, cols, *quant_, name));
+                                             int64_t cols, const std::string& name,
+                                             const QuantSpec& spec) {
+  DH_ASSIGN_OR_RETURN(QuantizedMatrix q, QuantizeMatrix(values, rows, cols, spec, name));
   Weight host = q.View();
   Weight w = host;
   for (Tensor* t : {&w.data, &w.scales, &w.mins}) {
@@ -103,7 +92,7 @@ Result<Weight> WeightLoader::UploadQuantized(std::span<const float> values, int6
     backend_.CopyToDevice(*t, src);
     owned_.push_back(std::move(buf));
   }
-  quantized_bytes_[name] = w.nbytes();
+  loaded_as_[name] = {std::string(WeightFormatName(w.format)), w.nbytes()};
   return backend_.PrepareWeight(w);
 }
 
@@ -146,7 +135,7 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
   if (const std::string base = PackedInt4Base(name); !base.empty()) {
     return LoadPackedInt4(base, rows, cols);  // AWQ / GPTQ: weight_loader_packed.cc
   }
-  if (!quant_.ok()) return quant_.status();
+  if (!policy_.ok()) return policy_.status();
   DH_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name));
   if (!ShapeIs(*t, {rows, cols})) {
     return InvalidArgument("{}: tensor '{}' has shape {}, expected {} for this config", t->file,
@@ -156,6 +145,13 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
   Weight w;
   w.rows = rows;
   w.cols = cols;
+  // The policy's format: quantized, dense `requested`, or (neither) as stored.
+  const PrecisionFormat target = policy_->FormatFor(name);
+  const bool quantize = target.kind == PrecisionFormat::Kind::kQuant;
+  const std::optional<DType> requested = target.kind == PrecisionFormat::Kind::kDense
+                                             ? std::optional<DType>(target.dtype)
+                                         : quantize ? std::nullopt
+                                                    : RequestedDType(options_.dtype);
   if (t->dtype == DType::kF8E4M3) {
     const std::string base = name.substr(0, name.size() - std::string(".weight").size());
     const std::string scale_name = base + ".weight_scale_inv";
@@ -182,15 +178,17 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
     } else {
       DH_ASSIGN_OR_RETURN(w.scales, Upload(s->View(), DType::kF32));
     }
-    const bool quantize = ShouldQuantize(name);
-    auto requested = RequestedDType(options_.dtype);
-    if (requested || quantize) {
-      // --dtype / --quant ask for another format: dequantize once at load.
+    // An fp8 target keeps the checkpoint's own FP8 blocks.
+    const bool keep = quantize && target.quant.format == WeightFormat::kFp8Block;
+    if (!keep && (requested || quantize)) {
+      // --dtype / the policy ask for another format: dequantize once at load.
       std::vector<float> dense = DequantizeFp8(*t, *s, rows, cols, br, bc);
-      if (quantize) return UploadQuantized(dense, rows, cols, name);
+      loaded_as_[scale_name] = {"", 0};
+      if (quantize) return UploadQuantized(dense, rows, cols, name, target.quant);
       Tensor host(dense.data(), DType::kF32, {rows, cols});
       DH_ASSIGN_OR_RETURN(Tensor converted, Upload(host, *requested));
       w = Weight::Dense(converted);
+      loaded_as_[name] = {std::string(DTypeName(*requested)), w.nbytes()};
     }
     return backend_.PrepareWeight(w);
   }
@@ -199,14 +197,14 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
                            t->file, name, SafetensorsDTypeName(t->dtype));
   }
   Tensor data = t->View();
-  if (ShouldQuantize(name)) {
+  if (quantize) {
     std::vector<float> dense(static_cast<size_t>(rows * cols));
     ToF32(data, dense.data());
-    return UploadQuantized(dense, rows, cols, name);
+    return UploadQuantized(dense, rows, cols, name, target.quant);
   }
-  auto requested = RequestedDType(options_.dtype);
   if (requested && *requested != data.dtype) {
     DH_ASSIGN_OR_RETURN(data, Upload(data, *requested));
+    loaded_as_[name] = {std::string(DTypeName(*requested)), data.nbytes()};
   }
   w = Weight::Dense(data);
   return backend_.PrepareWeight(w);
@@ -229,7 +227,7 @@ Result<std::vector<float>> WeightLoader::HostMatrixF32(const std::string& name, 
     }
     out = DequantizeFp8(*t, *scale, rows, cols, q.block_rows > 0 ? q.block_rows : 128,
                         q.block_cols > 0 ? q.block_cols : 128);
-    *stored_dtype = DType::kBF16;
+    *stored_dtype = PolicyDenseDType(name, DType::kBF16);
     return out;
   }
   if (!ShapeIs(*t, {rows, cols})) {
@@ -242,8 +240,15 @@ Result<std::vector<float>> WeightLoader::HostMatrixF32(const std::string& name, 
   }
   ToF32(t->View(), out.data());
   auto requested = RequestedDType(options_.dtype);
-  *stored_dtype = requested ? *requested : t->dtype;
+  *stored_dtype = PolicyDenseDType(name, requested ? *requested : t->dtype);
   return out;
+}
+
+DType WeightLoader::PolicyDenseDType(const std::string& name, DType fallback) const {
+  if (!policy_.ok()) return fallback;
+  const PrecisionFormat f = policy_->FormatFor(name);
+  if (f.kind == PrecisionFormat::Kind::kDense) return f.dtype;
+  return f.kind == PrecisionFormat::Kind::kQuant ? DType::kBF16 : fallback;
 }
 
 Result<Weight> WeightLoader::MatrixFromHost(std::span<const float> values, int64_t rows,
@@ -298,11 +303,11 @@ Status WeightLoader::Finish(ModelInfo* info) {
       info->weight_bytes += p->second;
       continue;
     }
-    if (auto q = quantized_bytes_.find(t->name); q != quantized_bytes_.end()) {
-      // Quantized at load: count the bytes the kernels read, under the format's name.
-      info->bytes_by_dtype[std::string(WeightFormatName(quant_->format))] +=
-          static_cast<int64_t>(q->second);
-      info->weight_bytes += q->second;
+    if (auto q = loaded_as_.find(t->name); q != loaded_as_.end()) {
+      // Quantized or converted at load: count the bytes the kernels read, under their format.
+      if (q->second.first.empty()) continue;
+      info->bytes_by_dtype[q->second.first] += static_cast<int64_t>(q->second.second);
+      info->weight_bytes += q->second.second;
       continue;
     }
     info->bytes_by_dtype[std::string(DTypeName(t->dtype))] += static_cast<int64_t>(t->nbytes);

@@ -15,6 +15,7 @@
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "model/model.h"
+#include "model/precision_policy.h"
 #include "model/quantize.h"
 
 namespace dh {
@@ -58,12 +59,13 @@ class WeightLoader {
  private:
   Result<const TensorInfo*> Find(const std::string& name);
   Result<Tensor> Upload(const Tensor& host, DType dtype);
-  // Whether LoadOptions::quant applies to matrix `name` (projections only: not embeddings, the
-  // MoE router or, unless asked, lm_head).
-  bool ShouldQuantize(const std::string& name) const;
-  // Quantizes host f32 values [rows, cols] per quant_ into backend memory.
+  // The dense dtype for copies the architecture derives from matrix `name` (HostMatrixF32): the
+  // policy's dense format, bf16 when the policy quantizes it, else `fallback`.
+  DType PolicyDenseDType(const std::string& name, DType fallback) const;
+  // Quantizes host f32 values [rows, cols] per `spec` (from the precision policy) into backend
+  // memory.
   Result<Weight> UploadQuantized(std::span<const float> values, int64_t rows, int64_t cols,
-                                 const std::string& name);
+                                 const std::string& name, const QuantSpec& spec);
 
   // AWQ / GPTQ int4 projections stored as <base>.qweight, .qzeros, .scales (, .g_idx) instead of
   // <base>.weight (model/packed_int4.h; defined in weight_loader_packed.cc). PackedInt4Base is
@@ -87,9 +89,12 @@ class WeightLoader {
   int64_t num_parameters_ = 0;
   std::unique_ptr<ProgressBar> progress_;
   uint64_t loaded_bytes_ = 0;
-  Result<QuantSpec> quant_ = QuantSpec{};
-  // Quantized tensors: name -> bytes as loaded (data + scales + mins), for Finish's counts.
-  std::map<std::string, uint64_t> quantized_bytes_;
+  // The format of every matrix (LoadOptions::policy, or quant + quant_lm_head).
+  Result<PrecisionPolicy> policy_ = PrecisionPolicy{};
+  // Tensors not loaded as stored (quantized or converted): name -> (format name, bytes as loaded:
+  // data + scales + mins), for Finish's counts. An empty format name: not counted (the scales of
+  // a dequantized FP8 tensor).
+  std::map<std::string, std::pair<std::string, uint64_t>> loaded_as_;
 };
 
 }  // namespace dh
