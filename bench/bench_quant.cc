@@ -1,0 +1,157 @@
+// Quantized-weight MatMul microbenchmark: CpuBackend::MatMul over int8 (groups of 32, per row),
+// int4 (groups of 32, 128) and FP8 e4m3 (128x128 block scales) weights, with the f32 kernels and
+// with the integer (VNNI) kernels forced, for a few M. Reports the weight bytes actually read
+// (codes + scales + mins) per second and their fraction of the measured read bandwidth.
+// Usage: bench_quant [--threads N] [--mb WORKING_SET_MB] [--seconds S] [--m 1,2,4,16]
+//                    [--n 8960] [--k 1536]
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/membw.h"
+#include "backend/cpu/quant_vnni.h"
+
+namespace dh {
+namespace {
+
+struct Options {
+  int threads = 2;
+  size_t working_set_mb = 512;
+  double seconds = 1.0;
+  std::vector<int64_t> ms = {1, 2, 4, 16};
+  int64_t n = 8960, k = 1536;
+};
+
+struct Format {
+  const char* name;
+  WeightFormat format;
+  int group;  // 0: per row
+};
+
+// One weight with its own storage.
+struct Stored {
+  std::vector<uint8_t> q;
+  std::vector<float> scales, mins;
+  Weight w;
+};
+
+uint64_t g_state = 0x9e3779b97f4a7c15ull;
+uint8_t RandomByte() {
+  g_state = g_state * 6364136223846793005ull + 1442695040888963407ull;
+  return static_cast<uint8_t>(g_state >> 56);
+}
+
+Stored Make(const Format& f, int64_t n, int64_t k) {
+  Stored s;
+  s.w.format = f.format;
+  s.w.rows = n;
+  s.w.cols = k;
+  if (f.format == WeightFormat::kFp8Block) {
+    s.q.resize(n * k);
+    for (auto& b : s.q) b = RandomByte() & 0xf7;  // no NaN (0x7f / 0xff)
+    const int64_t br = (n + 127) / 128, bc = (k + 127) / 128;
+    s.scales.assign(br * bc, 0.01f);
+    s.w.block_rows = s.w.block_cols = 128;
+    s.w.data = Tensor(s.q.data(), DType::kF8E4M3, {n, k});
+    s.w.scales = Tensor(s.scales.data(), DType::kF32, {br, bc});
+    return s;
+  }
+  const bool int4 = f.format == WeightFormat::kInt4;
+  const int64_t g = f.group > 0 ? f.group : k, groups = (k + g - 1) / g;
+  const int64_t row_bytes = int4 ? (k + 1) / 2 : k;
+  s.q.resize(n * row_bytes);
+  for (auto& b : s.q) b = RandomByte();
+  s.scales.assign(n * groups, 0.01f);
+  s.w.group_size = static_cast<int>(g);
+  s.w.data = Tensor(s.q.data(), int4 ? DType::kU8 : DType::kI8, {n, row_bytes});
+  s.w.scales = Tensor(s.scales.data(), DType::kF32, {n, groups});
+  if (int4) {
+    s.mins.assign(n * groups, -0.08f);
+    s.w.mins = Tensor(s.mins.data(), DType::kF32, {n, groups});
+  }
+  return s;
+}
+
+std::vector<int64_t> ParseList(const char* s) {
+  std::vector<int64_t> v;
+  for (const char* p = s; *p;) {
+    v.push_back(std::strtoll(p, const_cast<char**>(&p), 10));
+    if (*p == ',') ++p;
+  }
+  return v;
+}
+
+int Main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--threads") o.threads = std::atoi(argv[i + 1]);
+    else if (a == "--mb") o.working_set_mb = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--seconds") o.seconds = std::atof(argv[i + 1]);
+    else if (a == "--m") o.ms = ParseList(argv[i + 1]);
+    else if (a == "--n") o.n = std::atoll(argv[i + 1]);
+    else if (a == "--k") o.k = std::atoll(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "bench_quant: unknown option %s\n", a.c_str());
+      return 2;
+    }
+  }
+  CpuBackend cpu(BackendOptions{.num_threads = o.threads});
+  const double bw = MeasureReadBandwidthGBs(cpu.pool(), o.working_set_mb << 20);
+  std::printf("threads %d, N=%lld K=%lld, measured read bandwidth %.2f GB/s, VNNI %s\n",
+              o.threads, static_cast<long long>(o.n), static_cast<long long>(o.k), bw,
+              cpu::IntegerDotAvailable() ? "yes" : "no");
+  std::printf("| format | path | M | us/call | weight GB/s | %% of bandwidth |\n");
+  std::printf("| --- | --- | ---: | ---: | ---: | ---: |\n");
+  const Format formats[] = {{"int8", WeightFormat::kInt8, 32},
+                            {"int8-row", WeightFormat::kInt8, 0},
+                            {"int4", WeightFormat::kInt4, 32},
+                            {"int4-g128", WeightFormat::kInt4, 128},
+                            {"fp8", WeightFormat::kFp8Block, 0}};
+  for (const Format& f : formats) {
+    std::vector<Stored> copies;
+    size_t total = 0;
+    while (total < (o.working_set_mb << 20) || copies.empty()) {
+      copies.push_back(Make(f, o.n, o.k));
+      total += copies.back().w.nbytes();
+    }
+    const size_t bytes = copies[0].w.nbytes();
+    for (int64_t m : o.ms) {
+      std::vector<float> x(m * o.k), out(m * o.n);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(RandomByte()) / 128 - 1;
+      const Tensor xt(x.data(), DType::kF32, {m, o.k}), ot(out.data(), DType::kF32, {m, o.n});
+      const bool int_fmt = f.format != WeightFormat::kFp8Block;
+      for (cpu::IntegerDot path : {cpu::IntegerDot::kOff, cpu::IntegerDot::kOn}) {
+        if (path == cpu::IntegerDot::kOn && (!int_fmt || !cpu::IntegerDotAvailable())) continue;
+        cpu::SetIntegerDotForTest(path);
+        for (const Stored& s : copies) cpu.MatMul(xt, s.w, Tensor(), ot);  // warm-up pass
+        int64_t calls = 0;
+        const auto t0 = std::chrono::steady_clock::now();
+        double elapsed = 0;
+        do {
+          for (const Stored& s : copies) cpu.MatMul(xt, s.w, Tensor(), ot);
+          calls += static_cast<int64_t>(copies.size());
+          elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        } while (elapsed < o.seconds);
+        const double per_call = elapsed / static_cast<double>(calls);
+        const double gbs = static_cast<double>(bytes) / per_call / 1e9;
+        std::printf("| %s | %s | %lld | %.1f | %.2f | %.1f |\n", f.name,
+                    path == cpu::IntegerDot::kOn ? cpu::IntegerDotName() : "f32",
+                    static_cast<long long>(m), per_call * 1e6, gbs, 100.0 * gbs / bw);
+        std::fflush(stdout);
+      }
+    }
+  }
+  cpu::SetIntegerDotForTest(cpu::IntegerDot::kAuto);
+  return 0;
+}
+
+}  // namespace
+}  // namespace dh
+
+int main(int argc, char** argv) { return dh::Main(argc, argv); }
