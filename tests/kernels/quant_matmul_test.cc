@@ -254,6 +254,124 @@ TEST_F(QuantMatMulTest, BackendIntegerDotWithinQuantizationBound) {
   cpu::SetIntegerDotForTest(cpu::IntegerDot::kAuto);
 }
 
+struct Fp8Case {
+  int64_t m, n, k, block_rows, block_cols;
+};
+
+const Fp8Case kFp8Cases[] = {
+    {1, 37, 70, 16, 32}, {3, 200, 300, 128, 128}, {5, 9, 129, 128, 128}, {1, 1, 1, 1, 1},
+    {2, 130, 256, 128, 128}, {4, 17, 33, 8, 16}, {7, 40, 45, 128, 128},
+};
+
+struct RandomFp8Weight {
+  Owned q, scales, bias;
+  Weight w;
+  RandomFp8Weight(Rng& rng, const Fp8Case& c)
+      : q(DType::kF8E4M3, {c.n, c.k}),
+        scales(DType::kF32, {(c.n + c.block_rows - 1) / c.block_rows,
+                             (c.k + c.block_cols - 1) / c.block_cols}),
+        bias(DType::kF32, {c.n}) {
+    rng.Fill(q);  // every code but NaN: normals, subnormals, zeros of both signs
+    rng.Fill(scales, 0.001f, 0.05f);
+    rng.Fill(bias);
+    w.format = WeightFormat::kFp8Block;
+    w.rows = c.n;
+    w.cols = c.k;
+    w.block_rows = static_cast<int>(c.block_rows);
+    w.block_cols = static_cast<int>(c.block_cols);
+    w.data = q.t;
+    w.scales = scales.t;
+  }
+  cpu::Fp8MatMulArgs Args(const Fp8Case& c) const {
+    cpu::Fp8MatMulArgs a;
+    a.q = static_cast<const uint8_t*>(q.t.data);
+    a.q_stride = c.k;
+    a.scales = reinterpret_cast<const float*>(scales.bytes.data());
+    a.scale_stride = scales.t.shape[1];
+    a.block_rows = c.block_rows;
+    a.block_cols = c.block_cols;
+    a.k = c.k;
+    return a;
+  }
+};
+
+std::string Name(const Fp8Case& c) {
+  return fmt::format("fp8 M={} N={} K={} block {}x{}", c.m, c.n, c.k, c.block_rows, c.block_cols);
+}
+
+// The FP8 GEMV (decode through f16, bias folded into the block scale) against the reference MatMul:
+// the decoded weights are the same f32 values, so only the summation order differs (2e-5).
+TEST_F(QuantMatMulTest, Fp8KernelMatchesReference) {
+  Rng rng(16);
+  ForEachTarget([&] {
+    for (const Fp8Case& c : kFp8Cases) {
+      RandomFp8Weight rw(rng, c);
+      Owned x(DType::kF32, {c.m, c.k + 3}), got(DType::kF32, {c.m, c.n + 5}),
+          want(DType::kF32, {c.m, c.n});
+      rng.Fill(x, -2.0f, 2.0f);
+      for (bool with_bias : {false, true}) {
+        cpu::Fp8MatMulArgs a = rw.Args(c);
+        a.x = x.f32();
+        a.x_stride = c.k + 3;
+        a.m = c.m;
+        a.bias = with_bias ? rw.bias.f32() : nullptr;
+        a.out = got.f32();
+        a.out_stride = c.n + 5;
+        cpu::Fp8MatMulRange(a, 0, c.n / 2);
+        cpu::Fp8MatMulRange(a, c.n / 2, c.n);
+        ref_.MatMul(x.t.Narrow(1, 0, c.k), rw.w, with_bias ? rw.bias.t : Tensor(), want.t);
+        std::vector<float> g;
+        for (int64_t r = 0; r < c.m; ++r) {
+          for (int64_t j = 0; j < c.n; ++j) g.push_back(got.f32()[r * (c.n + 5) + j]);
+        }
+        ExpectClose(g, want.ToVector(), 2e-5f, Name(c) + (with_bias ? " bias" : ""));
+      }
+      // Through CpuBackend::MatMul (fused GEMV for M < 4, decoded rows + dense kernel above).
+      Owned xc(DType::kF32, {c.m, c.k}), gc(DType::kF32, {c.m, c.n}), wc(DType::kF32, {c.m, c.n});
+      rng.Fill(xc, -2.0f, 2.0f);
+      cpu_.MatMul(xc.t, rw.w, rw.bias.t, gc.t);
+      ref_.MatMul(xc.t, rw.w, rw.bias.t, wc.t);
+      ExpectClose(gc.ToVector(), wc.ToVector(), 2e-5f, "backend " + Name(c));
+    }
+  });
+}
+
+// Fp8DequantizeRows equals the reference decoding bit for bit (the 2^8 moved into the scale is
+// exact), including every code (normals, subnormals, +-0) with scale 1.
+TEST_F(QuantMatMulTest, Fp8DequantizeRowsExact) {
+  Rng rng(17);
+  ForEachTarget([&] {
+    for (const Fp8Case& c : kFp8Cases) {
+      RandomFp8Weight rw(rng, c);
+      const int64_t begin = c.n / 3, count = c.n - c.n / 3;
+      std::vector<float> got(count * c.k), want(count * c.k);
+      cpu::Fp8DequantizeRows(rw.Args(c), begin, count, got.data());
+      for (int64_t i = 0; i < count; ++i) ref::DecodeWeightRow(rw.w, begin + i, &want[i * c.k]);
+      ExpectClose(got, want, 0.0f, "fp8 dequantize " + Name(c));
+    }
+    std::vector<uint8_t> codes;
+    for (int v = 0; v < 256; ++v) {
+      if ((v & 0x7f) != 0x7f) codes.push_back(static_cast<uint8_t>(v));
+    }
+    const float one = 1.0f;
+    cpu::Fp8MatMulArgs a;
+    a.q = codes.data();
+    a.q_stride = static_cast<int64_t>(codes.size());
+    a.scales = &one;
+    a.scale_stride = 1;
+    a.block_rows = 1;
+    a.block_cols = static_cast<int64_t>(codes.size());
+    a.k = static_cast<int64_t>(codes.size());
+    std::vector<float> got(codes.size()), want(codes.size());
+    cpu::Fp8DequantizeRows(a, 0, 1, got.data());
+    for (size_t i = 0; i < codes.size(); ++i) {
+      want[i] = F8E4M3ToF32(codes[i]);
+      EXPECT_EQ(std::signbit(got[i]), std::signbit(want[i])) << "code " << int{codes[i]};
+    }
+    ExpectClose(got, want, 0.0f, "fp8 every code");
+  });
+}
+
 // Layouts the integer kernel takes: lanes inside one group, groups aligned with 64-byte chunks.
 TEST(IntegerDotSupportsTest, Layouts) {
   EXPECT_TRUE(cpu::IntegerDotSupports(false, 1536, 32));

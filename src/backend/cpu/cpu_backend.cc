@@ -250,6 +250,18 @@ bool QuantKernelApplies(const Weight& w) {
          (!int4 || plain_f32(w.mins));
 }
 
+// Whether quant_matmul's FP8 kernels take weight w: e4m3 codes with contiguous rows and f32
+// block scales laid out [row blocks, column blocks].
+bool Fp8KernelApplies(const Weight& w) {
+  if (w.format != WeightFormat::kFp8Block || w.data.dtype != DType::kF8E4M3) return false;
+  if (w.block_rows <= 0 || w.block_cols <= 0) return false;
+  const Tensor& s = w.scales;
+  return s.dtype == DType::kF32 && s.ndim == 2 &&
+         s.shape[0] == (w.rows + w.block_rows - 1) / w.block_rows &&
+         s.shape[1] == (w.cols + w.block_cols - 1) / w.block_cols &&
+         (s.stride[1] == 1 || s.shape[1] == 1);
+}
+
 }  // namespace
 
 void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) {
@@ -354,9 +366,34 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
                        [&](size_t b, size_t e) { cpu::QuantMatMulRange(qa, b, e); });
     return;
   }
+  // FP8 blocks: decoded in registers through f16 (quant_matmul.h).
+  const bool fp8_kernel = Fp8KernelApplies(w);
+  cpu::Fp8MatMulArgs fa;
+  if (fp8_kernel) {
+    fa.x = a.x;
+    fa.x_stride = a.x_stride;
+    fa.m = m;
+    fa.q = w.data.as<const uint8_t>();
+    fa.q_stride = w.data.stride[0];
+    fa.scales = w.scales.as<const float>();
+    fa.scale_stride = w.scales.stride[0];
+    fa.block_rows = w.block_rows;
+    fa.block_cols = w.block_cols;
+    fa.k = k;
+    fa.bias = a.bias;
+    fa.out = a.out;
+    fa.out_stride = a.out_stride;
+  }
+  if (fp8_kernel && m < 4) {
+    Trace(fmt::format("matmul gemv fp8 b{}x{} f16-decode M={} N={} K={}", w.block_rows,
+                      w.block_cols, m, n, k));
+    pool_->ParallelFor(n, GrainFor(m * k),
+                       [&](size_t b, size_t e) { cpu::Fp8MatMulRange(fa, b, e); });
+    return;
+  }
   // Quantized: dequantize a few rows at a time into a per-chunk f32 buffer and multiply that.
-  Trace(fmt::format("matmul {} {} dequant M={} N={} K={}", kind, WeightFormatName(w.format), m, n,
-                    k));
+  Trace(fmt::format("matmul {} {} dequant{} M={} N={} K={}", kind, WeightFormatName(w.format),
+                    fp8_kernel ? " f16-decode" : "", m, n, k));
   constexpr int64_t kRowsPerStep = 8;
   pool_->ParallelFor(n, GrainFor(m * k), [&](size_t b, size_t e) {
     std::vector<float> rows(kRowsPerStep * k);
@@ -364,6 +401,8 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
       const int64_t nb = std::min<int64_t>(kRowsPerStep, e - j0);
       if (quant_kernel) {
         cpu::DequantizeRows(qa, j0, nb, rows.data());
+      } else if (fp8_kernel) {
+        cpu::Fp8DequantizeRows(fa, j0, nb, rows.data());
       } else {
         for (int64_t j = 0; j < nb; ++j) DecodeQuantizedRow(w, j0 + j, rows.data() + j * k);
       }

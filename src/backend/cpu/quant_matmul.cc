@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "tensor/dtype.h"
+
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/quant_matmul.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -225,6 +227,97 @@ void DequantizeRowsImpl(const QuantMatMulArgs& a, int64_t row_begin, int64_t cou
   }
 }
 
+// L e4m3 codes at p as f32 / 2^8 (quant_matmul.h): sign-extend to i16, shift the magnitude under
+// the f16 exponent (bit 14 cleared: it held a copy of the sign), widen f16 -> f32.
+HWY_INLINE VF LoadFp8(DF df, const uint8_t* HWY_RESTRICT p) {
+  const hn::Rebind<int8_t, DF> d8;
+  const hn::Rebind<int16_t, DF> d16;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  auto v = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(p)));
+  v = hn::And(hn::ShiftLeft<7>(v), hn::Set(d16, static_cast<int16_t>(0xBF80)));
+  return hn::PromoteTo(df, hn::BitCast(dh, v));
+}
+
+// sums[r] = dot(x row r, dequant(fp8 row)) for MR rows of x; s: the row's block scales.
+template <int MR>
+HWY_INLINE void DotFp8(const uint8_t* HWY_RESTRICT q, const float* HWY_RESTRICT s, int64_t k,
+                       int64_t bc, const float* HWY_RESTRICT x, int64_t xs, float* sums) {
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  VF acc0[MR], acc1[MR];
+  float tail[MR];
+  for (int r = 0; r < MR; ++r) {
+    acc0[r] = hn::Zero(df);
+    acc1[r] = hn::Zero(df);
+    tail[r] = 0.0f;
+  }
+  for (int64_t c0 = 0, bi = 0; c0 < k; c0 += bc, ++bi) {
+    const int64_t c1 = std::min(k, c0 + bc);
+    const VF vs = hn::Set(df, s[bi] * 256.0f);
+    int64_t c = c0;
+    for (; c + 2 * L <= c1; c += 2 * L) {
+      const VF w0 = hn::Mul(LoadFp8(df, q + c), vs), w1 = hn::Mul(LoadFp8(df, q + c + L), vs);
+      for (int r = 0; r < MR; ++r) {
+        acc0[r] = hn::MulAdd(w0, hn::LoadU(df, x + r * xs + c), acc0[r]);
+        acc1[r] = hn::MulAdd(w1, hn::LoadU(df, x + r * xs + c + L), acc1[r]);
+      }
+    }
+    for (; c + L <= c1; c += L) {
+      const VF w0 = hn::Mul(LoadFp8(df, q + c), vs);
+      for (int r = 0; r < MR; ++r) acc0[r] = hn::MulAdd(w0, hn::LoadU(df, x + r * xs + c), acc0[r]);
+    }
+    for (; c < c1; ++c) {
+      const float w = F8E4M3ToF32(q[c]) * s[bi];
+      for (int r = 0; r < MR; ++r) tail[r] += w * x[r * xs + c];
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    sums[r] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[r], acc1[r]))) + tail[r];
+  }
+}
+
+template <int MR>
+HWY_INLINE void Fp8RowBlock(const Fp8MatMulArgs& a, int64_t r0, int64_t n_begin, int64_t n_end) {
+  float sums[MR];
+  const float* x = a.x + r0 * a.x_stride;
+  for (int64_t j = n_begin; j < n_end; ++j) {
+    DotFp8<MR>(a.q + j * a.q_stride, a.scales + (j / a.block_rows) * a.scale_stride, a.k,
+               a.block_cols, x, a.x_stride, sums);
+    const float bias = a.bias ? a.bias[j] : 0.0f;
+    for (int r = 0; r < MR; ++r) a.out[(r0 + r) * a.out_stride + j] = sums[r] + bias;
+  }
+}
+
+void Fp8MatMulRangeImpl(const Fp8MatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  int64_t r0 = 0;
+  for (; r0 + 4 <= a.m; r0 += 4) Fp8RowBlock<4>(a, r0, n_begin, n_end);
+  switch (a.m - r0) {
+    case 3: Fp8RowBlock<3>(a, r0, n_begin, n_end); break;
+    case 2: Fp8RowBlock<2>(a, r0, n_begin, n_end); break;
+    case 1: Fp8RowBlock<1>(a, r0, n_begin, n_end); break;
+    default: break;
+  }
+}
+
+void Fp8DequantizeRowsImpl(const Fp8MatMulArgs& a, int64_t row_begin, int64_t count,
+                           float* out) {
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t j = row_begin + i;
+    const uint8_t* q = a.q + j * a.q_stride;
+    const float* s = a.scales + (j / a.block_rows) * a.scale_stride;
+    float* o = out + i * a.k;
+    for (int64_t c0 = 0, bi = 0; c0 < a.k; c0 += a.block_cols, ++bi) {
+      const int64_t c1 = std::min(a.k, c0 + a.block_cols);
+      const VF vs = hn::Set(df, s[bi] * 256.0f);
+      int64_t c = c0;
+      for (; c + L <= c1; c += L) hn::StoreU(hn::Mul(LoadFp8(df, q + c), vs), df, o + c);
+      for (; c < c1; ++c) o[c] = F8E4M3ToF32(q[c]) * s[bi];
+    }
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace dh::cpu
 HWY_AFTER_NAMESPACE();
@@ -236,12 +329,28 @@ namespace dh::cpu {
 
 HWY_EXPORT(QuantMatMulRangeImpl);
 HWY_EXPORT(DequantizeRowsImpl);
+HWY_EXPORT(Fp8MatMulRangeImpl);
+HWY_EXPORT(Fp8DequantizeRowsImpl);
 
 void DequantizeRows(const QuantMatMulArgs& a, int64_t row_begin, int64_t count, float* out) {
   DH_CHECK(QuantMatMulSupports(a.int4, a.k, a.group_size), "dequantize rows: {} k={} group={}",
            a.int4 ? "int4" : "int8", a.k, a.group_size);
   if (count <= 0) return;
   HWY_DYNAMIC_DISPATCH(DequantizeRowsImpl)(a, row_begin, count, out);
+}
+
+void Fp8MatMulRange(const Fp8MatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  DH_CHECK(a.block_rows > 0 && a.block_cols > 0 && a.k > 0, "fp8 matmul: k={} block {}x{}", a.k,
+           a.block_rows, a.block_cols);
+  if (n_begin >= n_end || a.m <= 0) return;
+  HWY_DYNAMIC_DISPATCH(Fp8MatMulRangeImpl)(a, n_begin, n_end);
+}
+
+void Fp8DequantizeRows(const Fp8MatMulArgs& a, int64_t row_begin, int64_t count, float* out) {
+  DH_CHECK(a.block_rows > 0 && a.block_cols > 0 && a.k > 0, "fp8 dequantize: k={} block {}x{}",
+           a.k, a.block_rows, a.block_cols);
+  if (count <= 0) return;
+  HWY_DYNAMIC_DISPATCH(Fp8DequantizeRowsImpl)(a, row_begin, count, out);
 }
 
 void QuantMatMulRange(const QuantMatMulArgs& a, int64_t n_begin, int64_t n_end) {

@@ -41,4 +41,34 @@ void QuantMatMulRange(const QuantMatMulArgs& a, int64_t n_begin, int64_t n_end);
 // the x / out fields are unused) into out, count x k f32 row-major — for tiled GEMMs over f32.
 void DequantizeRows(const QuantMatMulArgs& a, int64_t row_begin, int64_t count, float* out);
 
+// FP8 e4m3 weights with block scales (WeightFormat::kFp8Block): value = fp8 * scale, one f32
+// scale per block_rows x block_cols block. Decoded in registers without a table: the 7 magnitude
+// bits of e4m3 are placed under an f16 exponent/mantissa (sign at bit 15, magnitude shifted left
+// by 7), the f16 is widened to f32 (vcvtph2ps / Highway PromoteTo), and the 2^8 difference of the
+// exponent biases (15 - 7) is folded into the block scale. This is exact for every normal and
+// subnormal e4m3 value (e4m3 subnormals land on f16 subnormals, which widen exactly). e4m3 NaN
+// (0x7f / 0xff) would decode as 480 * 2^8 instead of NaN: checkpoints hold no NaN.
+struct Fp8MatMulArgs {
+  const float* x = nullptr;
+  int64_t x_stride = 0;  // floats between rows of x
+  int64_t m = 0;
+  const uint8_t* q = nullptr;  // e4m3 codes [.., k]
+  int64_t q_stride = 0;        // bytes between weight rows
+  const float* scales = nullptr;
+  int64_t scale_stride = 0;  // floats between rows of blocks
+  int64_t block_rows = 0;
+  int64_t block_cols = 0;
+  int64_t k = 0;
+  const float* bias = nullptr;  // may be null
+  float* out = nullptr;
+  int64_t out_stride = 0;
+};
+
+// Rows [n_begin, n_end) of out = x * dequant(w)^T + bias, each decoded weight vector used for up
+// to 4 rows of x.
+void Fp8MatMulRange(const Fp8MatMulArgs& a, int64_t n_begin, int64_t n_end);
+
+// Decodes weight rows [row_begin, row_begin + count) into out (count x k f32, row-major).
+void Fp8DequantizeRows(const Fp8MatMulArgs& a, int64_t row_begin, int64_t count, float* out);
+
 }  // namespace dh::cpu
