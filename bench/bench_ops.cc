@@ -1,17 +1,23 @@
 // Kernel microbenchmark: GEMV (decode-shaped MatMul) throughput of CpuBackend for bf16 and f32
-// weights as a fraction of the machine's measured read bandwidth, plus GEMM rates for small M.
-// Usage: bench_ops [--threads N] [--mb WORKING_SET_MB] [--seconds S]
+// weights as a fraction of the machine's measured read bandwidth, plus GEMM rates for larger M as
+// a fraction of the measured f32 FMA peak.
+// Usage: bench_ops [--threads N] [--mb WORKING_SET_MB] [--seconds S] [--m 1,4,16]
+//                  [--kernel auto|gemv|gemm] [--dtype all|bf16|f32]
+// --kernel gemv / gemm call cpu::MatMulRange / cpu::Gemm directly (to find their crossover in M);
+// auto goes through CpuBackend::MatMul.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/membw.h"
 
 namespace dh {
@@ -21,7 +27,23 @@ struct Options {
   int threads = 2;
   size_t working_set_mb = 512;
   double seconds = 1.0;
+  std::vector<int64_t> ms = {1, 4, 16};
+  std::string kernel = "auto";
+  std::string dtype = "all";
 };
+
+std::vector<int64_t> ParseList(const char* s) {
+  std::vector<int64_t> out;
+  for (const char* p = s; *p;) {
+    char* end = nullptr;
+    const long long v = std::strtoll(p, &end, 10);
+    if (end == p || v < 1) return {};
+    out.push_back(v);
+    p = *end == ',' ? end + 1 : end;
+    if (*end != ',' && *end != 0) return {};
+  }
+  return out;
+}
 
 // Unique pseudo-random weights in [-1, 1): identical pages would let the VM merge them.
 void FillUnique(std::vector<uint8_t>& bytes, DType dtype, uint64_t seed) {
@@ -39,10 +61,30 @@ void FillUnique(std::vector<uint8_t>& bytes, DType dtype, uint64_t seed) {
   }
 }
 
+double CpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// f32 FMA peak per CPU-second of one thread (insensitive to other processes taking the core).
+double FmaPeakPerCpuSecond() {
+  constexpr int64_t kIters = 1 << 22;
+  double best = 1e30;
+  float keep = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const double t0 = CpuSeconds();
+    keep += cpu::FmaProbe(kIters);
+    best = std::min(best, CpuSeconds() - t0);
+  }
+  if (keep == 12345.0f) std::printf(" ");
+  return static_cast<double>(cpu::FmaProbeFlops(kIters)) / best / 1e9;
+}
+
 // Seconds per MatMul of x [m, k] with each of `copies` distinct [n, k] weights in turn (so the
 // weights come from memory, not cache), best of repeated passes within `seconds`.
 double TimeMatMul(CpuBackend& cpu, DType dtype, int64_t m, int64_t n, int64_t k, size_t copies,
-                  double seconds) {
+                  double seconds, const std::string& kernel, double* cpu_seconds) {
   std::vector<std::vector<uint8_t>> store(copies);
   std::vector<Weight> weights;
   for (size_t c = 0; c < copies; ++c) {
@@ -52,14 +94,46 @@ double TimeMatMul(CpuBackend& cpu, DType dtype, int64_t m, int64_t n, int64_t k,
   }
   std::vector<float> x(m * k, 0.5f), out(m * n);
   const Tensor xt(x.data(), DType::kF32, {m, k}), ot(out.data(), DType::kF32, {m, n});
-  for (const Weight& w : weights) cpu.MatMul(xt, w, Tensor(), ot);  // warm-up
+  auto matmul = [&](const Weight& w) {
+    if (kernel == "auto") return cpu.MatMul(xt, w, Tensor(), ot);
+    const cpu::WType wt = dtype == DType::kF32 ? cpu::WType::kF32 : cpu::WType::kBF16;
+    if (kernel == "gemm") {
+      cpu::GemmArgs g;
+      g.x = x.data();
+      g.x_stride = k;
+      g.m = m;
+      g.n = n;
+      g.k = k;
+      g.w = w.data.data;
+      g.wtype = wt;
+      g.w_stride = k;
+      g.out = out.data();
+      g.out_stride = n;
+      return cpu::Gemm(g, cpu.pool());
+    }
+    cpu::MatMulArgs a;
+    a.x = x.data();
+    a.x_stride = k;
+    a.m = m;
+    a.w = w.data.data;
+    a.wtype = wt;
+    a.w_stride = k;
+    a.k = k;
+    a.out = out.data();
+    a.out_stride = n;
+    cpu.pool().ParallelFor(n, std::max<int64_t>(1, 32768 / (m * k)),
+                           [&](size_t b, size_t e) { cpu::MatMulRange(a, b, e); });
+  };
+  for (const Weight& w : weights) matmul(w);  // warm-up
   double best = 1e30;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   int passes = 0;
   while (passes < 3 || std::chrono::steady_clock::now() < deadline) {
     const auto start = std::chrono::steady_clock::now();
-    for (const Weight& w : weights) cpu.MatMul(xt, w, Tensor(), ot);
+    const double c0 = CpuSeconds();
+    for (const Weight& w : weights) matmul(w);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    *cpu_seconds = std::min(*cpu_seconds, (CpuSeconds() - c0) / static_cast<double>(copies));
     best = std::min(best, s / static_cast<double>(copies));
     ++passes;
   }
@@ -69,27 +143,38 @@ double TimeMatMul(CpuBackend& cpu, DType dtype, int64_t m, int64_t n, int64_t k,
 int Run(const Options& o) {
   CpuBackend cpu(BackendOptions{.num_threads = o.threads});
   const double bw = MeasureReadBandwidthGBs(cpu.pool(), o.working_set_mb << 20);
-  std::printf("threads=%d target=%s measured read bandwidth: %.2f GB/s\n", o.threads,
-              cpu::DispatchedTargetName(), bw);
-  std::printf("%-5s %5s %6s %6s %10s %10s %9s %8s\n", "dtype", "M", "N", "K", "time_us", "GB/s",
-              "GFLOP/s", "bw_frac");
+  const double peak = MeasureFmaPeakGflops(cpu.pool());
+  const double core_peak = FmaPeakPerCpuSecond();
+  std::printf("threads=%d target=%s measured read bandwidth: %.2f GB/s, f32 FMA peak: %.1f GFLOP/s "
+              "(%.1f GFLOP per CPU-second of one thread)\n",
+              o.threads, cpu::DispatchedTargetName(), bw, peak, core_peak);
+  // cpu_frac: GFLOP per CPU-second of the whole process / (threads x the one-thread peak per
+  // CPU-second): the kernel's efficiency while other processes take turns on the cores (pool
+  // threads waiting at the end of a call count as busy, so it errs low).
+  std::printf("%-5s %5s %6s %6s %10s %10s %9s %8s %9s %8s\n", "dtype", "M", "N", "K", "time_us",
+              "GB/s", "GFLOP/s", "bw_frac", "peak_frac", "cpu_frac");
   struct Shape {
     int64_t n, k;
   };
   // Qwen2-1.5B-shaped projections: attention, MLP up/gate, MLP down.
   const Shape shapes[] = {{1536, 1536}, {8960, 1536}, {1536, 8960}};
   for (DType dtype : {DType::kBF16, DType::kF32}) {
+    if (o.dtype != "all" && o.dtype != DTypeName(dtype)) continue;
     for (const Shape& s : shapes) {
       const size_t bytes = static_cast<size_t>(s.n * s.k) * DTypeSize(dtype);
-      const size_t copies = std::max<size_t>(2, (o.working_set_mb << 20) / bytes);
-      for (int64_t m : {1, 4, 16}) {
-        const double t = TimeMatMul(cpu, dtype, m, s.n, s.k, copies, o.seconds);
+      for (int64_t m : o.ms) {
+        // Few rows: distinct weights from memory (bandwidth-bound); many rows: compute-bound.
+        const size_t copies = m <= 4 ? std::max<size_t>(2, (o.working_set_mb << 20) / bytes) : 2;
+        double cpu_s = 1e30;
+        const double t =
+            TimeMatMul(cpu, dtype, m, s.n, s.k, copies, o.seconds, o.kernel, &cpu_s);
+        const double cpu_frac = 2.0 * m * s.n * s.k / cpu_s / 1e9 / (o.threads * core_peak);
         const double gbs = static_cast<double>(bytes) / t / 1e9;
         const double gflops = 2.0 * m * s.n * s.k / t / 1e9;
-        std::printf("%-5s %5lld %6lld %6lld %10.1f %10.2f %9.1f %8.2f\n",
+        std::printf("%-5s %5lld %6lld %6lld %10.1f %10.2f %9.1f %8.2f %9.2f %8.2f\n",
                     std::string(DTypeName(dtype)).c_str(), static_cast<long long>(m),
                     static_cast<long long>(s.n), static_cast<long long>(s.k), t * 1e6, gbs, gflops,
-                    gbs / bw);
+                    gbs / bw, gflops / peak, cpu_frac);
       }
     }
   }
@@ -98,6 +183,12 @@ int Run(const Options& o) {
 
 }  // namespace
 }  // namespace dh
+
+namespace {
+constexpr const char* kUsage =
+    "usage: bench_ops [--threads N] [--mb MB] [--seconds S] [--m M1,M2,...] "
+    "[--kernel auto|gemv|gemm] [--dtype all|bf16|f32]\n";
+}  // namespace
 
 int main(int argc, char** argv) {
   dh::Options o;
@@ -109,13 +200,21 @@ int main(int argc, char** argv) {
       o.working_set_mb = static_cast<size_t>(std::atoll(argv[i + 1]));
     } else if (flag == "--seconds") {
       o.seconds = std::atof(argv[i + 1]);
+    } else if (flag == "--m") {
+      o.ms = dh::ParseList(argv[i + 1]);
+    } else if (flag == "--kernel") {
+      o.kernel = argv[i + 1];
+    } else if (flag == "--dtype") {
+      o.dtype = argv[i + 1];
     } else {
-      std::fprintf(stderr, "usage: bench_ops [--threads N] [--mb MB] [--seconds S]\n");
+      std::fprintf(stderr, "%s", kUsage);
       return 2;
     }
   }
-  if ((argc - 1) % 2 != 0 || o.threads < 1 || o.working_set_mb < 16 || o.seconds <= 0) {
-    std::fprintf(stderr, "usage: bench_ops [--threads N] [--mb MB] [--seconds S]\n");
+  const bool kernel_ok = o.kernel == "auto" || o.kernel == "gemv" || o.kernel == "gemm";
+  if ((argc - 1) % 2 != 0 || o.threads < 1 || o.working_set_mb < 16 || o.seconds <= 0 ||
+      o.ms.empty() || !kernel_ok) {
+    std::fprintf(stderr, "%s", kUsage);
     return 2;
   }
   return dh::Run(o);

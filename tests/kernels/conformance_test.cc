@@ -353,11 +353,11 @@ TEST_F(ConformanceTest, TraceShowsTheSimdKernelsRan) {
   traced.SiluMul(x.t, xs.t, xs.t);
   const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(log.find("matmul gemv bf16 M=1 N=8 K=16 target="), std::string::npos) << log;
-  EXPECT_NE(log.find("matmul gemm bf16 M=5 N=8 K=16 target="), std::string::npos) << log;
+  EXPECT_NE(log.find("matmul gemm-tiled bf16 M=5 N=8 K=16 target="), std::string::npos) << log;
   EXPECT_NE(log.find("rmsnorm T=5 H=16"), std::string::npos) << log;
   EXPECT_NE(log.find("silu_mul T=5 I=16"), std::string::npos) << log;
   EXPECT_EQ(log.find("reference"), std::string::npos) << log;
-  EXPECT_EQ(log.find("gemm bf16 M=5"), log.rfind("gemm bf16 M=5")) << log;
+  EXPECT_EQ(log.find("gemm-tiled bf16 M=5"), log.rfind("gemm-tiled bf16 M=5")) << log;
 }
 
 TEST_F(ConformanceTest, SupportsMatchesAcceleratedOps) {

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/quant_vnni.h"
 #include "backend/reference/reference_ops.h"
@@ -319,10 +320,27 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
   a.out_stride = o->stride;
   const char* kind = m >= 4 ? "gemm" : "gemv";
   if (dense) {
-    Trace(fmt::format("matmul {} {} M={} N={} K={}", kind, DTypeName(w.data.dtype), m, n, k));
     a.w = w.data.data;
     a.wtype = *wtype;
     a.w_stride = w.data.stride[0];
+    if (m > cpu::kGemvMaxRows) {  // register- and cache-blocked GEMM (gemm.h)
+      Trace(fmt::format("matmul gemm-tiled {} M={} N={} K={}", DTypeName(w.data.dtype), m, n, k));
+      cpu::GemmArgs g;
+      g.x = a.x;
+      g.x_stride = a.x_stride;
+      g.m = m;
+      g.n = n;
+      g.k = k;
+      g.w = a.w;
+      g.wtype = a.wtype;
+      g.w_stride = a.w_stride;
+      g.bias = a.bias;
+      g.out = a.out;
+      g.out_stride = a.out_stride;
+      cpu::Gemm(g, *pool_);
+      return;
+    }
+    Trace(fmt::format("matmul {} {} M={} N={} K={}", kind, DTypeName(w.data.dtype), m, n, k));
     pool_->ParallelFor(n, GrainFor(m * k),
                        [&](size_t b, size_t e) { cpu::MatMulRange(a, b, e); });
     return;

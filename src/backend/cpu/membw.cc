@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/gemm.h"
 #include "base/check.h"
 
 namespace dh {
@@ -40,6 +42,27 @@ double MeasureReadBandwidthGBs(ThreadPool& pool, size_t bytes) {
   // The sum is data dependent, so no rep can be skipped; checking it keeps it observable.
   DH_CHECK(sink.load() != 0 || words == 0, "bandwidth probe summed to zero");
   return static_cast<double>(words * 8) / best_seconds / 1e9;
+}
+
+double MeasureFmaPeakGflops(ThreadPool& pool) {
+  constexpr int64_t kIters = 1 << 20;  // ~4 ms per thread at one 512-bit FMA pair per cycle
+  std::atomic<uint32_t> sink{0};
+  double best_seconds = 1e30;
+  cpu::FmaProbe(1024);  // warm-up (wakes the workers' cores, settles the clock)
+  for (int rep = 0; rep < 7; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    pool.RunOnAll([&](int) {
+      const float v = cpu::FmaProbe(kIters);
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      sink.fetch_add(bits, std::memory_order_relaxed);
+    });
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best_seconds = std::min(best_seconds, s);
+  }
+  DH_CHECK(sink.load() != 0, "FMA probe summed to zero");
+  return static_cast<double>(cpu::FmaProbeFlops(kIters)) * pool.num_threads() / best_seconds / 1e9;
 }
 
 }  // namespace dh

@@ -13,4 +13,9 @@ namespace dh {
 // data (identical pages could be merged by the VM) and every read feeds a sum that is kept.
 double MeasureReadBandwidthGBs(ThreadPool& pool, size_t bytes);
 
+// Best-of-several f32 FMA throughput in GFLOP/s (one FMA = 2 flops) of every thread of `pool`
+// together, with independent register-resident FMA chains on the dispatched SIMD target: the
+// yardstick for compute-bound kernels (prefill GEMM). Takes ~0.2 s.
+double MeasureFmaPeakGflops(ThreadPool& pool);
+
 }  // namespace dh

@@ -1,0 +1,67 @@
+// Register- and cache-blocked GEMM for many rows of x (prefill, batched decode, MoE expert
+// groups): out[M, N] = x[M, K] . W[N, K]^T (+ bias), f32 accumulation. The micro-kernel keeps
+// an MR x NR tile of dot products in registers (AVX3: 8 rows of x x 3 weight rows = 24 vector
+// accumulators; other targets 4 x 2), so each loaded weight vector serves MR rows and each x
+// vector NR weight rows. K is cut into blocks (GemmKc) so the x tile stays in L1 while a block
+// of weight rows (L2) passes under it. Work is handed out dynamically over
+// blocks of output features, so a core slowed by another process does not hold the others up.
+// Runtime SIMD dispatch as cpu_kernels.cc. For 1-3 rows of x the streaming GEMV
+// (cpu::MatMulRange) is as fast and is used instead (CpuBackend::MatMul, kGemvMaxRows).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "base/thread_pool.h"
+
+namespace dh::cpu {
+
+// K is cut into equal blocks of at most kGemmKcMax columns, a multiple of kGemmKcUnit each (the
+// x tile, MR x block floats, stays in L1).
+constexpr int64_t kGemmKcMax = 1024;
+constexpr int64_t kGemmKcUnit = 256;
+// Columns per K block for an m x k product (k itself when no blocking).
+int64_t GemmKc(int64_t m, int64_t k, bool rows_fn);
+// Largest m that CpuBackend::MatMul still sends to the GEMV kernel (measured crossover, see
+// bench/README.md "Tiled GEMM").
+constexpr int64_t kGemvMaxRows = 3;
+
+// Supplies weight rows as f32 (e.g. dequantizes them): writes rows [row_begin, row_begin +
+// count), columns [col_begin, col_begin + col_count), into out, row-major, col_count floats per
+// row. col_begin is a multiple of GemmKc(m, k, true) (itself a multiple of kGemmKcUnit) and
+// col_count <= kGemmKcMax; count <= GemmMaxBlockRows().
+// Called concurrently from the pool's threads (disjoint rows or columns); must not throw. Each
+// weight element is requested exactly once per Gemm call.
+using WeightRowsFn = std::function<void(int64_t row_begin, int64_t count, int64_t col_begin,
+                                        int64_t col_count, float* out)>;
+
+struct GemmArgs {
+  const float* x = nullptr;
+  int64_t x_stride = 0;  // elements between rows of x
+  int64_t m = 0;
+  int64_t n = 0;  // output features (rows of the weight)
+  int64_t k = 0;
+  // Dense weight rows, w_stride elements apart, of type wtype. Ignored when rows_fn is set.
+  const void* w = nullptr;
+  WType wtype = WType::kF32;
+  int64_t w_stride = 0;
+  const WeightRowsFn* rows_fn = nullptr;  // weight supplied as f32 rows by a callback
+  const float* bias = nullptr;            // n floats, may be null
+  float* out = nullptr;
+  int64_t out_stride = 0;
+};
+
+// Runs the GEMM on all threads of pool (the caller's thread included).
+void Gemm(const GemmArgs& a, ThreadPool& pool);
+
+// Most weight rows one rows_fn call asks for.
+int64_t GemmMaxBlockRows();
+
+// Floating-point operations per call of FmaProbe for the dispatched target.
+int64_t FmaProbeFlops(int64_t iters);
+// Runs iters steps of independent register-resident FMA chains; returns a value derived from
+// them (keep it, so the work is not optimised away).
+float FmaProbe(int64_t iters);
+
+}  // namespace dh::cpu
