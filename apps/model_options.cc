@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "apps/command.h"
+#include "backend/cpu/cpu_kernels.h"
 #include "backend/registry.h"
 #include "base/log.h"
 
@@ -35,6 +36,11 @@ void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model) {
   sub->add_flag("--no-mmap", o->no_mmap,
                 "Read weights into anonymous memory (the default; overrides --mmap)");
   sub->add_flag("--mlock", o->mlock, "Lock weights in RAM (needs RLIMIT_MEMLOCK)");
+  sub->add_option("--compile-cache", o->compile_cache_dir,
+                  "Directory of compiled weight caches written by `deepharness compile` "
+                  "(default: $XDG_CACHE_HOME/deepharness or ~/.cache/deepharness)");
+  sub->add_flag("--no-compile-cache", o->no_compile_cache,
+                "Load from the checkpoint even when a compiled weight cache exists");
   sub->add_flag("--trace-kernels", o->trace_kernels, "Log the kernel chosen for each op and shape");
   sub->add_flag("--quiet,-q", o->quiet, "Only print errors on stderr");
 }
@@ -55,6 +61,14 @@ Result<LoadedModel> LoadFromOptions(const ModelOptions& o) {
   lo.file.use_mmap = o.mmap && !o.no_mmap;
   lo.file.mlock = o.mlock;
   lo.show_progress = !o.quiet;
+  if (!o.no_compile_cache) {
+    lo.compile_cache.dir =
+        o.compile_cache_dir.empty() ? DefaultCompileCacheDir() : o.compile_cache_dir;
+  }
+  lo.compile_cache.write = o.compile_cache_write;
+  lo.compile_cache.force = o.compile_cache_force;
+  if (o.device == "cpu") lo.compile_cache.cpu_features = cpu::DispatchedTargetName();
+  lo.compile_cache.result = &loaded.compile_cache;
   const auto start = std::chrono::steady_clock::now();
   DH_ASSIGN_OR_RETURN(loaded.model, LoadModel(o.model_path, *loaded.backend, lo));
   loaded.load_seconds =

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "backend/backend.h"
+#include "model/compile_cache.h"
 #include "model/model.h"
 
 namespace dh::app {
@@ -29,6 +30,12 @@ struct ModelOptions {
   bool mlock = false;
   bool trace_kernels = false;
   bool quiet = false;
+  // Compiled weight cache (docs/compile-cache.md): --compile-cache DIR (default
+  // DefaultCompileCacheDir()), --no-compile-cache; `compile` sets write to kAlways.
+  std::string compile_cache_dir;
+  bool no_compile_cache = false;
+  CompileCacheOptions::Write compile_cache_write = CompileCacheOptions::Write::kReplaceStale;
+  bool compile_cache_force = false;
 };
 
 // Adds the flags; `require_model` makes --model-path mandatory.
@@ -38,6 +45,7 @@ struct LoadedModel {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
   double load_seconds = 0;
+  CompileCacheResult compile_cache;  // whether the weights came from a compiled cache
 };
 
 Result<LoadedModel> LoadFromOptions(const ModelOptions& o);

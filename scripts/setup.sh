@@ -4,7 +4,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libhwy-dev libcpp-httplib-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev
-  libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev
+  libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev libxxhash-dev
   curl
 )
 # Node.js + npm run the OpenAI SDK end-to-end test. A machine may already have them from another

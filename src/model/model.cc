@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "io/safetensors.h"
+#include "model/compile_cache.h"
 #include "model/weight_loader.h"
 
 namespace dh {
@@ -61,6 +62,9 @@ Result<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend& backen
       options.dtype != "f16" && options.dtype != "half") {
     return InvalidArgument("--dtype '{}': expected auto, float32, bfloat16 or float16",
                            options.dtype);
+  }
+  if (!options.compile_cache.dir.empty()) {
+    return LoadModelWithCompileCache(dir, config, factory, backend, options);
   }
   DH_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(dir, options.file));
   WeightLoader loader(checkpoint, config, backend, options);

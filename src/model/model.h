@@ -39,6 +39,20 @@ struct Batch {
                    std::span<const int32_t> block_table, int block_size, bool all_logits);
 };
 
+struct CompileCacheResult;  // model/compile_cache.h
+
+// Compiled weight cache (model/compile_cache.h, docs/compile-cache.md). Off when `dir` is empty.
+struct CompileCacheOptions {
+  std::string dir;
+  // kNever: only read. kReplaceStale: rewrite a stale or damaged file found at this model's
+  // cache path (someone compiled it before), never create one. kAlways: also create one.
+  enum class Write { kNever, kReplaceStale, kAlways };
+  Write write = Write::kReplaceStale;
+  bool force = false;        // rebuild even a valid file (compile --force)
+  std::string cpu_features;  // extra key text, e.g. the SIMD target the backend dispatches to
+  CompileCacheResult* result = nullptr;  // filled in when not null
+};
+
 struct LoadOptions {
   FileLoadOptions file;
   std::string dtype = "auto";  // auto | float32 | bfloat16 | float16: activations stay f32;
@@ -55,6 +69,9 @@ struct LoadOptions {
   // Per-layer precision policy (--policy): "" (none: `quant` applies), static:FMT, dynamic, or
   // custom:CLASS=FMT,... (see model/precision_policy.h).
   std::string policy;
+  // A field that changes the loaded weights must also enter the compile cache key
+  // (WeightOptionLines in model/compile_cache.cc).
+  CompileCacheOptions compile_cache;
 };
 
 struct ModelInfo {

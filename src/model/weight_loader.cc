@@ -258,6 +258,23 @@ Result<Weight> WeightLoader::MatrixFromHost(std::span<const float> values, int64
   return backend_.PrepareWeight(Weight::Dense(t));
 }
 
+Result<std::vector<Weight>> WeightLoader::DerivedMatrices(
+    const std::string& name, std::span<const std::array<int64_t, 2>> shapes,
+    const std::function<Result<std::vector<Weight>>()>& compute) {
+  DH_ASSIGN_OR_RETURN(std::vector<Weight> out, compute());
+  if (out.size() != shapes.size()) {
+    return Internal("derived weights '{}': {} computed, {} expected", name, out.size(),
+                    shapes.size());
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i].rows != shapes[i][0] || out[i].cols != shapes[i][1]) {
+      return Internal("derived weight '{}#{}' is [{}, {}], expected [{}, {}]", name, i,
+                      out[i].rows, out[i].cols, shapes[i][0], shapes[i][1]);
+    }
+  }
+  return out;
+}
+
 Result<Tensor> WeightLoader::Vector(const std::string& name, int64_t n) {
   DH_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name));
   if (!ShapeIs(*t, {n})) {

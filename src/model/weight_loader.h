@@ -4,6 +4,8 @@
 // skipped tensors can be reported.
 #pragma once
 
+#include <array>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -24,12 +26,14 @@ class WeightLoader {
  public:
   WeightLoader(const Checkpoint& checkpoint, const ModelConfig& config, Backend& backend,
                const LoadOptions& options);
+  // Virtual so the compile cache (model/compile_cache.cc) can record or serve what it produces.
+  virtual ~WeightLoader() = default;
 
   // A matrix [rows, cols] named `name` (".weight" is not appended). FP8 tensors take their
   // `<name minus .weight>.weight_scale_inv` block scales. Dense weights may be f32/f16/bf16.
-  Result<Weight> Matrix(const std::string& name, int64_t rows, int64_t cols);
+  virtual Result<Weight> Matrix(const std::string& name, int64_t rows, int64_t cols);
   // A vector [n] (norm weight, bias, router bias) as f32 on the backend.
-  Result<Tensor> Vector(const std::string& name, int64_t n);
+  virtual Result<Tensor> Vector(const std::string& name, int64_t n);
   // Like Vector, but an absent tensor gives an empty Tensor.
   Result<Tensor> OptionalVector(const std::string& name, int64_t n);
   // The dequantized f32 values of matrix `name` on the host (for weights the architecture
@@ -41,12 +45,18 @@ class WeightLoader {
   // A dense weight [rows, cols] from host f32 values, stored as `dtype` on the backend.
   Result<Weight> MatrixFromHost(std::span<const float> values, int64_t rows, int64_t cols,
                                 DType dtype);
-  bool Has(const std::string& name) const { return checkpoint_.Find(name) != nullptr; }
+  // Weights derived from checkpoint tensors at load (MLA's absorbed kv_b copies): `compute`
+  // builds them (with HostMatrixF32 + MatrixFromHost); result i must be [shapes[i][0],
+  // shapes[i][1]]. A compile cache stores them under `name` and serves them without `compute`.
+  virtual Result<std::vector<Weight>> DerivedMatrices(
+      const std::string& name, std::span<const std::array<int64_t, 2>> shapes,
+      const std::function<Result<std::vector<Weight>>()>& compute);
+  virtual bool Has(const std::string& name) const { return checkpoint_.Find(name) != nullptr; }
 
   // Tensors whose name starts with `prefix` are accepted as present but unused (e.g. MTP layers).
   void Skip(const std::string& prefix) { skipped_prefixes_.push_back(prefix); }
   // Fills info with counts and lists; error if a checkpoint tensor was neither used nor skipped.
-  Status Finish(ModelInfo* info);
+  virtual Status Finish(ModelInfo* info);
 
   // Hands over the buffers of converted weights; the model must keep them alive.
   std::shared_ptr<void> TakeOwnedBuffers() {

@@ -64,22 +64,37 @@ Result<MlaAttention> MlaAttention::Load(WeightLoader& w, const std::string& p,
   DH_ASSIGN_OR_RETURN(m.o, Linear::Load(w, p + ".o_proj", H, m.heads * m.vdim, c.attention_bias));
 
   // Absorbed copies of kv_b_proj, split per head: rows [h*(nope+v), +nope) are W_uk[h],
-  // the next vdim rows W_uv[h].
-  DType dtype;
-  DH_ASSIGN_OR_RETURN(std::vector<float> kv_b,
-                      w.HostMatrixF32(kv_b_name, m.heads * (m.nope + m.vdim), m.kv_lora, &dtype));
-  std::vector<float> tmp;
+  // the next vdim rows W_uv[h]. Derived weights: a compile cache serves them without kv_b.
+  std::vector<std::array<int64_t, 2>> shapes;
   for (int64_t h = 0; h < m.heads; ++h) {
-    const float* base = kv_b.data() + h * (m.nope + m.vdim) * m.kv_lora;
-    tmp.assign(static_cast<size_t>(m.kv_lora * m.nope), 0.0f);
-    for (int64_t i = 0; i < m.nope; ++i) {
-      for (int64_t j = 0; j < m.kv_lora; ++j) tmp[j * m.nope + i] = base[i * m.kv_lora + j];
+    shapes.push_back({m.kv_lora, m.nope});  // uk_t[h]
+    shapes.push_back({m.vdim, m.kv_lora});  // uv[h]
+  }
+  auto absorb = [&]() -> Result<std::vector<Weight>> {
+    DType dtype;
+    DH_ASSIGN_OR_RETURN(std::vector<float> kv_b,
+                        w.HostMatrixF32(kv_b_name, m.heads * (m.nope + m.vdim), m.kv_lora, &dtype));
+    std::vector<Weight> out;
+    std::vector<float> tmp;
+    for (int64_t h = 0; h < m.heads; ++h) {
+      const float* base = kv_b.data() + h * (m.nope + m.vdim) * m.kv_lora;
+      tmp.assign(static_cast<size_t>(m.kv_lora * m.nope), 0.0f);
+      for (int64_t i = 0; i < m.nope; ++i) {
+        for (int64_t j = 0; j < m.kv_lora; ++j) tmp[j * m.nope + i] = base[i * m.kv_lora + j];
+      }
+      DH_ASSIGN_OR_RETURN(Weight uk, w.MatrixFromHost(tmp, m.kv_lora, m.nope, dtype));
+      out.push_back(uk);
+      std::span<const float> v_rows(base + m.nope * m.kv_lora, m.vdim * m.kv_lora);
+      DH_ASSIGN_OR_RETURN(Weight uv, w.MatrixFromHost(v_rows, m.vdim, m.kv_lora, dtype));
+      out.push_back(uv);
     }
-    DH_ASSIGN_OR_RETURN(Weight uk, w.MatrixFromHost(tmp, m.kv_lora, m.nope, dtype));
-    m.uk_t.push_back(uk);
-    std::span<const float> v_rows(base + m.nope * m.kv_lora, m.vdim * m.kv_lora);
-    DH_ASSIGN_OR_RETURN(Weight uv, w.MatrixFromHost(v_rows, m.vdim, m.kv_lora, dtype));
-    m.uv.push_back(uv);
+    return out;
+  };
+  DH_ASSIGN_OR_RETURN(std::vector<Weight> absorbed,
+                      w.DerivedMatrices(p + ".kv_b_proj.absorbed", shapes, absorb));
+  for (int64_t h = 0; h < m.heads; ++h) {
+    m.uk_t.push_back(absorbed[2 * h]);
+    m.uv.push_back(absorbed[2 * h + 1]);
   }
   // Softmax scale over the whole score, times YaRN's mscale^2 (DeepSeek's convention).
   m.softmax_scale = 1.0f / std::sqrt(static_cast<float>(qk));
