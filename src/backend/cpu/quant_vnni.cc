@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
 
 #include "base/check.h"
 
@@ -22,7 +25,21 @@
 namespace dh::cpu {
 namespace {
 
-std::atomic<IntegerDot> g_mode{IntegerDot::kAuto};
+// DH_INTEGER_DOT=on|off|auto (unset: auto) sets the starting mode: a diagnostic knob to run a
+// whole model (perplexity, bench) on one path.
+IntegerDot ModeFromEnv() {
+  const char* v = std::getenv("DH_INTEGER_DOT");
+  if (v == nullptr) return IntegerDot::kAuto;
+  const std::string_view s(v);
+  if (s == "on") return IntegerDot::kOn;
+  if (s == "off") return IntegerDot::kOff;
+  if (s != "auto" && !s.empty()) {
+    std::fprintf(stderr, "DH_INTEGER_DOT=%s: expected on, off or auto; using auto\n", v);
+  }
+  return IntegerDot::kAuto;
+}
+
+std::atomic<IntegerDot> g_mode{ModeFromEnv()};
 
 constexpr int64_t kBlock = 32;  // x columns per quantization block
 

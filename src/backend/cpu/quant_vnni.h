@@ -27,7 +27,8 @@ enum class IntegerDot : uint8_t {
   kOn,    // integer kernels whenever the CPU and layout allow
 };
 
-// Overrides the per-call choice (tests and microbenchmarks); kAuto restores it.
+// Overrides the per-call choice (tests and microbenchmarks); kAuto restores it. The starting
+// mode comes from the environment variable DH_INTEGER_DOT=on|off|auto (default auto).
 void SetIntegerDotForTest(IntegerDot mode);
 
 // Whether this CPU and build have the AVX512-VNNI kernels.
