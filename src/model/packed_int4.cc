@@ -2,6 +2,7 @@
 // is allocated; errors name the checkpoint file, the tensor and the value.
 #include "model/packed_int4.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -238,29 +239,47 @@ Result<Int4Host> ConvertPackedInt4(const QuantizationConfig& q, const PackedInt4
   out.codes.assign(static_cast<size_t>(rows * (cols / 2)), 0);
   out.scales.resize(static_cast<size_t>(rows * groups));
   out.mins.resize(static_cast<size_t>(rows * groups));
-  // Position of input column k in our (possibly permuted) column order.
-  std::vector<int32_t> pos;
-  if (!perm.empty()) {
-    pos.resize(static_cast<size_t>(cols));
-    for (int64_t c = 0; c < cols; ++c) pos[perm[c]] = static_cast<int32_t>(c);
-  }
-  auto put = [&](int64_t r, int64_t k, uint32_t code) {
-    const int64_t c = pos.empty() ? k : pos[k];
-    out.codes[r * (cols / 2) + c / 2] |= static_cast<uint8_t>(code << ((c & 1) * 4));
-  };
-  const int64_t words = rows / 8;
+  // Codes in the checkpoint's input order first. Our row r holds input k's code in byte k / 2,
+  // low nibble for even k, which is exactly how a GPTQ word [p][r] holds inputs 8p..8p+7 in its
+  // little-endian bytes: each word is copied whole. AWQ words run along the outputs, so pairs of
+  // input rows are combined into bytes and transposed.
+  const int64_t words = rows / 8, row_bytes = cols / 2;
+  uint8_t* codes = out.codes.data();
   if (awq) {
-    for (int64_t k = 0; k < cols; ++k) {
+    constexpr int64_t kBlock = 64;  // input rows per tile: 32 output bytes per row stay in cache
+    for (int64_t k0 = 0; k0 < cols; k0 += kBlock) {
+      const int64_t k1 = std::min(cols, k0 + kBlock);
       for (int64_t j = 0; j < words; ++j) {
-        const uint32_t w = ReadU32(qw, k * words + j);
-        for (int i = 0; i < 8; ++i) put(8 * j + kAwqOrder[i], k, (w >> (4 * i)) & 15u);
+        for (int64_t k = k0; k < k1; k += 2) {
+          const uint32_t lo = ReadU32(qw, k * words + j), hi = ReadU32(qw, (k + 1) * words + j);
+          for (int i = 0; i < 8; ++i) {
+            codes[(8 * j + kAwqOrder[i]) * row_bytes + k / 2] =
+                static_cast<uint8_t>(((lo >> (4 * i)) & 15u) | (((hi >> (4 * i)) & 15u) << 4));
+          }
+        }
       }
     }
   } else {
-    for (int64_t p = 0; p < cols / 8; ++p) {
-      for (int64_t r = 0; r < rows; ++r) {
-        const uint32_t w = ReadU32(qw, p * rows + r);
-        for (int i = 0; i < 8; ++i) put(r, 8 * p + i, (w >> (4 * i)) & 15u);
+    constexpr int64_t kBlock = 64;  // output rows per tile
+    for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+      const int64_t r1 = std::min(rows, r0 + kBlock);
+      for (int64_t p = 0; p < cols / 8; ++p) {
+        const uint8_t* src = qw.data + p * rows * 4;
+        for (int64_t r = r0; r < r1; ++r) {
+          std::memcpy(codes + r * row_bytes + 4 * p, src + 4 * r, 4);
+        }
+      }
+    }
+  }
+  if (!perm.empty()) {
+    // Act-order: column c of row r takes the code of input perm[c].
+    std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
+    for (int64_t r = 0; r < rows; ++r) {
+      uint8_t* dst = codes + r * row_bytes;
+      std::memcpy(row.data(), dst, row.size());
+      auto code = [&](int64_t k) { return (row[k / 2] >> ((k & 1) * 4)) & 15; };
+      for (int64_t c = 0; c < cols; c += 2) {
+        dst[c / 2] = static_cast<uint8_t>(code(perm[c]) | (code(perm[c + 1]) << 4));
       }
     }
   }
