@@ -30,6 +30,7 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
     tools::ModelBenchOptions bench;
     std::string batch = "1";
     int membw_mib = 512;
+    bool no_peak = false;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -43,6 +44,8 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
   sub->add_option("--repeat,-r", a->bench.repeat, "Timed repeats of each test (default 3)");
   sub->add_option("--warmup", a->bench.warmup, "Untimed runs before each test (default 1)");
   sub->add_option("--seed", a->bench.seed, "Seed for the random prompt tokens (default 0)");
+  sub->add_flag("--no-peak", a->no_peak,
+               "Skip the f32 FMA peak probe (pp rows then show GFLOP/s without a peak fraction)");
   sub->add_option("--membw-mib", a->membw_mib,
                   "Buffer for the read-bandwidth probe in MiB (default 512; 0 skips it)");
   sub->add_flag("--json", a->json, "Print the result as JSON");
@@ -69,6 +72,10 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
       ThreadPool pool(threads);
       a->bench.bandwidth_gbs =
           MeasureReadBandwidthGBs(pool, static_cast<size_t>(a->membw_mib) << 20);
+    }
+    if (!a->no_peak) {
+      ThreadPool pool(threads);
+      a->bench.peak_gflops = MeasureFmaPeakGflops(pool);
     }
     auto result = tools::RunModelBench(*loaded->model, *loaded->backend, a->bench);
     if (!result.ok()) return ReportError(result.status());

@@ -105,6 +105,26 @@ BenchStat Summarize(std::vector<double> samples) {
   return s;
 }
 
+double PromptFlops(const Model& model, int64_t tokens) {
+  const ModelInfo& info = model.info();
+  const ModelConfig& c = model.config();
+  if (info.weight_bytes == 0 || tokens <= 0) return 0;
+  const double active_params = static_cast<double>(info.active_weight_bytes_per_token) *
+                               static_cast<double>(info.num_parameters) /
+                               static_cast<double>(info.weight_bytes);
+  const double table = static_cast<double>(c.vocab_size) * static_cast<double>(c.hidden_size);
+  const double per_token =
+      2.0 * std::max(0.0, active_params - table * (c.tie_word_embeddings ? 1.0 : 2.0));
+  const bool mla = c.kv_lora_rank > 0;
+  const double dk = mla ? static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim)
+                        : static_cast<double>(c.head_dim);
+  const double dv = mla ? static_cast<double>(c.v_head_dim) : static_cast<double>(c.head_dim);
+  const double t = static_cast<double>(tokens);
+  const double attention = 2.0 * (dk + dv) * static_cast<double>(c.num_attention_heads) *
+                           static_cast<double>(c.num_hidden_layers) * t * (t + 1) / 2;
+  return per_token * t + 2.0 * table + attention;
+}
+
 Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend, const ModelBenchOptions& o) {
   if (o.prompt < 0 || o.gen < 0) {
     return InvalidArgument("bench: --prompt and --gen must be >= 0 (got {} and {})", o.prompt,
@@ -120,6 +140,7 @@ Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend, const Mod
   }
   ModelBenchResult result;
   result.bandwidth_gbs = o.bandwidth_gbs;
+  result.peak_gflops = o.peak_gflops;
   result.active_weight_bytes_per_token = model.info().active_weight_bytes_per_token;
   std::mt19937_64 rng(o.seed);
   for (int batch : o.batches) {
@@ -148,6 +169,10 @@ Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend, const Mod
       row.tokens_per_seq = t.tokens;
       row.tokens_per_s = Summarize(std::move(tps));
       row.load_avg_1m = LoadAverage1m();
+      if (pp) {
+        row.gflops = PromptFlops(model, t.tokens) * row.tokens_per_s.mean / t.tokens / 1e9;
+        if (o.peak_gflops > 0) row.peak_fraction = row.gflops / o.peak_gflops;
+      }
       if (!pp && batch == 1) {
         result.tg_weight_gbs =
             static_cast<double>(result.active_weight_bytes_per_token) * row.tokens_per_s.mean / 1e9;
@@ -167,19 +192,28 @@ std::string FormatModelBench(const ModelBenchResult& r, const Model& model,
   const std::string params = info.num_parameters >= 1'000'000'000
                                  ? fmt::format("{:.2f} B", info.num_parameters / 1e9)
                                  : fmt::format("{:.2f} M", info.num_parameters / 1e6);
-  out += "| model | arch | params | weights GiB | threads | test | batch | t/s | load 1m |\n";
-  out += "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n";
+  out += "| model | arch | params | weights GiB | threads | test | batch | t/s | GFLOP/s | "
+         "% peak | load 1m |\n";
+  out += "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n";
   for (const ModelBenchRow& row : r.rows) {
-    out += fmt::format("| {} | {} | {} | {:.2f} | {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} |\n",
-                       label, info.architecture, params,
-                       info.weight_bytes / (1024.0 * 1024.0 * 1024.0), threads, row.test, row.batch,
-                       row.tokens_per_s.mean, row.tokens_per_s.stddev, row.load_avg_1m);
+    const std::string gflops = row.gflops >= 0 ? fmt::format("{:.1f}", row.gflops) : "-";
+    const std::string frac =
+        row.peak_fraction >= 0 ? fmt::format("{:.1f}", 100.0 * row.peak_fraction) : "-";
+    out += fmt::format(
+        "| {} | {} | {} | {:.2f} | {} | {} | {} | {:.2f} ± {:.2f} | {} | {} | {:.1f} |\n", label,
+        info.architecture, params, info.weight_bytes / (1024.0 * 1024.0 * 1024.0), threads,
+        row.test, row.batch, row.tokens_per_s.mean, row.tokens_per_s.stddev, gflops, frac,
+        row.load_avg_1m);
   }
   out += fmt::format("\nactive weight bytes per token: {:.1f} MB\n",
                      r.active_weight_bytes_per_token / 1e6);
   if (r.bandwidth_gbs > 0) {
     out += fmt::format("measured read bandwidth ({} threads): {:.2f} GB/s\n", threads,
                        r.bandwidth_gbs);
+  }
+  if (r.peak_gflops > 0) {
+    out += fmt::format("measured f32 FMA peak ({} threads): {:.1f} GFLOP/s\n", threads,
+                       r.peak_gflops);
   }
   if (r.tg_weight_gbs > 0) {
     out += fmt::format("tg at batch 1 reads weights at {:.2f} GB/s", r.tg_weight_gbs);
@@ -202,7 +236,10 @@ nlohmann::json ModelBenchJson(const ModelBenchResult& r, const Model& model,
                     {"tokens_per_s_mean", row.tokens_per_s.mean},
                     {"tokens_per_s_stddev", row.tokens_per_s.stddev},
                     {"tokens_per_s_samples", row.tokens_per_s.samples},
-                    {"load_avg_1m", row.load_avg_1m}});
+                    {"load_avg_1m", row.load_avg_1m},
+                    {"gflops", row.gflops >= 0 ? nlohmann::json(row.gflops) : nullptr},
+                    {"peak_fraction",
+                     row.peak_fraction >= 0 ? nlohmann::json(row.peak_fraction) : nullptr}});
   }
   nlohmann::json j = {{"model", label},
                       {"architecture", info.architecture},
@@ -211,6 +248,7 @@ nlohmann::json ModelBenchJson(const ModelBenchResult& r, const Model& model,
                       {"active_weight_bytes_per_token", r.active_weight_bytes_per_token},
                       {"threads", threads},
                       {"results", rows}};
+  j["fma_peak_gflops"] = r.peak_gflops > 0 ? nlohmann::json(r.peak_gflops) : nullptr;
   j["read_bandwidth_gbs"] = r.bandwidth_gbs > 0 ? nlohmann::json(r.bandwidth_gbs) : nullptr;
   j["tg_weight_read_gbs"] = r.tg_weight_gbs > 0 ? nlohmann::json(r.tg_weight_gbs) : nullptr;
   j["tg_bandwidth_fraction"] =

@@ -23,6 +23,9 @@ struct ModelBenchOptions {
   uint64_t seed = 0;
   // Read bandwidth of the machine in GB/s (measured by the caller); <= 0: unknown.
   double bandwidth_gbs = 0;
+  // f32 FMA peak of the machine in GFLOP/s on the same threads (measured by the caller); <= 0:
+  // unknown.
+  double peak_gflops = 0;
 };
 
 struct BenchStat {
@@ -39,11 +42,24 @@ struct ModelBenchRow {
   int tokens_per_seq = 0;
   BenchStat tokens_per_s;   // aggregated over the batch
   double load_avg_1m = -1;  // getloadavg right after the row ran (-1: unavailable)
+  // pp rows: achieved GFLOP/s (PromptFlops / time) and its fraction of the FMA peak (< 0: not
+  // measured / not a pp row).
+  double gflops = -1;
+  double peak_fraction = -1;
 };
+
+// Floating-point operations of one pp forward of `tokens` prompt tokens of one sequence:
+// 2 x (active parameters per token - the vocab x hidden tables a prompt token does not multiply)
+// per token, + 2 x vocab x hidden for the logits of the last token, + the attention products
+// (QK^T and PV, causal: T(T+1)/2 query-key pairs per head and layer, head dims as the config
+// defines them; MLA counted in its plain, not absorbed, form). Active parameters per token =
+// active_weight_bytes_per_token x num_parameters / weight_bytes (exact for a single-dtype model).
+double PromptFlops(const Model& model, int64_t tokens);
 
 struct ModelBenchResult {
   std::vector<ModelBenchRow> rows;
   double bandwidth_gbs = 0;
+  double peak_gflops = 0;
   uint64_t active_weight_bytes_per_token = 0;
   // active bytes/token x tg tokens/s at batch 1 / bandwidth; < 0 when not measured.
   double tg_bandwidth_fraction = -1;

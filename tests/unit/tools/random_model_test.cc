@@ -141,6 +141,7 @@ TEST(ModelBench, RunsPrefillAndDecodeAtSeveralBatchSizes) {
     bo.batches = {1, 3};
     bo.repeat = 2;
     bo.bandwidth_gbs = 10.0;
+    bo.peak_gflops = 50.0;
     auto r = RunModelBench(**model, backend, bo);
     ASSERT_TRUE(r.ok()) << r.status().message();
     ASSERT_EQ(r->rows.size(), 4u);
@@ -151,6 +152,13 @@ TEST(ModelBench, RunsPrefillAndDecodeAtSeveralBatchSizes) {
       EXPECT_EQ(row.tokens_per_s.samples.size(), 2u);
       EXPECT_GT(row.tokens_per_s.mean, 0.0);
     }
+    // pp rows carry GFLOP/s (PromptFlops / time) and a peak fraction; tg rows do not.
+    EXPECT_GT(PromptFlops(**model, 20), 20 * 2.0 * 1000);
+    EXPECT_NEAR(r->rows[0].gflops,
+                PromptFlops(**model, 20) * r->rows[0].tokens_per_s.mean / 20 / 1e9, 1e-9);
+    EXPECT_NEAR(r->rows[0].peak_fraction, r->rows[0].gflops / 50.0, 1e-12);
+    EXPECT_LT(r->rows[1].gflops, 0.0);
+    EXPECT_LT(r->rows[1].peak_fraction, 0.0);
     EXPECT_GT(r->active_weight_bytes_per_token, 0u);
     EXPECT_GT(r->tg_bandwidth_fraction, 0.0);
     const std::string table = FormatModelBench(*r, **model, preset, 1);
