@@ -12,10 +12,9 @@ constexpr std::array<std::string_view, kNumWeightClasses> kClassNames = {
     "embed", "attn", "mla", "mlp", "experts", "shared", "gate", "lm_head", "other"};
 
 // Classes `static:`, `default=` and a class-less `layers.A-B=` set.
-constexpr WeightClass kProjectionClasses[] = {WeightClass::kAttn,    WeightClass::kMla,
-                                              WeightClass::kMlp,     WeightClass::kExperts,
-                                              WeightClass::kShared,  WeightClass::kLmHead,
-                                              WeightClass::kOther};
+constexpr WeightClass kProjectionClasses[] = {
+    WeightClass::kAttn,   WeightClass::kMla,    WeightClass::kMlp,  WeightClass::kExperts,
+    WeightClass::kShared, WeightClass::kLmHead, WeightClass::kOther};
 constexpr WeightClass kInLayerProjections[] = {WeightClass::kAttn, WeightClass::kMla,
                                                WeightClass::kMlp, WeightClass::kExperts,
                                                WeightClass::kShared};
@@ -84,12 +83,15 @@ WeightClass ClassifyWeight(std::string_view name) {
 
 std::string PrecisionFormat::Name() const {
   switch (kind) {
-    case Kind::kAuto: return "auto";
-    case Kind::kDense: return std::string(DTypeName(dtype));
+    case Kind::kAuto:
+      return "auto";
+    case Kind::kDense:
+      return std::string(DTypeName(dtype));
     case Kind::kQuant:
       if (quant.format == WeightFormat::kFp8Block) return "fp8";
       if (quant.format == WeightFormat::kInt8) return quant.group_size <= 0 ? "int8-row" : "int8";
-      if (quant.format == WeightFormat::kInt4) return quant.group_size == 128 ? "int4-g128" : "int4";
+      if (quant.format == WeightFormat::kInt4)
+        return quant.group_size == 128 ? "int4-g128" : "int4";
       break;
   }
   return "?";
@@ -128,8 +130,10 @@ Result<PrecisionPolicy> PrecisionPolicy::Parse(std::string_view text) {
     return p;
   }
   if (!StartsWith(text, "custom:")) {
-    return InvalidArgument("--policy: '{}' is not a policy (expected static:FORMAT, dynamic or "
-                           "custom:CLASS=FORMAT,...)", original);
+    return InvalidArgument(
+        "--policy: '{}' is not a policy (expected static:FORMAT, dynamic or "
+        "custom:CLASS=FORMAT,...)",
+        original);
   }
   text.remove_prefix(7);
   // Precedence, whatever the order written: default < attn (over mla) < the named class.
@@ -145,8 +149,8 @@ Result<PrecisionPolicy> PrecisionPolicy::Parse(std::string_view text) {
   for (std::string_view item : items) {
     const size_t eq = item.find('=');
     if (eq == std::string_view::npos) {
-      return InvalidArgument("--policy: '{}' in '{}' is not KEY=FORMAT (keys: {})", item,
-                             original, kAcceptedKeys);
+      return InvalidArgument("--policy: '{}' in '{}' is not KEY=FORMAT (keys: {})", item, original,
+                             kAcceptedKeys);
     }
     const std::string_view key = Trim(item.substr(0, eq));
     DH_ASSIGN_OR_RETURN(PrecisionFormat f, ParsePrecisionFormat(Trim(item.substr(eq + 1))));
@@ -168,9 +172,10 @@ Result<PrecisionPolicy> PrecisionPolicy::Parse(std::string_view text) {
       if (dot != std::string_view::npos) {
         auto c = ClassByName(rest.substr(dot + 1));
         if (!c || !IsInLayer(*c)) {
-          return InvalidArgument("--policy: '{}': unknown in-layer class '{}' (expected one of: "
-                                 "attn, mla, mlp, experts, shared, gate)", key,
-                                 rest.substr(dot + 1));
+          return InvalidArgument(
+              "--policy: '{}': unknown in-layer class '{}' (expected one of: "
+              "attn, mla, mlp, experts, shared, gate)",
+              key, rest.substr(dot + 1));
         }
         o.cls = *c;
       }
@@ -205,8 +210,10 @@ Result<PrecisionPolicy> PrecisionPolicy::Parse(std::string_view text) {
   }
   const PrecisionFormat& embed = p.ClassFormat(WeightClass::kEmbed);
   if (embed.kind == PrecisionFormat::Kind::kQuant) {
-    return InvalidArgument("--policy: embed={}: the embedding table needs a dense format (auto, "
-                           "f32, bf16 or f16)", embed.Name());
+    return InvalidArgument(
+        "--policy: embed={}: the embedding table needs a dense format (auto, "
+        "f32, bf16 or f16)",
+        embed.Name());
   }
   return p;
 }
@@ -268,8 +275,10 @@ Result<PrecisionPolicy> PolicyFromOptions(const LoadOptions& options) {
     return PrecisionPolicy::FromQuant(q, options.quant_lm_head);
   }
   if (!options.quant.empty() && options.quant != "none") {
-    return InvalidArgument("--policy '{}' and --quant '{}' are both given: use one (e.g. "
-                           "--policy static:{})", options.policy, options.quant, options.quant);
+    return InvalidArgument(
+        "--policy '{}' and --quant '{}' are both given: use one (e.g. "
+        "--policy static:{})",
+        options.policy, options.quant, options.quant);
   }
   if (options.quant_lm_head) {
     return InvalidArgument("--quant-lm-head goes with --quant; with --policy write lm_head=FORMAT");

@@ -46,11 +46,11 @@ TEST(QuantPerplexity, PoliciesStayWithinBoundsOfBf16) {
       << ss.str().substr(eval["validation_char_offset"].get<size_t>());
   auto perplexity = [&](const std::string& flags) {
     int code = 0;
-    const std::string out = RunShell(std::string(DH_BINARY) +
-                                         " perplexity -q --json --add-special-tokens --model-path " +
-                                         kModel.string() + " --file " + val_file.string() +
-                                         " --context 256 --stride 256 " + flags,
-                                     &code);
+    const std::string out =
+        RunShell(std::string(DH_BINARY) +
+                     " perplexity -q --json --add-special-tokens --model-path " + kModel.string() +
+                     " --file " + val_file.string() + " --context 256 --stride 256 " + flags,
+                 &code);
     EXPECT_EQ(code, 0) << flags << ": " << out;
     return code == 0 ? nlohmann::json::parse(out)["perplexity"].get<double>() : NAN;
   };

@@ -42,7 +42,9 @@ TEST(Fp8QuantizeTest, ExactOnRepresentableValues) {
   std::mt19937 gen(7);
   std::uniform_int_distribution<int> code(0, 255);
   std::vector<float> x(rows * cols);
-  auto block_pow = [](int64_t r, int64_t c) { return static_cast<int>((r / 128) * 3 + c / 128) - 4; };
+  auto block_pow = [](int64_t r, int64_t c) {
+    return static_cast<int>((r / 128) * 3 + c / 128) - 4;
+  };
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       int v = code(gen);
@@ -125,8 +127,10 @@ TEST(Fp8QuantizeTest, RejectsNonFiniteValues) {
   x[6] = INFINITY;
   auto q = QuantizeMatrix(x, 4, 4, Fp8Spec(), "model.layers.0.mlp.up_proj.weight");
   ASSERT_FALSE(q.ok());
-  EXPECT_NE(q.status().message().find("model.layers.0.mlp.up_proj.weight: value at row 1, column 2"),
-            std::string::npos) << q.status().message();
+  EXPECT_NE(
+      q.status().message().find("model.layers.0.mlp.up_proj.weight: value at row 1, column 2"),
+      std::string::npos)
+      << q.status().message();
 }
 
 }  // namespace

@@ -170,7 +170,8 @@ TEST(PolicyModelTest, Fp8CheckpointUnderPolicies) {
     const char* policy;
     double bound;
     bool fp8_left;  // kIssuePolicy leaves the dense MLP as stored
-  } kPolicies[] = {{"static:bf16", 0.02, false}, {"dynamic", 0.30, false}, {kIssuePolicy, 0.30, true}};
+  } kPolicies[] = {
+      {"static:bf16", 0.02, false}, {"dynamic", 0.30, false}, {kIssuePolicy, 0.30, true}};
   for (const auto& p : kPolicies) {
     auto got = Load("ds_v3_fp8", "cpu", p.policy);
     ASSERT_TRUE(got.ok()) << p.policy << ": " << got.status().message();
@@ -198,7 +199,8 @@ TEST(PolicyModelTest, BadPolicyFailsTheLoad) {
   auto got = Load("llama_f32", "reference", "custom:embed=int4");
   ASSERT_FALSE(got.ok());
   EXPECT_NE(got.status().message().find("embed=int4: the embedding table needs a dense format"),
-            std::string::npos) << got.status().message();
+            std::string::npos)
+      << got.status().message();
   ReferenceBackend backend{BackendOptions{}};
   LoadOptions o;
   o.quant = "int8";

@@ -118,9 +118,9 @@ TEST(PrecisionPolicyTest, NamedClassBeatsAttnBeatsDefaultInAnyOrder) {
 }
 
 TEST(PrecisionPolicyTest, LayerOverrides) {
-  const PrecisionPolicy p =
-      MustParse("custom:default=int4,layers.0-1=bf16,layers.1.experts=int8,layers.3.gate=f16,"
-                "layers.5.attn=fp8");
+  const PrecisionPolicy p = MustParse(
+      "custom:default=int4,layers.0-1=bf16,layers.1.experts=int8,layers.3.gate=f16,"
+      "layers.5.attn=fp8");
   EXPECT_EQ(FormatOf(p, "model.layers.0.self_attn.q_proj.weight"), "bf16");
   EXPECT_EQ(FormatOf(p, "model.layers.1.mlp.experts.2.up_proj.weight"), "int8");
   EXPECT_EQ(FormatOf(p, "model.layers.1.mlp.shared_experts.up_proj.weight"), "bf16");
@@ -164,8 +164,7 @@ TEST(PrecisionPolicyTest, BadPoliciesNameTheProblemAndTheChoices) {
   e = ErrorOf("static:none");
   EXPECT_NE(e.find("unknown format 'none'"), std::string::npos) << e;
   e = ErrorOf("custom:embed=int8");
-  EXPECT_NE(e.find("embed=int8: the embedding table needs a dense format"), std::string::npos)
-      << e;
+  EXPECT_NE(e.find("embed=int8: the embedding table needs a dense format"), std::string::npos) << e;
   e = ErrorOf("custom:default=int8,embed=fp8");
   EXPECT_NE(e.find("embed=fp8"), std::string::npos) << e;
   e = ErrorOf("custom:gate=f32,gate=bf16");
@@ -178,11 +177,12 @@ TEST(PrecisionPolicyTest, BadPoliciesNameTheProblemAndTheChoices) {
   EXPECT_NE(e.find("is not KEY=FORMAT"), std::string::npos) << e;
   e = ErrorOf("int8");
   EXPECT_NE(e.find("'int8' is not a policy (expected static:FORMAT, dynamic or custom:"),
-            std::string::npos) << e;
+            std::string::npos)
+      << e;
   e = ErrorOf("Dynamic");
   EXPECT_NE(e.find("is not a policy"), std::string::npos) << e;
-  for (const char* range : {"custom:layers.3-1=bf16", "custom:layers.a=bf16",
-                            "custom:layers.=bf16", "custom:layers.1-=bf16"}) {
+  for (const char* range : {"custom:layers.3-1=bf16", "custom:layers.a=bf16", "custom:layers.=bf16",
+                            "custom:layers.1-=bf16"}) {
     e = ErrorOf(range);
     EXPECT_NE(e.find("expected layers.A-B or layers.N"), std::string::npos) << range << ": " << e;
   }
@@ -210,7 +210,8 @@ TEST(PrecisionPolicyTest, OptionsPickQuantOrPolicy) {
   auto both = PolicyFromOptions(o);
   ASSERT_FALSE(both.ok());
   EXPECT_NE(both.status().message().find("--policy 'static:int4' and --quant 'int8' are both"),
-            std::string::npos) << both.status().message();
+            std::string::npos)
+      << both.status().message();
   o.quant = "none";
   auto lm = PolicyFromOptions(o);
   ASSERT_FALSE(lm.ok());
