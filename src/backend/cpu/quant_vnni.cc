@@ -104,9 +104,14 @@ bool UseIntegerDot(const QuantMatMulArgs& a) {
   if (mode == IntegerDot::kOff || !IntegerDotAvailable()) return false;
   if (!IntegerDotSupports(a.int4, a.k, a.group_size) || a.m <= 0) return false;
   if (mode == IntegerDot::kOn) return true;
-  // kAuto: measured on an AVX-512 VNNI CPU (bench/README.md "Quantized decode kernels"): the
-  // integer kernel is faster than the f32 one for every format and group at the decode sizes.
-  return a.m <= 16;
+  // kAuto, from bench_quant on a Zen 5 (bench/README.md "Quantized decode kernels"): the integer
+  // kernel was faster for int4 (both group sizes) and grouped int8 at every M <= 16, and for
+  // per-row int8 at M >= 2; per-row int8 at M = 1 was as fast or faster with f32 products (one
+  // scale per row leaves the f32 kernel little work), so it keeps them. Above M = 16 the rows
+  // are dequantized for the dense GEMM.
+  if (a.m > 16) return false;
+  if (!a.int4 && a.group_size >= a.k && a.m == 1) return false;
+  return true;
 }
 
 const char* IntegerDotName() { return "vnni512"; }
@@ -160,7 +165,7 @@ namespace {
 #define DH_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 
 // dot(a[0..n), b[0..n)) in f32.
-DH_VNNI_TARGET float DotF32(const float* a, const float* b, int64_t n) {
+DH_VNNI_TARGET inline __attribute__((always_inline)) float DotF32(const float* a, const float* b, int64_t n) {
   __m512 acc = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -190,24 +195,56 @@ DH_VNNI_TARGET inline __m512 LoadScales(const float* s, int count, int64_t left)
   }
 }
 
-// Output rows [n_begin, n_end) for x rows [r0, r0 + MR): each 64-byte vector of weight codes is
-// loaded once and multiplied with the MR rows of quantized x.
+// One 64-byte chunk of codes v (bytes [b, b + 64) of the row) times MR rows of quantized x, added
+// to facc with the per-lane scales x_scale * wsl.
 template <int MR, bool kInt4>
+DH_VNNI_TARGET inline __attribute__((always_inline)) void Chunk(
+    __m512i v, __m512 wsl, int64_t b, int64_t half, const uint8_t* const* xc,
+    const float* const* xl, __m512* facc) {
+  const int64_t lane0 = b / 4;
+  if constexpr (kInt4) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const __m512i lo = _mm512_and_si512(v, low4);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+    for (int r = 0; r < MR; ++r) {
+      __m512i acc =
+          _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xc[r] + b));
+      acc = _mm512_dpbusd_epi32(acc, hi, _mm512_loadu_si512(xc[r] + half + b));
+      const __m512 comb = _mm512_mul_ps(_mm512_loadu_ps(xl[r] + lane0), wsl);
+      facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), comb, facc[r]);
+    }
+  } else {
+    // dot(x + 128, w) - 128 * sum(w): exact in i32.
+    const __m512i corr = _mm512_slli_epi32(
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), v), 7);
+    for (int r = 0; r < MR; ++r) {
+      __m512i acc =
+          _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(xc[r] + b), v);
+      acc = _mm512_sub_epi32(acc, corr);
+      const __m512 comb = _mm512_mul_ps(_mm512_loadu_ps(xl[r] + lane0), wsl);
+      facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), comb, facc[r]);
+    }
+  }
+}
+
+// Output rows [n_begin, n_end) for x rows [r0, r0 + MR): each 64-byte vector of weight codes is
+// loaded once and multiplied with the MR rows of quantized x. kMode: how weight scales map onto
+// lanes (a template parameter so the chunk loop has no branches).
+template <int MR, bool kInt4, ScaleMode kMode>
 DH_VNNI_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t r0,
                             int64_t n_begin, int64_t n_end) {
   const int64_t k = a.k, g = std::min(a.group_size, k);
   const int64_t row_len = kInt4 ? (k + 1) / 2 : k;  // bytes of codes per weight row
+  const int64_t full = row_len / 64 * 64;
   constexpr int64_t kChunk = kInt4 ? 128 : 64, kLane = kInt4 ? 8 : 4;
   const int64_t ngroups = (k + g - 1) / g;
-  const ScaleMode mode = ModeFor(kInt4, k, g);
-  const int per_chunk = mode == ScaleMode::kPermute ? static_cast<int>(kChunk / g) : 1;
-  const int64_t chunks_per_group = mode == ScaleMode::kPerChunk ? g / kChunk : 1;
+  const int per_chunk = kMode == ScaleMode::kPermute ? static_cast<int>(kChunk / g) : 1;
+  const int64_t chunks_per_group = kMode == ScaleMode::kPerChunk ? g / kChunk : 1;
   alignas(64) int32_t idx_lanes[16];
   for (int i = 0; i < 16; ++i) {
-    idx_lanes[i] = mode == ScaleMode::kPermute ? static_cast<int32_t>(i * kLane / g) : 0;
+    idx_lanes[i] = kMode == ScaleMode::kPermute ? static_cast<int32_t>(i * kLane / g) : 0;
   }
   const __m512i idx = _mm512_load_si512(idx_lanes);
-  const __m512i ones = _mm512_set1_epi8(1), low4 = _mm512_set1_epi8(0x0f);
   const int64_t half = x.row_bytes / 2;
   const uint8_t* xc[MR];
   const float* xl[MR];
@@ -219,53 +256,47 @@ DH_VNNI_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
   for (int64_t j = n_begin; j < n_end; ++j) {
     const uint8_t* q = qbase + j * a.q_stride;
     const float* s = a.scales + j * a.scale_stride;
-    __m512 facc[MR];
-    for (int r = 0; r < MR; ++r) facc[r] = _mm512_setzero_ps();
-    __m512 wsl = _mm512_set1_ps(s[0]);
-    // Group of the chunk's first column, advanced without divisions.
+    __m512 facc[MR], facc2[MR];
+    for (int r = 0; r < MR; ++r) facc[r] = facc2[r] = _mm512_setzero_ps();
+    // Scales of the chunk at byte b; gi: group of its first column, advanced without divisions.
     int64_t gi = 0, chunk_in_group = 0;
-    for (int64_t b = 0; b < row_len; b += 64) {
-      const int64_t rem = row_len - b;
-      // Full chunks: plain loads (masked loads of streamed data were 2-3x slower on Zen 5).
-      const __m512i v = rem >= 64 ? _mm512_loadu_si512(q + b)
-                                  : _mm512_maskz_loadu_epi8((1ULL << rem) - 1, q + b);
-      if (mode == ScaleMode::kPerChunk) {
-        wsl = _mm512_set1_ps(s[gi]);
+    const __m512 one_scale = _mm512_set1_ps(s[0]);
+    auto next_scales = [&]() DH_VNNI_TARGET {
+      if constexpr (kMode == ScaleMode::kOne) {
+        return one_scale;
+      } else if constexpr (kMode == ScaleMode::kPerChunk) {
+        const __m512 w = _mm512_set1_ps(s[gi]);
         if (++chunk_in_group == chunks_per_group) {
           chunk_in_group = 0;
           ++gi;
         }
-      } else if (mode == ScaleMode::kPermute) {
-        wsl = _mm512_permutexvar_ps(idx, LoadScales(s + gi, per_chunk, ngroups - gi));
-        gi += per_chunk;
-      }
-      const int64_t lane0 = b / 4;
-      if constexpr (kInt4) {
-        const __m512i lo = _mm512_and_si512(v, low4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-        for (int r = 0; r < MR; ++r) {
-          __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo,
-                                            _mm512_loadu_si512(xc[r] + b));
-          acc = _mm512_dpbusd_epi32(acc, hi, _mm512_loadu_si512(xc[r] + half + b));
-          const __m512 comb = _mm512_mul_ps(_mm512_loadu_ps(xl[r] + lane0), wsl);
-          facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), comb, facc[r]);
-        }
+        return w;
       } else {
-        // dot(x + 128, w) - 128 * sum(w): exact in i32.
-        const __m512i corr =
-            _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, v), 7);
-        for (int r = 0; r < MR; ++r) {
-          __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                            _mm512_loadu_si512(xc[r] + b), v);
-          acc = _mm512_sub_epi32(acc, corr);
-          const __m512 comb = _mm512_mul_ps(_mm512_loadu_ps(xl[r] + lane0), wsl);
-          facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), comb, facc[r]);
-        }
+        const __m512 w = _mm512_permutexvar_ps(idx, LoadScales(s + gi, per_chunk, ngroups - gi));
+        gi += per_chunk;
+        return w;
       }
+    };
+    int64_t b = 0;
+    for (; b + 128 <= full; b += 128) {  // two chunks, two accumulator sets
+      const __m512i v0 = _mm512_loadu_si512(q + b), v1 = _mm512_loadu_si512(q + b + 64);
+      const __m512 w0 = next_scales();
+      const __m512 w1 = next_scales();
+      Chunk<MR, kInt4>(v0, w0, b, half, xc, xl, facc);
+      Chunk<MR, kInt4>(v1, w1, b + 64, half, xc, xl, facc2);
+    }
+    if (b < full) {
+      const __m512i v0 = _mm512_loadu_si512(q + b);
+      Chunk<MR, kInt4>(v0, next_scales(), b, half, xc, xl, facc);
+      b += 64;
+    }
+    if (b < row_len) {  // partial last chunk
+      const __m512i v0 = _mm512_maskz_loadu_epi8((1ULL << (row_len - b)) - 1, q + b);
+      Chunk<MR, kInt4>(v0, next_scales(), b, half, xc, xl, facc2);
     }
     const float bias = a.bias ? a.bias[j] : 0.0f;
     for (int r = 0; r < MR; ++r) {
-      float sum = _mm512_reduce_add_ps(facc[r]);
+      float sum = _mm512_reduce_add_ps(_mm512_add_ps(facc[r], facc2[r]));
       if constexpr (kInt4) {
         sum += DotF32(a.mins + j * a.min_stride, x.group_sums.data() + (r0 + r) * x.groups,
                       ngroups);
@@ -275,14 +306,26 @@ DH_VNNI_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
   }
 }
 
+template <int MR, bool kInt4>
+void DotRowsAnyMode(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t r0,
+                    int64_t n_begin, int64_t n_end) {
+  switch (ModeFor(kInt4, a.k, std::min(a.group_size, a.k))) {
+    case ScaleMode::kOne: return DotRows<MR, kInt4, ScaleMode::kOne>(a, x, r0, n_begin, n_end);
+    case ScaleMode::kPerChunk:
+      return DotRows<MR, kInt4, ScaleMode::kPerChunk>(a, x, r0, n_begin, n_end);
+    case ScaleMode::kPermute:
+      return DotRows<MR, kInt4, ScaleMode::kPermute>(a, x, r0, n_begin, n_end);
+  }
+}
+
 template <bool kInt4>
 void DotAll(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t n_begin, int64_t n_end) {
   int64_t r0 = 0;
-  for (; r0 + 4 <= a.m; r0 += 4) DotRows<4, kInt4>(a, x, r0, n_begin, n_end);
+  for (; r0 + 4 <= a.m; r0 += 4) DotRowsAnyMode<4, kInt4>(a, x, r0, n_begin, n_end);
   switch (a.m - r0) {
-    case 3: DotRows<3, kInt4>(a, x, r0, n_begin, n_end); break;
-    case 2: DotRows<2, kInt4>(a, x, r0, n_begin, n_end); break;
-    case 1: DotRows<1, kInt4>(a, x, r0, n_begin, n_end); break;
+    case 3: DotRowsAnyMode<3, kInt4>(a, x, r0, n_begin, n_end); break;
+    case 2: DotRowsAnyMode<2, kInt4>(a, x, r0, n_begin, n_end); break;
+    case 1: DotRowsAnyMode<1, kInt4>(a, x, r0, n_begin, n_end); break;
     default: break;
   }
 }
