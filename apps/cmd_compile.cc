@@ -10,7 +10,10 @@
 namespace dh::app {
 namespace {
 
-double GiB(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
+std::string Size(uint64_t bytes) {
+  if (bytes >= (1ull << 30)) return fmt::format("{:.2f} GiB", bytes / double(1ull << 30));
+  return fmt::format("{:.1f} MiB", bytes / double(1ull << 20));
+}
 
 std::function<int()> SetupCompile(CLI::App* sub) {
   struct Args {
@@ -47,14 +50,13 @@ std::function<int()> SetupCompile(CLI::App* sub) {
     using O = CompileCacheResult::Outcome;
     switch (r.outcome) {
       case O::kHit:
-        std::printf("up to date: %s (%.2f GiB); --force rebuilds it\n", r.path.c_str(),
-                    GiB(r.file_bytes));
+        std::printf("up to date: %s (%s); --force rebuilds it\n", r.path.c_str(),
+                    Size(r.file_bytes).c_str());
         return kExitOk;
       case O::kWritten:
-        std::printf("compiled %s -> %s (%.2f GiB) in %.1f s (load %.1f s, write %.1f s)\n",
-                    m.model_path.c_str(), r.path.c_str(), GiB(r.file_bytes),
-                    loaded->load_seconds, loaded->load_seconds - r.write_seconds,
-                    r.write_seconds);
+        std::printf("compiled %s -> %s (%s) in %.1f s (%.1f s of it syncing the file)\n",
+                    m.model_path.c_str(), r.path.c_str(), Size(r.file_bytes).c_str(),
+                    loaded->load_seconds, r.write_seconds);
         return kExitOk;
       case O::kWriteFailed:
         return ReportError(IoError("{}: {}", r.path, r.reason));
