@@ -3,7 +3,7 @@
 // with the integer (VNNI) kernels forced, for a few M. Reports the weight bytes actually read
 // (codes + scales + mins) per second and their fraction of the measured read bandwidth.
 // Usage: bench_quant [--threads N] [--mb WORKING_SET_MB] [--seconds S] [--m 1,2,4,16]
-//                    [--n 8960] [--k 1536] [--cpu-time 1]
+//                    [--n 8960] [--k 1536] [--cpu-time 1] [--formats int8,int8-row,int4,int4-g128,fp8]
 // --cpu-time 1 (with --threads 1, where the calling thread does all the work) times the calling
 // thread's CPU time instead of wall time: with a cache-resident working set (--mb 1 --n 256) it
 // measures the kernels' compute rate even on a busy machine.
@@ -30,6 +30,7 @@ struct Options {
   std::vector<int64_t> ms = {1, 2, 4, 16};
   int64_t n = 8960, k = 1536;
   bool cpu_time = false;
+  std::string formats = "int8,int8-row,int4,int4-g128,fp8";
 };
 
 double Now(bool cpu_time) {
@@ -112,6 +113,7 @@ int Main(int argc, char** argv) {
     else if (a == "--n") o.n = std::atoll(argv[i + 1]);
     else if (a == "--k") o.k = std::atoll(argv[i + 1]);
     else if (a == "--cpu-time") o.cpu_time = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--formats") o.formats = argv[i + 1];
     else {
       std::fprintf(stderr, "bench_quant: unknown option %s\n", a.c_str());
       return 2;
@@ -130,6 +132,7 @@ int Main(int argc, char** argv) {
                             {"int4-g128", WeightFormat::kInt4, 128},
                             {"fp8", WeightFormat::kFp8Block, 0}};
   for (const Format& f : formats) {
+    if (("," + o.formats + ",").find("," + std::string(f.name) + ",") == std::string::npos) continue;
     std::vector<Stored> copies;
     size_t total = 0;
     while (total < (o.working_set_mb << 20) || copies.empty()) {
