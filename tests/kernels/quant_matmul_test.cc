@@ -6,6 +6,9 @@
 //
 // Tolerance: |got - want| <= 2e-5 * max(1, max|want|) (f32 SIMD accumulation in a different
 // order than the reference's sums; the dequantized weights are the same f32 products).
+// Also: the AVX512-VNNI integer kernel (quant_vnni.h; x quantized to int8) against its stated
+// error bound, directly and through CpuBackend with the path forced on; the FP8 e4m3 GEMV and row
+// decoder (f16 widening) against the reference, the decoder bit for bit over every code.
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/quant_vnni.h"
 
