@@ -301,6 +301,7 @@ class DeepseekDecoder final : public Model {
     backend_.Embedding(embed_, step.token_ids, residual);
     Tensor h = arena_.Alloc(DType::kF32, {T, H});
     Tensor x;
+    const size_t layer_mark = arena_.Mark();
     for (size_t l = 0; l < layers_.size(); ++l) {
       const DeepseekLayer& layer = layers_[l];
       if (l == 0) {
@@ -308,6 +309,7 @@ class DeepseekDecoder final : public Model {
       } else {
         backend_.AddRmsNorm(residual, x, layer.input_norm, eps, h);
       }
+      arena_.Rewind(layer_mark);  // the previous layer's activations are consumed
       x = layer.mla ? layer.mla->Forward(backend_, arena_, step, rope, kv.k(l), h)
                     : layer.gqa->Forward(backend_, arena_, step, rope, kv.k(l), kv.v(l), h);
       backend_.AddRmsNorm(residual, x, layer.post_attention_norm, eps, h);

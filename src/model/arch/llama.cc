@@ -64,6 +64,7 @@ class DenseDecoder final : public Model {
     backend_.Embedding(embed_, step.token_ids, residual);
     Tensor h = arena_.Alloc(DType::kF32, {T, H});
     Tensor x;  // output of the previous sub-block, added to the residual by the next norm
+    const size_t layer_mark = arena_.Mark();
     for (size_t l = 0; l < layers_.size(); ++l) {
       const DenseLayer& layer = layers_[l];
       if (l == 0) {
@@ -71,6 +72,7 @@ class DenseDecoder final : public Model {
       } else {
         backend_.AddRmsNorm(residual, x, layer.input_norm, eps, h);
       }
+      arena_.Rewind(layer_mark);  // the previous layer's activations are consumed
       x = layer.attn.Forward(backend_, arena_, step, rope, kv.k(l), kv.v(l), h);
       backend_.AddRmsNorm(residual, x, layer.post_attention_norm, eps, h);
       x = layer.mlp.Forward(backend_, arena_, h);
