@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "base/check.h"
 #include "tensor/dtype.h"
@@ -190,16 +191,28 @@ Result<QuantizedMatrix> QuantizeMatrix(std::span<const float> values, int64_t ro
   m.data.resize(rows * m.bytes_per_row);
   m.scales.resize(rows * m.groups_per_row);
   if (spec.format == WeightFormat::kInt4) m.mins.resize(rows * m.groups_per_row);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = values.data() + r * cols;
-    float* s = m.scales.data() + r * m.groups_per_row;
-    if (spec.format == WeightFormat::kInt8) {
-      QuantizeInt8Row(x, cols, group, reinterpret_cast<int8_t*>(m.data.data()) + r * cols, s);
-    } else {
-      QuantizeInt4Row(x, cols, group, m.data.data() + r * m.bytes_per_row, s,
-                      m.mins.data() + r * m.groups_per_row);
+  auto quantize_rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* x = values.data() + r * cols;
+      float* s = m.scales.data() + r * m.groups_per_row;
+      if (spec.format == WeightFormat::kInt8) {
+        QuantizeInt8Row(x, cols, group, reinterpret_cast<int8_t*>(m.data.data()) + r * cols, s);
+      } else {
+        QuantizeInt4Row(x, cols, group, m.data.data() + r * m.bytes_per_row, s,
+                        m.mins.data() + r * m.groups_per_row);
+      }
     }
+  };
+  // Rows are independent: split large matrices over the machine's cores (results are identical
+  // to one thread).
+  const int64_t threads = std::clamp<int64_t>(
+      std::min<int64_t>(std::thread::hardware_concurrency(), rows * cols / (1 << 20)), 1, 16);
+  std::vector<std::thread> workers;
+  for (int64_t t = 1; t < threads; ++t) {
+    workers.emplace_back(quantize_rows, rows * t / threads, rows * (t + 1) / threads);
   }
+  quantize_rows(0, rows / threads);
+  for (auto& w : workers) w.join();
   return m;
 }
 

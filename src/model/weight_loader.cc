@@ -198,9 +198,13 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
   }
   Tensor data = t->View();
   if (quantize) {
-    std::vector<float> dense(static_cast<size_t>(rows * cols));
-    ToF32(data, dense.data());
-    return UploadQuantized(dense, rows, cols, name, target.quant);
+    // One f32 staging buffer for all tensors: a fresh vector per tensor spent most of a
+    // quantized load zeroing and faulting in new pages.
+    const size_t n = static_cast<size_t>(rows * cols);
+    if (quant_staging_.size() < n) quant_staging_.resize(n);
+    ToF32(data, quant_staging_.data());
+    return UploadQuantized(std::span<const float>(quant_staging_.data(), n), rows, cols, name,
+                           target.quant);
   }
   if (requested && *requested != data.dtype) {
     DH_ASSIGN_OR_RETURN(data, Upload(data, *requested));

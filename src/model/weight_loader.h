@@ -87,6 +87,8 @@ class WeightLoader {
   // Packed int4 tensors: name -> bytes as loaded (qweight: the converted weight; its companions
   // 0), counted under "int4" by Finish.
   std::map<std::string, uint64_t> prequantized_bytes_;
+  // f32 copy of the tensor being quantized, reused (grown, never shrunk) across tensors.
+  std::vector<float> quant_staging_;
   bool logged_prequantized_ = false;
 
   const Checkpoint& checkpoint_;
