@@ -21,8 +21,8 @@ void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model) {
   sub->add_option("--quant", o->quant,
                   "Quantize projection weights at load: none (default), int8 (symmetric, groups "
                   "of 32; = int8-g32), int8-row (one scale per row), int4 (scale + min, groups of "
-                  "32; = int4-g32), int4-g128, fp8 (e4m3, 128x128 block scales). Embeddings, norms, "
-                  "the MoE router and lm_head stay as stored");
+                  "32; = int4-g32), int4-g128, fp8 (e4m3, 128x128 block scales), or a dense dtype "
+                  "bf16, f16, f32. Embeddings, norms, the MoE router and lm_head stay as stored");
   sub->add_flag("--quant-lm-head", o->quant_lm_head, "With --quant, quantize lm_head too");
   sub->add_option("--policy", o->policy,
                   "Per-layer precision policy (instead of --quant): static:FORMAT, dynamic, or "

@@ -271,6 +271,14 @@ std::string PrecisionPolicy::Canonical() const {
 
 Result<PrecisionPolicy> PolicyFromOptions(const LoadOptions& options) {
   if (options.policy.empty()) {
+    // --quant bf16|f16|f32 (as `compile --quant bf16` is written): every projection converted
+    // to that dense dtype, lm_head only with --quant-lm-head, like the quantized formats.
+    if (auto dense = ParsePrecisionFormat(options.quant);
+        dense.ok() && dense->kind == PrecisionFormat::Kind::kDense) {
+      return PrecisionPolicy::Parse(options.quant_lm_head
+                                        ? "static:" + options.quant
+                                        : "custom:default=" + options.quant + ",lm_head=auto");
+    }
     DH_ASSIGN_OR_RETURN(QuantSpec q, ParseQuantSpec(options.quant));
     return PrecisionPolicy::FromQuant(q, options.quant_lm_head);
   }

@@ -206,6 +206,18 @@ TEST(PrecisionPolicyTest, OptionsPickQuantOrPolicy) {
   o.quant_lm_head = true;
   EXPECT_EQ(PolicyFromOptions(o)->Canonical(), MustParse("static:int8").Canonical());
 
+  // A dense dtype as --quant converts the projections (compile --quant bf16).
+  o.quant = "bf16";
+  o.quant_lm_head = false;
+  auto dense = PolicyFromOptions(o);
+  ASSERT_TRUE(dense.ok()) << dense.status().message();
+  EXPECT_EQ(FormatOf(*dense, "model.layers.0.mlp.up_proj.weight"), "bf16");
+  EXPECT_EQ(FormatOf(*dense, "lm_head.weight"), "auto");
+  EXPECT_FALSE(dense->AnyQuantized());
+  o.quant_lm_head = true;
+  EXPECT_EQ(PolicyFromOptions(o)->Canonical(), MustParse("static:bf16").Canonical());
+  o.quant = "int8";
+
   o.policy = "static:int4";
   auto both = PolicyFromOptions(o);
   ASSERT_FALSE(both.ok());
