@@ -47,6 +47,9 @@ const Case kCases[] = {
     {false, 2, 10, 200, 64},  {true, 3, 10, 300, 64},  {true, 1, 9, 600, 256},
     {false, 1, 6, 100, 8},    {true, 1, 20, 1536, 32}, {false, 1, 20, 1536, 1536},
     {false, 9, 12, 160, 32},  {true, 10, 7, 129, 128}, {false, 1, 5, 100, 48},
+    // M > 8 with K > 1024: the tiled GEMM cuts K, so the backend decodes column slices.
+    {false, 12, 9, 2100, 32}, {true, 17, 10, 2600, 128}, {false, 20, 5, 1300, 1300},
+    {true, 9, 6, 1100, 1100},
 };
 
 class QuantMatMulTest : public ::testing::Test {
@@ -264,6 +267,7 @@ struct Fp8Case {
 const Fp8Case kFp8Cases[] = {
     {1, 37, 70, 16, 32}, {3, 200, 300, 128, 128}, {5, 9, 129, 128, 128}, {1, 1, 1, 1, 1},
     {2, 130, 256, 128, 128}, {4, 17, 33, 8, 16}, {7, 40, 45, 128, 128},
+    {12, 9, 2100, 128, 128},  // tiled GEMM with K cut into slices
 };
 
 struct RandomFp8Weight {

@@ -409,7 +409,47 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
                        [&](size_t b, size_t e) { cpu::Fp8MatMulRange(fa, b, e); });
     return;
   }
-  // Quantized: dequantize a few rows at a time into a per-chunk f32 buffer and multiply that.
+  // Decodes weight rows [j0, j0 + nb) to f32, k floats each.
+  auto decode_rows = [&](int64_t j0, int64_t nb, float* rows) {
+    if (quant_kernel) {
+      cpu::DequantizeRows(qa, j0, nb, rows);
+    } else if (fp8_kernel) {
+      cpu::Fp8DequantizeRows(fa, j0, nb, rows);
+    } else {
+      for (int64_t j = 0; j < nb; ++j) DecodeQuantizedRow(w, j0 + j, rows + j * k);
+    }
+  };
+  if (m > cpu::kGemvMaxRows) {
+    // Prefill and batches: the tiled GEMM (gemm.h) pulls f32 panels through a callback. A panel
+    // narrower than the row decodes the whole row and keeps its slice: decoding is a few
+    // operations per weight, against 2*M flops per weight in the GEMM.
+    Trace(fmt::format("matmul gemm-tiled {} dequant{} M={} N={} K={}", WeightFormatName(w.format),
+                      fp8_kernel ? " f16-decode" : "", m, n, k));
+    const cpu::WeightRowsFn rows_fn = [&](int64_t row_begin, int64_t count, int64_t col_begin,
+                                          int64_t col_count, float* dst) {
+      if (col_begin == 0 && col_count == k) return decode_rows(row_begin, count, dst);
+      thread_local std::vector<float> full;
+      if (full.size() < static_cast<size_t>(count * k)) full.resize(count * k);
+      decode_rows(row_begin, count, full.data());
+      for (int64_t j = 0; j < count; ++j) {
+        std::copy_n(full.data() + j * k + col_begin, col_count, dst + j * col_count);
+      }
+    };
+    cpu::GemmArgs g;
+    g.x = a.x;
+    g.x_stride = a.x_stride;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.rows_fn = &rows_fn;
+    g.bias = a.bias;
+    g.out = a.out;
+    g.out_stride = a.out_stride;
+    cpu::Gemm(g, *pool_);
+    return;
+  }
+  // Few rows of x without a fused kernel: dequantize a few rows at a time into a per-chunk f32
+  // buffer and multiply that.
   Trace(fmt::format("matmul {} {} dequant{} M={} N={} K={}", kind, WeightFormatName(w.format),
                     fp8_kernel ? " f16-decode" : "", m, n, k));
   constexpr int64_t kRowsPerStep = 8;
@@ -417,13 +457,7 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     std::vector<float> rows(kRowsPerStep * k);
     for (int64_t j0 = b; j0 < static_cast<int64_t>(e); j0 += kRowsPerStep) {
       const int64_t nb = std::min<int64_t>(kRowsPerStep, e - j0);
-      if (quant_kernel) {
-        cpu::DequantizeRows(qa, j0, nb, rows.data());
-      } else if (fp8_kernel) {
-        cpu::Fp8DequantizeRows(fa, j0, nb, rows.data());
-      } else {
-        for (int64_t j = 0; j < nb; ++j) DecodeQuantizedRow(w, j0 + j, rows.data() + j * k);
-      }
+      decode_rows(j0, nb, rows.data());
       cpu::MatMulArgs step = a;
       step.w = rows.data();
       step.wtype = WType::kF32;
