@@ -3,7 +3,6 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <optional>
 #include <vector>
@@ -68,56 +67,6 @@ bool IsPlainVector(const Tensor& t, int64_t n) {
 }
 
 bool SameRows(const RowView& a, const RowView& b) { return a.rows == b.rows && a.cols == b.cols; }
-
-const std::array<float, 256>& Fp8Table() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int i = 0; i < 256; ++i) t[i] = F8E4M3ToF32(static_cast<uint8_t>(i));
-    return t;
-  }();
-  return table;
-}
-
-// Dequantizes row `row` of a quantized weight into out (w.cols floats); fast paths for f32
-// scales, the reference decoder otherwise.
-void DecodeQuantizedRow(const Weight& w, int64_t row, float* out) {
-  const bool f32_scales = w.scales.dtype == DType::kF32 &&
-                          (w.mins.empty() || w.mins.dtype == DType::kF32) &&
-                          w.scales.ndim == 2 && w.scales.stride[1] == 1;
-  if (!f32_scales) return ref::DecodeWeightRow(w, row, out);
-  const float* scales = w.scales.as<const float>();
-  switch (w.format) {
-    case WeightFormat::kFp8Block: {
-      const auto& lut = Fp8Table();
-      const uint8_t* q = w.data.as<const uint8_t>() + row * w.data.stride[0];
-      const float* s = scales + (row / w.block_rows) * w.scales.stride[0];
-      for (int64_t c0 = 0, b = 0; c0 < w.cols; c0 += w.block_cols, ++b) {
-        const int64_t c1 = std::min<int64_t>(w.cols, c0 + w.block_cols);
-        for (int64_t c = c0; c < c1; ++c) out[c] = lut[q[c]] * s[b];
-      }
-      return;
-    }
-    case WeightFormat::kInt8: {
-      const int8_t* q = w.data.as<const int8_t>() + row * w.data.stride[0];
-      const float* s = scales + row * w.scales.stride[0];
-      for (int64_t c = 0; c < w.cols; ++c) out[c] = static_cast<float>(q[c]) * s[c / w.group_size];
-      return;
-    }
-    case WeightFormat::kInt4: {
-      if (w.mins.empty() || w.mins.stride[1] != 1) return ref::DecodeWeightRow(w, row, out);
-      const uint8_t* q = w.data.as<const uint8_t>() + row * w.data.stride[0];
-      const float* s = scales + row * w.scales.stride[0];
-      const float* mn = w.mins.as<const float>() + row * w.mins.stride[0];
-      for (int64_t c = 0; c < w.cols; ++c) {
-        const int nibble = (c & 1) ? (q[c >> 1] >> 4) : (q[c >> 1] & 0xf);
-        out[c] = static_cast<float>(nibble) * s[c / w.group_size] + mn[c / w.group_size];
-      }
-      return;
-    }
-    case WeightFormat::kDense: break;
-  }
-  ref::DecodeWeightRow(w, row, out);
-}
 
 // Chunk size (in units of `work_per_item`) that gives each thread at least ~32K operations.
 size_t GrainFor(int64_t work_per_item) {
@@ -263,6 +212,28 @@ bool Fp8KernelApplies(const Weight& w) {
          (s.stride[1] == 1 || s.shape[1] == 1);
 }
 
+// The tiled GEMM (gemm.h) over the x, bias and out of `a`, n output features: the weight is
+// a's dense rows, or the f32 rows rows_fn supplies when it is not null.
+cpu::GemmArgs GemmOver(const cpu::MatMulArgs& a, int64_t n, const cpu::WeightRowsFn* rows_fn) {
+  cpu::GemmArgs g;
+  g.x = a.x;
+  g.x_stride = a.x_stride;
+  g.m = a.m;
+  g.n = n;
+  g.k = a.k;
+  if (rows_fn != nullptr) {
+    g.rows_fn = rows_fn;
+  } else {
+    g.w = a.w;
+    g.wtype = a.wtype;
+    g.w_stride = a.w_stride;
+  }
+  g.bias = a.bias;
+  g.out = a.out;
+  g.out_stride = a.out_stride;
+  return g;
+}
+
 }  // namespace
 
 void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) {
@@ -325,19 +296,7 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     a.w_stride = w.data.stride[0];
     if (m > cpu::kGemvMaxRows) {  // register- and cache-blocked GEMM (gemm.h)
       Trace(fmt::format("matmul gemm-tiled {} M={} N={} K={}", DTypeName(w.data.dtype), m, n, k));
-      cpu::GemmArgs g;
-      g.x = a.x;
-      g.x_stride = a.x_stride;
-      g.m = m;
-      g.n = n;
-      g.k = k;
-      g.w = a.w;
-      g.wtype = a.wtype;
-      g.w_stride = a.w_stride;
-      g.bias = a.bias;
-      g.out = a.out;
-      g.out_stride = a.out_stride;
-      cpu::Gemm(g, *pool_);
+      cpu::Gemm(GemmOver(a, n, nullptr), *pool_);
       return;
     }
     Trace(fmt::format("matmul {} {} M={} N={} K={}", kind, DTypeName(w.data.dtype), m, n, k));
@@ -416,7 +375,9 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     } else if (fp8_kernel) {
       cpu::Fp8DequantizeRows(fa, j0, nb, rows);
     } else {
-      for (int64_t j = 0; j < nb; ++j) DecodeQuantizedRow(w, j0 + j, rows + j * k);
+      // Layouts the fused kernels refuse (e.g. non-f32 scales, odd int4 groups): the
+      // reference decoder.
+      for (int64_t j = 0; j < nb; ++j) ref::DecodeWeightRow(w, j0 + j, rows + j * k);
     }
   };
   if (m > cpu::kGemvMaxRows) {
@@ -435,17 +396,7 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
         std::copy_n(full.data() + j * k + col_begin, col_count, dst + j * col_count);
       }
     };
-    cpu::GemmArgs g;
-    g.x = a.x;
-    g.x_stride = a.x_stride;
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.rows_fn = &rows_fn;
-    g.bias = a.bias;
-    g.out = a.out;
-    g.out_stride = a.out_stride;
-    cpu::Gemm(g, *pool_);
+    cpu::Gemm(GemmOver(a, n, &rows_fn), *pool_);
     return;
   }
   // Few rows of x without a fused kernel: dequantize a few rows at a time into a per-chunk f32
