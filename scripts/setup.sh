@@ -6,6 +6,7 @@ PACKAGES=(
   libhwy-dev libcpp-httplib-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev
   libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev libxxhash-dev
   curl
+  openmpi-bin libopenmpi-dev
 )
 # Node.js + npm run the OpenAI SDK end-to-end test. A machine may already have them from another
 # source (e.g. NodeSource's nodejs, which bundles npm and conflicts with Debian's npm package).

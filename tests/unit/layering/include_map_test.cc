@@ -14,13 +14,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The layer of a path relative to src/: "backend/cpu/x.h" -> "backend/cpu", "model/arch/y" ->
-// "model".
+// The layer of a path relative to src/: "backend/cpu/x.h" -> "backend/cpu", "comm/mpi/x.h" ->
+// "comm/mpi", "model/arch/y" -> "model".
 std::string LayerOf(const std::string& rel) {
   const size_t slash = rel.find('/');
   if (slash == std::string::npos) return rel;
   const std::string top = rel.substr(0, slash);
-  if (top == "backend") {
+  if (top == "backend" || top == "comm") {
     const size_t next = rel.find('/', slash + 1);
     if (next != std::string::npos) return rel.substr(0, next);  // a concrete backend folder
   }
@@ -35,6 +35,9 @@ const std::map<std::string, std::set<std::string>>& AllowedLayers() {
       {"backend/reference", {"backend/reference", "backend", "tensor", "base"}},
       {"backend/cpu", {"backend/cpu", "backend/reference", "backend", "tensor", "base"}},
       {"backend/cuda", {"backend/cuda", "backend", "tensor", "base"}},
+      {"comm", {"comm", "tensor", "base"}},
+      {"comm/mpi", {"comm/mpi", "comm", "tensor", "base"}},
+      {"comm/nccl", {"comm/nccl", "comm", "tensor", "base"}},
       {"io", {"io", "tensor", "base"}},
       {"tokenizer", {"tokenizer", "io", "tensor", "base"}},
       {"chat", {"chat", "base"}},
@@ -56,7 +59,9 @@ const std::map<std::string, std::set<std::string>>& RestrictedHeaders() {
       {"nlohmann/", {"io", "tokenizer", "chat", "server", "tools"}},
       {"httplib.h", {"server", "tools"}},
       {"hwy/", {"backend/cpu"}},
-      {"cuda", {"backend/cuda"}},
+      {"cuda", {"backend/cuda", "comm/nccl"}},
+      {"mpi.h", {"comm/mpi"}},
+      {"nccl.h", {"comm/nccl"}},
   };
   return restricted;
 }
