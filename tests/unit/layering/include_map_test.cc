@@ -47,7 +47,8 @@ const std::map<std::string, std::set<std::string>>& AllowedLayers() {
                   "base"}},
       {"server", {"server", "engine", "model", "kvcache", "tokenizer", "chat", "backend", "io",
                   "tensor", "base"}},
-      {"tools", {"tools", "server", "engine", "model", "kvcache", "tokenizer", "chat", "backend",
+      {"scan", {"scan", "base"}},
+      {"tools", {"tools", "scan", "server", "engine", "model", "kvcache", "tokenizer", "chat", "backend",
                  "io", "tensor", "base"}},
   };
   return allowed;
@@ -56,7 +57,7 @@ const std::map<std::string, std::set<std::string>>& AllowedLayers() {
 // Third-party headers that only some layers may include.
 const std::map<std::string, std::set<std::string>>& RestrictedHeaders() {
   static const std::map<std::string, std::set<std::string>> restricted = {
-      {"nlohmann/", {"io", "tokenizer", "chat", "server", "tools"}},
+      {"nlohmann/", {"io", "tokenizer", "chat", "server", "scan", "tools"}},
       {"httplib.h", {"server", "tools"}},
       {"hwy/", {"backend/cpu"}},
       {"cuda", {"backend/cuda", "comm/nccl"}},
