@@ -6,8 +6,9 @@
 //
 // Tolerance: |got - want| <= 2e-5 * max(1, max|want|) (f32 SIMD accumulation in a different
 // order than the reference's sums; the dequantized weights are the same f32 products).
-// Also: the AVX512-VNNI integer kernel (quant_vnni.h; x quantized to int8) against its stated
-// error bound, directly and through CpuBackend with the path forced on; the FP8 e4m3 GEMV and row
+// Also: every integer kernel the CPU has (AVX2, AVX-VNNI, AVX512-VNNI; quant_vnni.h, x quantized
+// to int8) against its stated error bound, directly and through CpuBackend with the path forced
+// on, against each other, at the extreme codes and over batch tiles; the FP8 e4m3 GEMV and row
 // decoder (f16 widening) against the reference, the decoder bit for bit over every code.
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/quant_vnni.h"
@@ -199,10 +200,42 @@ void ExpectWithinQuantBound(const Case& c, const Weight& w, const Owned& x, int6
   (void)bias;
 }
 
-// The AVX512-VNNI integer kernel (x quantized to int8 per 32 columns) against the reference,
+// The integer kernels available on this CPU (AVX2, AVX-VNNI, AVX512-VNNI).
+std::vector<cpu::IntegerDotPath> AvailablePaths() {
+  std::vector<cpu::IntegerDotPath> paths;
+  for (auto p : {cpu::IntegerDotPath::kAvx2, cpu::IntegerDotPath::kAvxVnni,
+                 cpu::IntegerDotPath::kVnni512}) {
+    if (cpu::IntegerDotPathAvailable(p)) paths.push_back(p);
+  }
+  return paths;
+}
+
+cpu::QuantMatMulArgs ArgsFor(const Case& c, const RandomWeight& rw, const Owned& x,
+                             int64_t x_stride, bool with_bias, Owned& out, int64_t out_stride) {
+  cpu::QuantMatMulArgs a;
+  a.x = reinterpret_cast<const float*>(x.bytes.data());
+  a.x_stride = x_stride;
+  a.m = c.m;
+  a.int4 = c.int4;
+  a.q = rw.q.t.data;
+  a.q_stride = rw.q.t.shape[1];
+  a.scales = rw.scales.t.as<const float>();
+  a.scale_stride = rw.scales.t.shape[1];
+  a.mins = c.int4 ? rw.mins.t.as<const float>() : nullptr;
+  a.min_stride = rw.mins.t.shape[1];
+  a.k = c.k;
+  a.group_size = c.group;
+  a.bias = with_bias ? rw.bias.t.as<const float>() : nullptr;
+  a.out = out.f32();
+  a.out_stride = out_stride;
+  return a;
+}
+
+// Every integer kernel the CPU has (x quantized to int8 per 32 columns) against the reference,
 // within the bound above, over two ranges as the thread pool splits them.
 TEST_F(QuantMatMulTest, IntegerDotWithinQuantizationBound) {
-  if (!cpu::IntegerDotAvailable()) GTEST_SKIP() << "CPU has no AVX512-VNNI";
+  const auto paths = AvailablePaths();
+  if (paths.empty()) GTEST_SKIP() << "CPU has no integer-dot kernel (no AVX2)";
   Rng rng(14);
   int tested = 0;
   for (const Case& c : kCases) {
@@ -213,51 +246,146 @@ TEST_F(QuantMatMulTest, IntegerDotWithinQuantizationBound) {
         want(DType::kF32, {c.m, c.n});
     rng.Fill(x, -2.0f, 2.0f);
     for (bool with_bias : {false, true}) {
-      cpu::QuantMatMulArgs a;
-      a.x = x.f32();
-      a.x_stride = c.k + 3;
-      a.m = c.m;
-      a.int4 = c.int4;
-      a.q = rw.q.t.data;
-      a.q_stride = rw.q.t.shape[1];
-      a.scales = rw.scales.f32();
-      a.scale_stride = rw.scales.t.shape[1];
-      a.mins = c.int4 ? rw.mins.f32() : nullptr;
-      a.min_stride = rw.mins.t.shape[1];
-      a.k = c.k;
-      a.group_size = c.group;
-      a.bias = with_bias ? rw.bias.f32() : nullptr;
-      a.out = got.f32();
-      a.out_stride = c.n + 5;
-      cpu::QuantizedActs acts;
-      cpu::QuantizeActs(a, &acts);
-      cpu::IntegerDotRange(a, acts, 0, c.n / 2);
-      cpu::IntegerDotRange(a, acts, c.n / 2, c.n);
       ref_.MatMul(x.t.Narrow(1, 0, c.k), rw.w, with_bias ? rw.bias.t : Tensor(), want.t);
-      ExpectWithinQuantBound(c, rw.w, x, c.k + 3, with_bias, rw.bias, got.f32(), c.n + 5,
-                             want.ToVector(), "vnni " + Name(c));
+      for (cpu::IntegerDotPath path : paths) {
+        const cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k + 3, with_bias, got, c.n + 5);
+        cpu::QuantizedActs acts;
+        cpu::QuantizeActs(a, &acts);
+        cpu::IntegerDotRangeOn(path, a, acts, 0, c.n / 2);
+        cpu::IntegerDotRangeOn(path, a, acts, c.n / 2, c.n);
+        ExpectWithinQuantBound(c, rw.w, x, c.k + 3, with_bias, rw.bias, got.f32(), c.n + 5,
+                               want.ToVector(),
+                               std::string(cpu::IntegerDotPathName(path)) + " " + Name(c));
+      }
     }
   }
   EXPECT_GT(tested, 10);
 }
 
-// CpuBackend::MatMul with the integer kernel forced on (every Highway target: the f32 kernels
-// serve the layouts the integer kernel does not take), within the same bound.
+// All integer kernels compute the same exact i32 lane dots, so their outputs differ only by f32
+// summation order: within 1e-5 of sum |lane terms| (bounded here by sum_c |w_c| * max|x| plus
+// the int4 min term's sum_g |min_g| * |sum x_g|, and the bias).
+TEST_F(QuantMatMulTest, IntegerDotPathsAgree) {
+  const auto paths = AvailablePaths();
+  if (paths.size() < 2) GTEST_SKIP() << "fewer than two integer-dot kernels on this CPU";
+  Rng rng(16);
+  for (const Case& c : kCases) {
+    if (!cpu::IntegerDotSupports(c.int4, c.k, c.group)) continue;
+    RandomWeight rw(rng, c);
+    Owned x(DType::kF32, {c.m, c.k}), first(DType::kF32, {c.m, c.n}), got(DType::kF32, {c.m, c.n});
+    rng.Fill(x, -2.0f, 2.0f);
+    std::vector<float> row(c.k);
+    std::vector<double> mag(c.n);
+    for (int64_t j = 0; j < c.n; ++j) {
+      ref::DecodeWeightRow(rw.w, j, row.data());
+      for (float v : row) mag[j] += 2.0 * std::fabs(v) + 2.0;  // |x| <= 2; covers the min term
+      mag[j] += std::fabs(rw.bias.f32()[j]);
+    }
+    for (size_t p = 0; p < paths.size(); ++p) {
+      const cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, true, p == 0 ? first : got, c.n);
+      cpu::QuantizedActs acts;
+      cpu::QuantizeActs(a, &acts);
+      cpu::IntegerDotRangeOn(paths[p], a, acts, 0, c.n);
+      if (p == 0) continue;
+      for (int64_t r = 0; r < c.m; ++r) {
+        for (int64_t j = 0; j < c.n; ++j) {
+          const float g = got.f32()[r * c.n + j], want_v = first.f32()[r * c.n + j];
+          ASSERT_LE(std::fabs(g - want_v), 1e-5 * mag[j])
+              << cpu::IntegerDotPathName(paths[p]) << " vs " << cpu::IntegerDotPathName(paths[0])
+              << " " << Name(c) << " row " << r << " col " << j;
+        }
+      }
+    }
+  }
+}
+
+// The extreme codes: int8 weights of -128 and 127 against x codes of +-127 put every vpmaddubsw
+// pair at its largest (2 * 128 * 127 = 32512 on the AVX2 path, below i16 saturation). With |x|
+// all equal, x quantizes exactly (code +-127, scale |x| / 127), so every path must give the exact
+// product up to f32 rounding.
+TEST_F(QuantMatMulTest, IntegerDotExtremeCodesExact) {
+  const auto paths = AvailablePaths();
+  if (paths.empty()) GTEST_SKIP() << "CPU has no integer-dot kernel (no AVX2)";
+  for (bool int4 : {false, true}) {
+    const Case c{int4, 3, 4, 256, 32};
+    Rng rng(17);
+    RandomWeight rw(rng, c);
+    uint8_t* q = static_cast<uint8_t*>(rw.q.t.data);
+    const int64_t row_bytes = rw.q.t.shape[1];
+    for (int64_t j = 0; j < c.n; ++j) {
+      for (int64_t b = 0; b < row_bytes; ++b) {
+        // int8: rows 0, 2 all -128, rows 1, 3 all 127; int4: all codes 15 or 0.
+        q[j * row_bytes + b] = int4 ? (j % 2 ? 0x00 : 0xff) : (j % 2 ? 0x7f : 0x80);
+      }
+    }
+    Owned x(DType::kF32, {c.m, c.k}), got(DType::kF32, {c.m, c.n}), want(DType::kF32, {c.m, c.n});
+    for (int64_t r = 0; r < c.m; ++r) {
+      for (int64_t col = 0; col < c.k; ++col) {
+        // Row 0 all +1.5, row 1 all -1.5 (same-sign products at the maximum), row 2 alternating.
+        x.f32()[r * c.k + col] = r == 0 ? 1.5f : (r == 1 ? -1.5f : (col % 2 ? 1.5f : -1.5f));
+      }
+    }
+    ref_.MatMul(x.t, rw.w, Tensor(), want.t);
+    for (cpu::IntegerDotPath path : paths) {
+      const cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, false, got, c.n);
+      cpu::QuantizedActs acts;
+      cpu::QuantizeActs(a, &acts);
+      cpu::IntegerDotRangeOn(path, a, acts, 0, c.n);
+      ExpectClose(got.ToVector(), want.ToVector(), 1e-5f,
+                  std::string(cpu::IntegerDotPathName(path)) + " extreme " + Name(c));
+    }
+  }
+}
+
+// CpuBackend::MatMul with the integer kernel forced on, on each integer kernel and every
+// Highway target (the f32 kernels serve the layouts the integer kernel does not take), within
+// the same bound.
 TEST_F(QuantMatMulTest, BackendIntegerDotWithinQuantizationBound) {
   Rng rng(15);
   cpu::SetIntegerDotForTest(cpu::IntegerDot::kOn);
-  ForEachTarget([&] {
-    for (const Case& c : kCases) {
-      RandomWeight rw(rng, c);
-      Owned x(DType::kF32, {c.m, c.k}), got(DType::kF32, {c.m, c.n}), want(DType::kF32, {c.m, c.n});
-      rng.Fill(x, -2.0f, 2.0f);
-      cpu_.MatMul(x.t, rw.w, rw.bias.t, got.t);
-      ref_.MatMul(x.t, rw.w, rw.bias.t, want.t);
-      ExpectWithinQuantBound(c, rw.w, x, c.k, true, rw.bias, got.f32(), c.n, want.ToVector(),
-                             "backend vnni " + Name(c));
-    }
-  });
+  auto paths = AvailablePaths();
+  if (paths.empty()) paths.push_back(cpu::IntegerDotPath::kNone);
+  for (cpu::IntegerDotPath path : paths) {
+    cpu::SetIntegerDotPathForTest(path);
+    ForEachTarget([&] {
+      for (const Case& c : kCases) {
+        RandomWeight rw(rng, c);
+        Owned x(DType::kF32, {c.m, c.k}), got(DType::kF32, {c.m, c.n}),
+            want(DType::kF32, {c.m, c.n});
+        rng.Fill(x, -2.0f, 2.0f);
+        cpu_.MatMul(x.t, rw.w, rw.bias.t, got.t);
+        ref_.MatMul(x.t, rw.w, rw.bias.t, want.t);
+        ExpectWithinQuantBound(c, rw.w, x, c.k, true, rw.bias, got.f32(), c.n, want.ToVector(),
+                               std::string("backend ") + cpu::IntegerDotPathName(path) + " " +
+                                   Name(c));
+      }
+    });
+  }
+  cpu::SetIntegerDotPathForTest(cpu::IntegerDotPath::kNone);
   cpu::SetIntegerDotForTest(cpu::IntegerDot::kAuto);
+}
+
+// The integer kernels serve batches (M up to 16) in tiles of weight rows: M = 12 and 16 over
+// more weight rows than one tile holds, against the reference within the bound.
+TEST_F(QuantMatMulTest, IntegerDotBatchTiles) {
+  const auto paths = AvailablePaths();
+  if (paths.empty()) GTEST_SKIP() << "CPU has no integer-dot kernel (no AVX2)";
+  Rng rng(18);
+  for (const Case& c : {Case{false, 12, 70, 1024, 32}, Case{true, 16, 150, 1024, 128},
+                        Case{true, 9, 80, 2048, 32}}) {
+    RandomWeight rw(rng, c);
+    Owned x(DType::kF32, {c.m, c.k}), got(DType::kF32, {c.m, c.n}), want(DType::kF32, {c.m, c.n});
+    rng.Fill(x, -2.0f, 2.0f);
+    ref_.MatMul(x.t, rw.w, rw.bias.t, want.t);
+    for (cpu::IntegerDotPath path : paths) {
+      const cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, true, got, c.n);
+      cpu::QuantizedActs acts;
+      cpu::QuantizeActs(a, &acts);
+      cpu::IntegerDotRangeOn(path, a, acts, 0, c.n);
+      ExpectWithinQuantBound(c, rw.w, x, c.k, true, rw.bias, got.f32(), c.n, want.ToVector(),
+                             std::string(cpu::IntegerDotPathName(path)) + " batch " + Name(c));
+    }
+  }
 }
 
 struct Fp8Case {

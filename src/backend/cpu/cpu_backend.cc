@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -16,6 +18,7 @@
 #include "backend/reference/reference_ops.h"
 #include "base/check.h"
 #include "base/log.h"
+#include "hwy/targets.h"
 
 namespace dh {
 namespace {
@@ -89,12 +92,40 @@ void ForEachElementChunk(ThreadPool& pool, const RowView& a, const RowView& b, c
   });
 }
 
+// DH_CPU_TIER=avx2|avxvnni (unset: the best the CPU has) runs the backend as on a CPU of that
+// x86 tier: Highway kernels no wider than AVX2, and the integer-dot kernel of that tier (unless
+// DH_INTEGER_DOT names one), so an AVX-512 machine tests and benchmarks its AVX2 paths.
+void ApplyCpuTierFromEnv() {
+  static const bool applied = [] {
+    const char* v = std::getenv("DH_CPU_TIER");
+    if (v == nullptr || *v == '\0') return false;
+    const std::string_view s(v);
+    if (s != "avx2" && s != "avxvnni") {
+      DH_LOG(Warning, "DH_CPU_TIER={}: expected avx2 or avxvnni; using the CPU's best", s);
+      return false;
+    }
+#if HWY_ARCH_X86
+    hwy::DisableTargets(HWY_AVX2 - 1);  // every x86 target above AVX2 (lower bits are better)
+#endif
+    const char* dot = std::getenv("DH_INTEGER_DOT");
+    const std::string_view d = dot ? dot : "";
+    if (d != "avx2" && d != "avxvnni" && d != "vnni512") {
+      cpu::SetIntegerDotPathForTest(s == "avx2" ? cpu::IntegerDotPath::kAvx2
+                                                : cpu::IntegerDotPath::kAvxVnni);
+    }
+    return true;
+  }();
+  (void)applied;
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(const BackendOptions& options)
     : ReferenceBackend(options),
       pool_(std::make_unique<ThreadPool>(options.num_threads > 0 ? options.num_threads
-                                                                 : AvailableCpus())) {}
+                                                                 : AvailableCpus())) {
+  ApplyCpuTierFromEnv();
+}
 
 CpuBackend::~CpuBackend() = default;
 

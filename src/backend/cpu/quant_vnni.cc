@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "backend/cpu/quant_int256.h"
 #include "base/check.h"
 
 #if defined(__x86_64__)
@@ -25,21 +26,42 @@
 namespace dh::cpu {
 namespace {
 
-// DH_INTEGER_DOT=on|off|auto (unset: auto) sets the starting mode: a diagnostic knob to run a
-// whole model (perplexity, bench) on one path.
-IntegerDot ModeFromEnv() {
+// DH_INTEGER_DOT=on|off|auto|avx2|avxvnni|vnni512 (unset: auto) sets the starting mode and
+// kernel: a diagnostic knob to run a whole model (perplexity, bench) on one path.
+struct EnvChoice {
+  IntegerDot mode = IntegerDot::kAuto;
+  IntegerDotPath path = IntegerDotPath::kNone;
+};
+
+EnvChoice ChoiceFromEnv() {
+  EnvChoice c;
   const char* v = std::getenv("DH_INTEGER_DOT");
-  if (v == nullptr) return IntegerDot::kAuto;
+  if (v == nullptr) return c;
   const std::string_view s(v);
-  if (s == "on") return IntegerDot::kOn;
-  if (s == "off") return IntegerDot::kOff;
-  if (s != "auto" && !s.empty()) {
-    std::fprintf(stderr, "DH_INTEGER_DOT=%s: expected on, off or auto; using auto\n", v);
+  if (s == "on") {
+    c.mode = IntegerDot::kOn;
+  } else if (s == "off") {
+    c.mode = IntegerDot::kOff;
+  } else if (s == "avx2" || s == "avxvnni" || s == "vnni512") {
+    c.mode = IntegerDot::kOn;
+    c.path = s == "avx2" ? IntegerDotPath::kAvx2
+                         : (s == "avxvnni" ? IntegerDotPath::kAvxVnni : IntegerDotPath::kVnni512);
+  } else if (s != "auto" && !s.empty()) {
+    std::fprintf(stderr,
+                 "DH_INTEGER_DOT=%s: expected on, off, auto, avx2, avxvnni or vnni512; using "
+                 "auto\n",
+                 v);
   }
-  return IntegerDot::kAuto;
+  return c;
 }
 
-std::atomic<IntegerDot> g_mode{ModeFromEnv()};
+const EnvChoice& StartChoice() {
+  static const EnvChoice c = ChoiceFromEnv();
+  return c;
+}
+
+std::atomic<IntegerDot> g_mode{StartChoice().mode};
+std::atomic<IntegerDotPath> g_path{StartChoice().path};
 
 constexpr int64_t kBlock = 32;  // x columns per quantization block
 
@@ -79,19 +101,62 @@ float QuantizeBlock(const float* x, int64_t n, int8_t* q) {
 
 void SetIntegerDotForTest(IntegerDot mode) { g_mode.store(mode); }
 
-bool IntegerDotAvailable() {
+void SetIntegerDotPathForTest(IntegerDotPath path) { g_path.store(path); }
+
+bool IntegerDotPathAvailable(IntegerDotPath path) {
 #if defined(__x86_64__)
-  static const bool ok = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vnni");
-  }();
-  return ok;
+  switch (path) {
+    case IntegerDotPath::kNone: return false;
+    case IntegerDotPath::kAvx2: return CpuHasAvx2();
+    case IntegerDotPath::kAvxVnni: return CpuHasAvxVnni();
+    case IntegerDotPath::kVnni512: {
+      static const bool ok = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512vnni");
+      }();
+      return ok;
+    }
+  }
 #else
-  return false;
+  (void)path;
 #endif
+  return false;
 }
+
+IntegerDotPath BestIntegerDotPath() {
+  for (IntegerDotPath p :
+       {IntegerDotPath::kVnni512, IntegerDotPath::kAvxVnni, IntegerDotPath::kAvx2}) {
+    if (IntegerDotPathAvailable(p)) return p;
+  }
+  return IntegerDotPath::kNone;
+}
+
+IntegerDotPath ActiveIntegerDotPath() {
+  const IntegerDotPath forced = g_path.load(std::memory_order_relaxed);
+  if (forced != IntegerDotPath::kNone && IntegerDotPathAvailable(forced)) return forced;
+  if (forced != IntegerDotPath::kNone) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      std::fprintf(stderr, "integer dot: this CPU has no %s kernel; using %s\n",
+                   IntegerDotPathName(forced), IntegerDotPathName(BestIntegerDotPath()));
+    }
+  }
+  return BestIntegerDotPath();
+}
+
+const char* IntegerDotPathName(IntegerDotPath path) {
+  switch (path) {
+    case IntegerDotPath::kAvx2: return "avx2-maddubs";
+    case IntegerDotPath::kAvxVnni: return "avxvnni256";
+    case IntegerDotPath::kVnni512: return "vnni512";
+    case IntegerDotPath::kNone: break;
+  }
+  return "none";
+}
+
+bool IntegerDotAvailable() { return BestIntegerDotPath() != IntegerDotPath::kNone; }
 
 bool IntegerDotSupports(bool int4, int64_t k, int64_t group_size) {
   if (!QuantMatMulSupports(int4, k, group_size)) return false;
@@ -114,7 +179,7 @@ bool UseIntegerDot(const QuantMatMulArgs& a) {
   return true;
 }
 
-const char* IntegerDotName() { return "vnni512"; }
+const char* IntegerDotName() { return IntegerDotPathName(ActiveIntegerDotPath()); }
 
 void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts) {
   const int64_t k = a.k, m = a.m;
@@ -318,15 +383,23 @@ void DotRowsAnyMode(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t r0
   }
 }
 
+// All rows of x over weight rows [n_begin, n_end), in tiles of ~32 KiB of weight codes that
+// stay in L1/L2 while every block of 4 x rows passes over them: a batch reads each weight byte
+// from memory once.
 template <bool kInt4>
 void DotAll(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t n_begin, int64_t n_end) {
-  int64_t r0 = 0;
-  for (; r0 + 4 <= a.m; r0 += 4) DotRowsAnyMode<4, kInt4>(a, x, r0, n_begin, n_end);
-  switch (a.m - r0) {
-    case 3: DotRowsAnyMode<3, kInt4>(a, x, r0, n_begin, n_end); break;
-    case 2: DotRowsAnyMode<2, kInt4>(a, x, r0, n_begin, n_end); break;
-    case 1: DotRowsAnyMode<1, kInt4>(a, x, r0, n_begin, n_end); break;
-    default: break;
+  const int64_t row_bytes = std::max<int64_t>(1, kInt4 ? (a.k + 1) / 2 : a.k);
+  const int64_t tile = a.m <= 4 ? n_end - n_begin : std::max<int64_t>(1, (32 << 10) / row_bytes);
+  for (int64_t j0 = n_begin; j0 < n_end; j0 += tile) {
+    const int64_t j1 = std::min(n_end, j0 + tile);
+    int64_t r0 = 0;
+    for (; r0 + 4 <= a.m; r0 += 4) DotRowsAnyMode<4, kInt4>(a, x, r0, j0, j1);
+    switch (a.m - r0) {
+      case 3: DotRowsAnyMode<3, kInt4>(a, x, r0, j0, j1); break;
+      case 2: DotRowsAnyMode<2, kInt4>(a, x, r0, j0, j1); break;
+      case 1: DotRowsAnyMode<1, kInt4>(a, x, r0, j0, j1); break;
+      default: break;
+    }
   }
 }
 
@@ -335,11 +408,19 @@ void DotAll(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t n_begin, i
 
 void IntegerDotRange(const QuantMatMulArgs& a, const QuantizedActs& acts, int64_t n_begin,
                      int64_t n_end) {
-  DH_CHECK(IntegerDotAvailable() && IntegerDotSupports(a.int4, a.k, a.group_size) &&
+  IntegerDotRangeOn(ActiveIntegerDotPath(), a, acts, n_begin, n_end);
+}
+
+void IntegerDotRangeOn(IntegerDotPath path, const QuantMatMulArgs& a, const QuantizedActs& acts,
+                       int64_t n_begin, int64_t n_end) {
+  DH_CHECK(IntegerDotPathAvailable(path) && IntegerDotSupports(a.int4, a.k, a.group_size) &&
                acts.m == a.m,
-           "integer dot: {} k={} group={} m={} (prepared for m={})", a.int4 ? "int4" : "int8",
-           a.k, a.group_size, a.m, acts.m);
+           "integer dot {}: {} k={} group={} m={} (prepared for m={})", IntegerDotPathName(path),
+           a.int4 ? "int4" : "int8", a.k, a.group_size, a.m, acts.m);
   if (n_begin >= n_end || a.m <= 0) return;
+  if (path != IntegerDotPath::kVnni512) {
+    return IntegerDot256Range(path == IntegerDotPath::kAvxVnni, a, acts, n_begin, n_end);
+  }
 #if defined(__x86_64__)
   if (a.int4) {
     DotAll<true>(a, acts, n_begin, n_end);

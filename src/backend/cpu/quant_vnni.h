@@ -1,7 +1,9 @@
 // Integer-dot-product kernels for int8 / int4 weights (backend/weight.h layouts): each row of x
 // is quantized on the fly to int8 per block of 32 columns (scale = max|x| / 127, round to
-// nearest), and the products run in vpdpbusd (u8 x s8 -> i32, AVX512-VNNI). The Highway kernels
-// of quant_matmul.h (f32 products) stay the portable path; x86 only, chosen at run time.
+// nearest), and the products run in integer units: vpdpbusd (u8 x s8 -> i32) on zmm with
+// AVX512-VNNI, on ymm with AVX-VNNI, or vpmaddubsw + vpmaddwd with AVX2 (quant_int256.h); every
+// path computes the same exact i32 lane dots. The Highway kernels of quant_matmul.h (f32
+// products) stay the portable path; x86 only, chosen at run time.
 //
 // Numerics: the weight codes are used exactly; each x element is off by at most half its block's
 // scale (max|x| / 254), so an output is off by at most sum over blocks of
@@ -27,11 +29,32 @@ enum class IntegerDot : uint8_t {
   kOn,    // integer kernels whenever the CPU and layout allow
 };
 
+// The integer kernels, one per x86 tier (quant_int256.h has the 256-bit ones).
+enum class IntegerDotPath : uint8_t {
+  kNone,     // no integer kernel (non-x86, or a CPU without AVX2)
+  kAvx2,     // vpmaddubsw + vpmaddwd on ymm
+  kAvxVnni,  // vpdpbusd on ymm (VEX)
+  kVnni512,  // vpdpbusd on zmm (AVX512-VNNI)
+};
+
 // Overrides the per-call choice (tests and microbenchmarks); kAuto restores it. The starting
-// mode comes from the environment variable DH_INTEGER_DOT=on|off|auto (default auto).
+// mode comes from the environment variable DH_INTEGER_DOT=on|off|auto|avx2|avxvnni|vnni512
+// (default auto; a path name means "on, with that kernel", so an AVX-512 machine runs its AVX2
+// path; a path the CPU lacks falls back to the best it has, with a message).
 void SetIntegerDotForTest(IntegerDot mode);
 
-// Whether this CPU and build have the AVX512-VNNI kernels.
+// Forces the kernel the integer path uses (kNone: the best the CPU has). A path the CPU lacks is
+// ignored (the best is used).
+void SetIntegerDotPathForTest(IntegerDotPath path);
+
+// Whether the CPU has `path`, and the best integer kernel it has.
+bool IntegerDotPathAvailable(IntegerDotPath path);
+IntegerDotPath BestIntegerDotPath();
+// The kernel integer calls use now (the forced one if available, else the best).
+IntegerDotPath ActiveIntegerDotPath();
+const char* IntegerDotPathName(IntegerDotPath path);
+
+// Whether this CPU and build have any integer kernel (AVX2 at least).
 bool IntegerDotAvailable();
 
 // Whether the layout suits the integer kernels: each lane of 4 (int8) / 8 (int4) columns lies in
@@ -55,12 +78,15 @@ struct QuantizedActs {
 // Quantizes a.x (m rows of k) for the integer kernel of a's format and group size.
 void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts);
 
-// Rows [n_begin, n_end) of the output of `a` with the integer kernel (needs UseIntegerDot(a) or
-// IntegerDotAvailable() && IntegerDotSupports(...)).
+// Rows [n_begin, n_end) of the output of `a` with the active integer kernel (needs
+// UseIntegerDot(a) or IntegerDotAvailable() && IntegerDotSupports(...)).
 void IntegerDotRange(const QuantMatMulArgs& a, const QuantizedActs& acts, int64_t n_begin,
                      int64_t n_end);
+// The same on a given kernel (needs IntegerDotPathAvailable(path)).
+void IntegerDotRangeOn(IntegerDotPath path, const QuantMatMulArgs& a, const QuantizedActs& acts,
+                       int64_t n_begin, int64_t n_end);
 
-// The name --trace-kernels prints for the integer kernel.
+// The name --trace-kernels prints for the active integer kernel.
 const char* IntegerDotName();
 
 }  // namespace dh::cpu

@@ -1,0 +1,101 @@
+// AVX2 and AVX-VNNI (256-bit) integer-dot kernels for int8 / int4 weights (quant_int256.h). As in
+// quant_vnni.cc the intrinsics live in functions with a target attribute, so the file builds with
+// the project's baseline flags and the kernels run only where cpuid says the CPU has them.
+#include "backend/cpu/quant_int256.h"
+
+#include "base/check.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
+namespace dh::cpu {
+
+bool CpuHasAvx2() {
+#if defined(__x86_64__)
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+bool CpuHasAvxVnni() {
+#if defined(__x86_64__)
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    // CPUID.(EAX=7, ECX=1):EAX bit 4 = AVX-VNNI; the OS saves ymm state since AVX2 is usable.
+    if (!CpuHasAvx2() || __get_cpuid_count(7, 1, &a, &b, &c, &d) == 0) return false;
+    return ((a >> 4) & 1u) != 0;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+#if defined(__x86_64__)
+namespace {
+
+// How the weight scales map onto the 8 lanes of a 32-byte chunk (32 int8 / 64 int4 columns).
+enum class ScaleMode256 { kOne, kPerChunk, kPermute };
+
+ScaleMode256 ModeFor256(bool int4, int64_t k, int64_t g) {
+  if (g >= k) return ScaleMode256::kOne;
+  if (g % (int4 ? 64 : 32) == 0) return ScaleMode256::kPerChunk;
+  return ScaleMode256::kPermute;
+}
+
+// Weight rows per tile when a batch (m > 4) passes over them in blocks of 4 x rows: ~32 KiB of
+// codes, so the second and later blocks read them from L1/L2 rather than memory.
+int64_t WeightTileRows(const QuantMatMulArgs& a) {
+  const int64_t row_bytes = a.int4 ? (a.k + 1) / 2 : a.k;
+  const int64_t rows = (32 << 10) / (row_bytes > 0 ? row_bytes : 1);
+  return rows < 1 ? 1 : rows;
+}
+
+}  // namespace
+
+#define DH_I256_VNNI 0
+#define DH_I256_NS avx2_kernels
+#define DH_I256_TARGET __attribute__((target("avx2,fma")))
+namespace {
+#include "backend/cpu/quant_int256-inl.h"  // NOLINT(build/include)
+}  // namespace
+#undef DH_I256_VNNI
+#undef DH_I256_NS
+#undef DH_I256_TARGET
+
+#define DH_I256_VNNI 1
+#define DH_I256_NS avxvnni_kernels
+#define DH_I256_TARGET __attribute__((target("avx2,fma,avxvnni")))
+namespace {
+#include "backend/cpu/quant_int256-inl.h"  // NOLINT(build/include)
+}  // namespace
+#undef DH_I256_VNNI
+#undef DH_I256_NS
+#undef DH_I256_TARGET
+#endif  // __x86_64__
+
+void IntegerDot256Range(bool vnni, const QuantMatMulArgs& a, const QuantizedActs& acts,
+                        int64_t n_begin, int64_t n_end) {
+  DH_CHECK((vnni ? CpuHasAvxVnni() : CpuHasAvx2()) &&
+               IntegerDotSupports(a.int4, a.k, a.group_size) && acts.m == a.m,
+           "integer dot {}: {} k={} group={} m={} (prepared for m={})",
+           vnni ? "avxvnni" : "avx2", a.int4 ? "int4" : "int8", a.k, a.group_size, a.m, acts.m);
+  if (n_begin >= n_end || a.m <= 0) return;
+#if defined(__x86_64__)
+  if (vnni) {
+    if (a.int4) return avxvnni_kernels::DotAll<true>(a, acts, n_begin, n_end);
+    return avxvnni_kernels::DotAll<false>(a, acts, n_begin, n_end);
+  }
+  if (a.int4) return avx2_kernels::DotAll<true>(a, acts, n_begin, n_end);
+  return avx2_kernels::DotAll<false>(a, acts, n_begin, n_end);
+#endif
+}
+
+}  // namespace dh::cpu
