@@ -28,3 +28,25 @@ if ((${#missing[@]})); then
 else
   echo "setup: all packages present"
 fi
+
+# The aarch64 cross build of the kernel tests, run under qemu-user (ctest arm_kernel_tests,
+# scripts/test_arm.sh, docs/arm.md): Debian's cross compiler, qemu-user and the arm64 multiarch
+# -dev packages that kernel_tests links (Highway, fmt, GoogleTest/GoogleMock). DH_WITH_ARM=0 skips
+# this; a failure here only warns, and arm_kernel_tests then skips with a message.
+if [[ "${DH_WITH_ARM:-1}" == "1" ]]; then
+  ARM_PACKAGES=(g++-aarch64-linux-gnu qemu-user
+                libhwy-dev:arm64 libfmt-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64)
+  arm_missing=()
+  for p in "${ARM_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || arm_missing+=("$p")
+  done
+  if ((${#arm_missing[@]})); then
+    echo "setup: installing ${arm_missing[*]} (aarch64 cross build)"
+    if ! { dpkg --print-foreign-architectures | grep -qx arm64 || $SUDO dpkg --add-architecture arm64; } ||
+       ! $SUDO apt-get update -qq ||
+       ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+           "${arm_missing[@]}"; then
+      echo "setup: warning: the aarch64 cross toolchain could not be installed; arm_kernel_tests will skip"
+    fi
+  fi
+fi
