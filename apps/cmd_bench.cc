@@ -9,6 +9,7 @@
 #include "backend/cpu/membw.h"
 #include "base/thread_pool.h"
 #include "tools/bench_model.h"
+#include "tools/report_html.h"
 
 namespace dh::app {
 namespace {
@@ -32,6 +33,8 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
     int membw_mib = 512;
     bool no_peak = false;
     bool json = false;
+    std::string report;
+    std::vector<std::string> compare;
   };
   auto a = std::make_shared<Args>();
   AddModelOptions(sub, &a->model, /*require_model=*/false);
@@ -49,7 +52,24 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
   sub->add_option("--membw-mib", a->membw_mib,
                   "Buffer for the read-bandwidth probe in MiB (default 512; 0 skips it)");
   sub->add_flag("--json", a->json, "Print the result as JSON");
+  sub->add_option("--report", a->report,
+                  "Also write an HTML report with charts (tokens/s per test and batch, "
+                  "bandwidth and peak fractions) to this file");
+  sub->add_option("--compare", a->compare,
+                  "Do not run: write the --report of these saved JSON results (bench --json or "
+                  "bench serve --json) side by side")
+      ->expected(1, -1);
   return [a]() -> int {
+    if (!a->compare.empty()) {
+      if (a->report.empty())
+        return ReportError(InvalidArgument("--compare: expected --report FILE.html to write"));
+      auto runs = tools::LoadReportRuns(a->compare);
+      if (!runs.ok()) return ReportError(runs.status());
+      Status st = tools::WriteReportFile(a->report, tools::BenchReportHtml(*runs, "Benchmark comparison"));
+      if (!st.ok()) return ReportError(st);
+      std::fprintf(stderr, "wrote %s (%zu results)\n", a->report.c_str(), runs->size());
+      return kExitOk;
+    }
     if (a->model.model_path.empty()) {
       return ReportError(
           InvalidArgument("bench: --model-path is required (or name a benchmark, "
@@ -82,6 +102,12 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
     std::string label = std::filesystem::path(a->model.model_path).filename().string();
     if (label.empty()) {
       label = std::filesystem::path(a->model.model_path).parent_path().filename().string();
+    }
+    if (!a->report.empty()) {
+      nlohmann::json j = tools::ModelBenchJson(*result, *loaded->model, label, threads);
+      j["device"] = a->model.device;
+      Status st = tools::WriteReportFile(a->report, tools::BenchReportHtml({{label, j}}, "bench: " + label));
+      if (!st.ok()) return ReportError(st);
     }
     if (a->json) {
       nlohmann::json j = tools::ModelBenchJson(*result, *loaded->model, label, threads);

@@ -6,7 +6,9 @@
 
 #include "apps/bench_commands.h"
 #include "apps/command.h"
+#include "apps/model_options.h"
 #include "tools/bench_serve.h"
+#include "tools/report_html.h"
 
 namespace dh::app {
 
@@ -48,14 +50,18 @@ std::function<int()> SetupBenchServe(CLI::App* sub) {
     std::string request_rate = "inf";
     bool json = false;
     std::string output;
+    std::string concurrency = "8";
+    std::string report;
+    std::vector<std::string> compare;
   };
   auto a = std::make_shared<Args>();
   tools::BenchServeOptions& o = a->options;
   sub->add_option("--url", o.url, "Server base URL (default http://127.0.0.1:8000)");
   sub->add_option("--model", o.model, "Model name to send (default: the server's first model)");
   sub->add_option("--api-key", o.api_key, "Bearer key (default: env DEEPHARNESS_API_KEY)");
-  sub->add_option("--concurrency,--max-concurrency", o.concurrency,
-                  "Requests in flight at once (default 8)");
+  sub->add_option("--concurrency,--max-concurrency", a->concurrency,
+                  "Requests in flight at once (default 8); a comma-separated list (1,4,16) runs "
+                  "each level in turn");
   sub->add_option("--num-prompts", o.num_prompts, "Requests to send (default 100)");
   sub->add_option("--mix", a->mix,
                   "Prompt classes and weights (default short:20,medium:60,long:20); lengths scale "
@@ -71,9 +77,36 @@ std::function<int()> SetupBenchServe(CLI::App* sub) {
   sub->add_option("--timeout", o.timeout_s, "Per-request timeout in seconds (default 600)");
   sub->add_flag("--json", a->json, "Print the result as JSON (vllm bench serve keys)");
   sub->add_flag("--save-detailed", o.detailed, "Include every request in the JSON");
-  sub->add_option("--result-file", a->output, "Also write the JSON result to this file");
+  sub->add_option("--result-file", a->output,
+                  "Also write the JSON result to this file (an array with several levels)");
+  sub->add_option("--report", a->report,
+                  "Also write an HTML report with charts (throughput and latency per "
+                  "concurrency level, latency CDFs) to this file");
+  sub->add_option("--compare", a->compare,
+                  "Do not run: write the --report of these saved JSON results side by side")
+      ->expected(1, -1);
   return [a]() -> int {
     tools::BenchServeOptions& o = a->options;
+    if (!a->compare.empty()) {
+      if (a->report.empty()) {
+        std::fprintf(stderr, "error: --compare: expected --report FILE.html to write\n");
+        return kExitBadInput;
+      }
+      auto runs = tools::LoadReportRuns(a->compare);
+      if (!runs.ok()) return ReportError(runs.status());
+      Status st = tools::WriteReportFile(a->report, tools::BenchReportHtml(*runs, "Benchmark comparison"));
+      if (!st.ok()) return ReportError(st);
+      std::fprintf(stderr, "wrote %s (%zu results)\n", a->report.c_str(), runs->size());
+      return kExitOk;
+    }
+    auto levels = ParseIdList(a->concurrency, "--concurrency");
+    if (!levels.ok()) return ReportError(levels.status());
+    for (int32_t c : *levels) {
+      if (c < 1 || c > 65536) {
+        std::fprintf(stderr, "error: --concurrency: expected levels in [1, 65536], got %d\n", c);
+        return kExitBadInput;
+      }
+    }
     auto mix = tools::ParseMix(a->mix);
     if (!mix.ok()) {
       std::fprintf(stderr, "error: %s\n", mix.status().message().c_str());
@@ -90,12 +123,40 @@ std::function<int()> SetupBenchServe(CLI::App* sub) {
         return kExitBadInput;
       }
     }
-    auto result = tools::RunBenchServe(o);
-    if (!result.ok()) {
-      std::fprintf(stderr, "error: %s\n", result.status().message().c_str());
-      return result.status().code() == StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
+    std::vector<std::string> jsons;
+    std::vector<tools::ReportRun> runs;
+    int failed = 0;
+    for (int32_t level : *levels) {
+      o.concurrency = level;
+      auto result = tools::RunBenchServe(o);
+      if (!result.ok()) {
+        std::fprintf(stderr, "error: %s\n", result.status().message().c_str());
+        return result.status().code() == StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
+      }
+      failed += result->failed;
+      jsons.push_back(tools::FormatJson(*result, o));
+      if (!a->json) std::fputs(tools::FormatTable(*result, o).c_str(), stdout);
+      if (!a->report.empty()) {
+        auto j = nlohmann::json::parse(jsons.back());
+        if (!j.contains("itls")) {  // the pooled ITL CDF, also without --save-detailed
+          nlohmann::json itls = nlohmann::json::array();
+          for (const tools::RequestResult& q : result->requests)
+            if (q.success) itls.push_back(q.itl);
+          j["itls"] = std::move(itls);
+        }
+        runs.push_back({result->model, std::move(j)});
+      }
     }
-    const std::string json = tools::FormatJson(*result, o);
+    std::string json = jsons.front();
+    if (jsons.size() > 1) {
+      json = "[\n";
+      for (size_t i = 0; i < jsons.size(); ++i) json += jsons[i] + (i + 1 < jsons.size() ? ",\n" : "\n");
+      json += "]";
+    }
+    if (!a->report.empty()) {
+      Status st = tools::WriteReportFile(a->report, tools::BenchReportHtml(runs, "bench serve"));
+      if (!st.ok()) return ReportError(st);
+    }
     if (!a->output.empty()) {
       FILE* f = std::fopen(a->output.c_str(), "w");
       if (!f) {
@@ -105,8 +166,8 @@ std::function<int()> SetupBenchServe(CLI::App* sub) {
       std::fputs(json.c_str(), f);
       std::fclose(f);
     }
-    std::fputs(a->json ? (json + "\n").c_str() : tools::FormatTable(*result, o).c_str(), stdout);
-    return result->failed == 0 ? kExitOk : kExitFailure;
+    if (a->json) std::fputs((json + "\n").c_str(), stdout);
+    return failed == 0 ? kExitOk : kExitFailure;
   };
 }
 

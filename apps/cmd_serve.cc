@@ -50,6 +50,7 @@ struct ServeArgs {
   int http_threads = 0;
   size_t max_body_bytes = 8u << 20;
   bool no_prefix_caching = false;
+  bool no_webui = false;
 };
 
 // "8GiB", "512MiB", "1.5G", "1000000" -> bytes.
@@ -152,6 +153,7 @@ int RunServe(ServeArgs& a) {
   so.served_model_names = a.served_model_names;
   so.metrics_prefix = a.metrics_prefix;
   so.max_body_bytes = a.max_body_bytes;
+  so.webui = !a.no_webui;
   so.http_threads = a.http_threads > 0 ? a.http_threads : std::max(64, 2 * a.max_num_seqs + 16);
   server::OpenAIServer http(so);
   if (Status st = http.Bind(); !st.ok()) {
@@ -302,6 +304,8 @@ std::function<int()> SetupServe(CLI::App* sub) {
                   "Largest request body; larger ones get 413 (default 8 MiB)");
   sub->add_flag("--no-enable-prefix-caching", a->no_prefix_caching,
                 "Turn off prefix caching (on by default)");
+  sub->add_flag("--no-webui", a->no_webui,
+                "Do not serve the web UI (chat page at /, dashboard at /dashboard)");
   return [a]() -> int { return RunServe(*a); };
 }
 

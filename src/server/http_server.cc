@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 #include "server/generation.h"
+#include "server/webui.h"
 
 namespace dh::server {
 
@@ -118,7 +119,8 @@ Status OpenAIServer::Bind() {
         return httplib::Server::HandlerResponse::Handled;
       }
     }
-    const bool is_public = req.path == "/health" || req.path == "/health/live";
+    const bool is_public = req.path == "/health" || req.path == "/health/live" ||
+                           (options_.webui && IsWebUiPath(req.path));
     if (!options_.api_key.empty() && !is_public) {
       std::string auth = req.get_header_value("Authorization");
       const std::string prefix = "Bearer ";
@@ -184,6 +186,7 @@ Status OpenAIServer::Bind() {
     }
   };
   http.Get("/health", health);
+  if (options_.webui) RegisterWebUi(http);
   http.Get("/health/live", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{\"status\":\"alive\"}", "application/json");
   });

@@ -42,6 +42,7 @@ struct ServerOptions {
   std::chrono::seconds read_timeout{30};
   std::chrono::seconds write_timeout{60};
   std::chrono::seconds keep_alive_timeout{30};
+  bool webui = true;  // GET / (chat), /dashboard, /webui/* (server/webui.h)
 };
 
 // What the server needs once the model is loaded. Pointers must outlive the server.

@@ -456,6 +456,18 @@ std::string FormatJson(const BenchServeResult& r, const BenchServeOptions& o) {
   put("tpot", r.tpot);
   put("itl", r.itl);
   put("e2el", r.e2el);
+  // Per-request samples of the successful requests (seconds, plan order; vllm's key names): the
+  // latency distributions of `--report`. The pooled ITL gaps are larger, so only with detail.
+  Json ttfts = Json::array(), e2els = Json::array(), itls = Json::array();
+  for (const RequestResult& q : r.requests) {
+    if (!q.success) continue;
+    ttfts.push_back(q.ttft);
+    e2els.push_back(q.latency);
+    if (o.detailed) itls.push_back(q.itl);
+  }
+  j["ttfts"] = std::move(ttfts);
+  j["e2els"] = std::move(e2els);
+  if (o.detailed) j["itls"] = std::move(itls);
   if (o.detailed) {
     Json details = Json::array();
     for (const RequestResult& q : r.requests) {
