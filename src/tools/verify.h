@@ -1,0 +1,59 @@
+// `deepharness verify`: checks a checkpoint before it is served — index <-> files <-> tensors,
+// the tensors the architecture expects (through the model's own loader: names, shapes, dtypes,
+// nothing unexpected), FP8 block-scale grids, AWQ/GPTQ packing, streamed per-tensor statistics
+// (NaN, Inf, all-zero rows, absurd magnitudes) on all threads, and sha256 against a manifest.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "base/status.h"
+
+namespace dh {
+
+struct VerifyOptions {
+  std::string model_path;
+  std::string manifest;      // sha256sum-format file; empty: no hashing
+  int threads = 0;           // 0: all CPUs
+  double max_abs = 1e4;      // |x| above this in a weight is "absurd"
+  bool load_model = true;    // check expected tensors by running the architecture's loader
+  bool progress = true;      // progress bar on stderr
+};
+
+struct VerifyProblem {
+  std::string check;   // structure | tensors | fp8-scales | packing | values | sha256
+  std::string where;   // file or tensor
+  std::string message;
+};
+
+struct TensorStats {
+  std::string name, dtype, shape;
+  uint64_t elements = 0;
+  uint64_t nan = 0, inf = 0, zero_rows = 0, absurd = 0;
+  double max_abs = 0;
+};
+
+struct VerifyReport {
+  std::string model_path;
+  std::string architecture;
+  int files = 0;
+  int tensors = 0;
+  uint64_t bytes = 0;
+  uint64_t hashed_bytes = 0;
+  double stats_seconds = 0, hash_seconds = 0;
+  std::vector<std::string> checks_run;
+  std::vector<VerifyProblem> problems;
+  std::vector<TensorStats> stats;  // tensors with a finding (all when verbose)
+  bool clean() const { return problems.empty(); }
+};
+
+// Returns a report (problems inside) when it could run; an error Status when it could not
+// (missing directory, unreadable manifest).
+Result<VerifyReport> VerifyCheckpoint(const VerifyOptions& options, Backend* backend);
+
+std::string FormatVerifyText(const VerifyReport& report);
+std::string FormatVerifyJson(const VerifyReport& report);
+
+}  // namespace dh

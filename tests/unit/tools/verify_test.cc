@@ -1,0 +1,274 @@
+// deepharness verify: copies of golden fixtures broken in one way each; every break must be
+// reported under the right check and name the tensor or file at fault, and clean copies must
+// pass (including a sha256 manifest written here).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "backend/reference/reference_backend.h"
+#include "base/sha256.h"
+#include "io/safetensors.h"
+#include "io/safetensors_writer.h"
+#include "tools/verify.h"
+
+namespace dh {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path Golden(const std::string& name) {
+  return fs::path(DH_SOURCE_DIR) / "tests/golden/fixtures" / name;
+}
+
+class VerifyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tmp_ = fs::temp_directory_path() /
+           ("dh_verify_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(tmp_);
+    fs::create_directories(tmp_);
+  }
+  void TearDown() override { fs::remove_all(tmp_); }
+
+  // Copies a fixture directory; returns the copy.
+  fs::path Copy(const std::string& name) {
+    const fs::path dst = tmp_ / name;
+    fs::copy(Golden(name), dst, fs::copy_options::recursive);
+    return dst;
+  }
+
+  // Rewrites `file` in place: edit(name, bytes, shape) may change bytes/shape; returning false
+  // drops the tensor. `extra` tensors are appended.
+  using Edit = std::function<bool(const std::string&, std::vector<uint8_t>&, std::vector<int64_t>&)>;
+  void Rewrite(const fs::path& file, const Edit& edit,
+               std::vector<std::tuple<std::string, DType, std::vector<int64_t>>> extra = {}) {
+    std::vector<std::pair<std::string, std::vector<uint8_t>>> bytes;
+    std::vector<std::pair<DType, std::vector<int64_t>>> meta;
+    {
+      auto st = SafetensorsFile::Open(file.string());
+      ASSERT_TRUE(st.ok()) << st.status().message();
+      for (const TensorInfo& t : (*st)->tensors()) {
+        std::vector<uint8_t> b(t.data, t.data + t.nbytes);
+        std::vector<int64_t> shape = t.shape;
+        if (!edit(t.name, b, shape)) continue;
+        bytes.push_back({t.name, std::move(b)});
+        meta.push_back({t.dtype, shape});
+      }
+    }
+    for (auto& [name, dtype, shape] : extra) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      bytes.push_back({name, std::vector<uint8_t>(n * DTypeSize(dtype), 1)});
+      meta.push_back({dtype, shape});
+    }
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      tensors.push_back({bytes[i].first,
+                         Tensor::FromDims(bytes[i].second.data(), meta[i].first, meta[i].second)});
+    }
+    fs::remove(file);
+    Status s = WriteSafetensors(file.string(), tensors);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+
+  VerifyReport Verify(const fs::path& dir, const std::string& manifest = "") {
+    VerifyOptions o;
+    o.model_path = dir.string();
+    o.manifest = manifest;
+    o.threads = 2;
+    o.progress = false;
+    ReferenceBackend backend{BackendOptions{}};
+    auto r = VerifyCheckpoint(o, &backend);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? *r : VerifyReport{};
+  }
+
+  static std::string Problems(const VerifyReport& r) {
+    std::string s;
+    for (const VerifyProblem& p : r.problems) s += p.check + " | " + p.where + " | " + p.message + "\n";
+    return s;
+  }
+  static bool Has(const VerifyReport& r, const std::string& check, const std::string& where,
+                  const std::string& text = "") {
+    for (const VerifyProblem& p : r.problems) {
+      if (p.check == check && p.where.find(where) != std::string::npos &&
+          p.message.find(text) != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  fs::path tmp_;
+};
+
+std::string Manifest(const fs::path& dir, const std::vector<std::string>& files) {
+  std::string out;
+  for (const std::string& f : files) {
+    std::ifstream in(dir / f, std::ios::binary);
+    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    out += Sha256::Hex(data) + "  " + f + "\n";
+  }
+  return out;
+}
+
+TEST(Sha256Test, KnownVectors) {
+  EXPECT_EQ(Sha256::Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(Sha256::Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  // 56 bytes: the padding spills into a second block.
+  EXPECT_EQ(Sha256::Hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  Sha256 h;  // fed in odd pieces
+  const std::string m(1000, 'a');
+  for (size_t i = 0; i < m.size(); i += 7) h.Update(m.data() + i, std::min<size_t>(7, m.size() - i));
+  EXPECT_EQ(h.HexDigest(), Sha256::Hex(m));
+}
+
+TEST_F(VerifyTest, CleanCheckpointsPass) {
+  for (const char* name : {"ds_v3_fp8", "qwen2_gptq", "qwen2_sharded", "llama_f32"}) {
+    const VerifyReport r = Verify(Copy(name));
+    EXPECT_TRUE(r.clean()) << name << ":\n" << Problems(r);
+    EXPECT_GT(r.tensors, 0);
+  }
+}
+
+TEST_F(VerifyTest, ManifestMatchesAndMismatches) {
+  const fs::path d = Copy("ds_v3_fp8");
+  {
+    std::ofstream(tmp_ / "good.sha256") << Manifest(d, {"config.json", "model.safetensors"});
+  }
+  VerifyReport r = Verify(d, (tmp_ / "good.sha256").string());
+  EXPECT_TRUE(r.clean()) << Problems(r);
+  EXPECT_GT(r.hashed_bytes, 0u);
+  // One flipped byte in the data region.
+  {
+    std::fstream f(d / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.put('\x55');
+  }
+  r = Verify(d, (tmp_ / "good.sha256").string());
+  EXPECT_TRUE(Has(r, "sha256", "model.safetensors", "manifest says")) << Problems(r);
+  EXPECT_FALSE(Has(r, "sha256", "config.json")) << Problems(r);
+  // A manifest that leaves a shard out, and lists a missing file.
+  { std::ofstream(tmp_ / "partial.sha256") << Manifest(d, {"config.json"}) << std::string(64, '0') + "  gone.safetensors\n"; }
+  r = Verify(d, (tmp_ / "partial.sha256").string());
+  EXPECT_TRUE(Has(r, "sha256", "model.safetensors", "not in the manifest")) << Problems(r);
+  EXPECT_TRUE(Has(r, "sha256", "gone.safetensors", "missing")) << Problems(r);
+  // A malformed manifest means verify could not run.
+  { std::ofstream(tmp_ / "bad.sha256") << "not a manifest\n"; }
+  VerifyOptions o;
+  o.model_path = d.string();
+  o.manifest = (tmp_ / "bad.sha256").string();
+  o.progress = false;
+  EXPECT_FALSE(VerifyCheckpoint(o, nullptr).ok());
+  o.manifest = "";
+  o.model_path = (tmp_ / "no_such_dir").string();
+  EXPECT_FALSE(VerifyCheckpoint(o, nullptr).ok());
+}
+
+TEST_F(VerifyTest, NanInfAbsurdAndZeroRowsAreNamed) {
+  const fs::path d = Copy("llama_f32");
+  std::string victim_nan, victim_zero, victim_big;
+  Rewrite(d / "model.safetensors", [&](const std::string& name, std::vector<uint8_t>& b,
+                                        std::vector<int64_t>& shape) {
+    if (shape.size() != 2 || name.find("embed") != std::string::npos) return true;
+    float v;
+    if (victim_nan.empty()) {
+      victim_nan = name;
+      v = std::nanf("");
+      std::memcpy(b.data() + 4 * 5, &v, 4);
+      v = INFINITY;
+      std::memcpy(b.data() + 4 * 6, &v, 4);
+    } else if (victim_zero.empty()) {
+      victim_zero = name;
+      std::memset(b.data() + 4 * shape[1], 0, 4 * shape[1]);  // row 1
+    } else if (victim_big.empty()) {
+      victim_big = name;
+      v = 3e5f;
+      std::memcpy(b.data(), &v, 4);
+    }
+    return true;
+  });
+  const VerifyReport r = Verify(d);
+  EXPECT_TRUE(Has(r, "values", victim_nan, "1 NaN, 1 Inf")) << Problems(r);
+  EXPECT_TRUE(Has(r, "values", victim_zero, "1 all-zero rows")) << Problems(r);
+  EXPECT_TRUE(Has(r, "values", victim_big, "|x| > 10000")) << Problems(r);
+  EXPECT_EQ(r.problems.size(), 3u) << Problems(r);
+}
+
+TEST_F(VerifyTest, Fp8ScalesWrongSignAndShape) {
+  const fs::path d = Copy("ds_v3_fp8");
+  Rewrite(d / "model.safetensors", [](const std::string& name, std::vector<uint8_t>& b,
+                                      std::vector<int64_t>& shape) {
+    if (name == "model.layers.0.mlp.down_proj.weight_scale_inv") {
+      const float v = -1.0f;
+      std::memcpy(b.data(), &v, 4);
+    }
+    if (name == "model.layers.0.mlp.gate_proj.weight_scale_inv") shape = {4, 1};
+    return true;
+  });
+  const VerifyReport r = Verify(d);
+  EXPECT_TRUE(Has(r, "fp8-scales", "down_proj.weight_scale_inv", "not finite and positive"))
+      << Problems(r);
+  EXPECT_TRUE(Has(r, "fp8-scales", "gate_proj.weight_scale_inv", "expected [2, 2]")) << Problems(r);
+}
+
+TEST_F(VerifyTest, MissingAndUnexpectedTensors) {
+  const fs::path d = Copy("qwen2_sharded");
+  const fs::path shard = d / "model-00001-of-00002.safetensors";
+  std::string dropped;
+  Rewrite(shard, [&](const std::string& name, std::vector<uint8_t>&, std::vector<int64_t>&) {
+    if (dropped.empty() && name.find("post_attention_layernorm") != std::string::npos) {
+      dropped = name;
+      return false;
+    }
+    return true;
+  });
+  // The index still lists the dropped tensor: the checkpoint no longer opens.
+  VerifyReport r = Verify(d);
+  EXPECT_TRUE(Has(r, "structure", "", dropped)) << Problems(r);
+  // Take it out of the index too: now the architecture's loader misses it.
+  nlohmann::json index = nlohmann::json::parse(std::ifstream(d / "model.safetensors.index.json"));
+  index["weight_map"].erase(dropped);
+  std::ofstream(d / "model.safetensors.index.json") << index.dump();
+  r = Verify(d);
+  EXPECT_TRUE(Has(r, "tensors", "", dropped)) << Problems(r);
+  // An extra tensor in a shard that the index does not list, and that no layer uses.
+  Rewrite(shard, [](const std::string&, std::vector<uint8_t>&, std::vector<int64_t>&) { return true; },
+          {{"model.layers.0.mystery.weight", DType::kF32, {4, 4}}});
+  r = Verify(d);
+  EXPECT_TRUE(Has(r, "structure", "model.layers.0.mystery.weight", "not in model.safetensors.index.json"))
+      << Problems(r);
+  EXPECT_TRUE(Has(r, "tensors", "", "mystery")) << Problems(r);
+}
+
+TEST_F(VerifyTest, GptqPackingAndTruncation) {
+  const fs::path d = Copy("qwen2_gptq");
+  Rewrite(d / "model.safetensors", [](const std::string& name, std::vector<uint8_t>& b,
+                                      std::vector<int64_t>& shape) {
+    if (name == "model.layers.0.self_attn.q_proj.qzeros") shape = {2, 8};  // same bytes, wrong grid
+    if (name == "model.layers.0.mlp.up_proj.g_idx") {
+      const int32_t v = 7;
+      std::memcpy(b.data() + 4 * 3, &v, 4);
+    }
+    return true;
+  });
+  VerifyReport r = Verify(d);
+  EXPECT_TRUE(Has(r, "packing", "self_attn.q_proj", "qzeros [2, 8]")) << Problems(r);
+  EXPECT_TRUE(Has(r, "packing", "mlp.up_proj", "g_idx[3] = 7")) << Problems(r);
+  // A truncated file: the structure check names it.
+  const fs::path f = Copy("llama_f32") / "model.safetensors";
+  fs::resize_file(f, fs::file_size(f) - 100);
+  r = Verify(f.parent_path());
+  EXPECT_TRUE(Has(r, "structure", "", "model.safetensors")) << Problems(r);
+}
+
+}  // namespace
+}  // namespace dh
