@@ -1,4 +1,5 @@
-// Progress bar: redraws at most once per percent; silent when stderr is not a TTY.
+// Progress bar: redraws at most once per percent, with elapsed time and ETA; silent when stderr
+// is not a TTY.
 #include "base/progress.h"
 
 #include <unistd.h>
@@ -24,8 +25,11 @@ void ProgressBar::Update(uint64_t done) {
   const int filled = percent * kWidth / 100;
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  // ETA from the mean rate so far (blank until the first unit is done).
+  const double eta = done > 0 && done < total_ ? secs * static_cast<double>(total_ - done) / done : 0;
   std::fprintf(stderr, "\r%s [%.*s%*s] %3d%% %.1fs", label_.c_str(), filled,
                "##############################", kWidth - filled, "", percent, secs);
+  if (eta > 0) std::fprintf(stderr, " ETA %.0fs  ", eta);
   std::fflush(stderr);
 }
 
