@@ -9,9 +9,10 @@ set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)
 set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
 set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)
 
-# Programs come from the host; libraries and packages only from the target's multiarch paths
-# (/usr/lib/aarch64-linux-gnu, found through CMAKE_LIBRARY_ARCHITECTURE) and the cross sysroot.
-# Headers are shared between architectures under /usr/include.
+# Programs come from the host. Libraries and CMake packages are searched in the cross sysroot and
+# in the host's /usr, where CMAKE_LIBRARY_ARCHITECTURE points the per-architecture directories at
+# /usr/lib/aarch64-linux-gnu (the arm64 multiarch packages). Headers are shared between
+# architectures under /usr/include.
 set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu)
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY BOTH)
