@@ -11,7 +11,7 @@ PACKAGES=(
 # source (e.g. NodeSource's nodejs, which bundles npm and conflicts with Debian's npm package).
 if ! command -v node >/dev/null 2>&1; then PACKAGES+=(nodejs); fi
 if ! command -v npm >/dev/null 2>&1; then PACKAGES+=(npm); fi
-# Optional: the PyTorch reference under tools/ (run by hand, never in CI).
+# Optional: the PyTorch reference under pytorch/ (run by hand, never in CI).
 if [[ "${DH_WITH_TORCH:-0}" == "1" ]]; then PACKAGES+=(python3-torch python3-numpy); fi
 
 SUDO=""

@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 #include "server/generation.h"
+#include "server/request_body.h"
 
 namespace dh::server {
 
