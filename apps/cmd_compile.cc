@@ -5,7 +5,7 @@
 
 #include "apps/command.h"
 #include "apps/model_options.h"
-#include "model/compile_cache.h"
+#include "weights/compile_cache.h"
 
 namespace dh::app {
 namespace {

@@ -10,8 +10,8 @@
 #include <CLI/CLI.hpp>
 
 #include "backend/backend.h"
-#include "model/compile_cache.h"
 #include "model/model.h"
+#include "weights/compile_cache.h"
 
 namespace dh::app {
 

@@ -14,7 +14,7 @@ if ! command -v node >/dev/null 2>&1; then PACKAGES+=(nodejs); fi
 if ! command -v npm >/dev/null 2>&1; then PACKAGES+=(npm); fi
 # Headless chromium for the web UI browser tests (driven by playwright-core from npm).
 PACKAGES+=(chromium)
-# Optional: the PyTorch reference under tools/ (run by hand, never in CI).
+# Optional: the PyTorch reference under pytorch/ (run by hand, never in CI).
 if [[ "${DH_WITH_TORCH:-0}" == "1" ]]; then PACKAGES+=(python3-torch python3-numpy); fi
 
 SUDO=""

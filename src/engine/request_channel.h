@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "engine/engine.h"
+#include "engine/types.h"
 
 namespace dh::internal {
 

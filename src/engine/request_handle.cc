@@ -1,6 +1,7 @@
 // RequestHandle and RequestChannel: per-request result delivery between threads.
 #include <utility>
 
+#include "engine/engine.h"
 #include "engine/request_channel.h"
 
 namespace dh {

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "engine/engine.h"
+#include "engine/types.h"
 
 namespace dh {
 

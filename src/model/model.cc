@@ -1,81 +1,9 @@
-// Architecture registry, LoadModel and Batch helpers.
+// Batch helpers.
 #include "model/model.h"
 
-#include <map>
-#include <mutex>
-
-#include <fmt/ranges.h>
-
-#include "base/log.h"
-#include "io/safetensors.h"
-#include "model/compile_cache.h"
-#include "model/weight_loader.h"
+#include <algorithm>
 
 namespace dh {
-
-void RegisterBuiltinArchitectures();  // arch/architectures.cc
-
-namespace {
-std::mutex& ArchMutex() {
-  static std::mutex m;
-  return m;
-}
-std::map<std::string, ModelFactory>& Architectures() {
-  static std::map<std::string, ModelFactory> archs;
-  return archs;
-}
-void EnsureBuiltins() {
-  static std::once_flag once;
-  std::call_once(once, [] { RegisterBuiltinArchitectures(); });
-}
-}  // namespace
-
-void RegisterArchitecture(const std::string& name, ModelFactory factory) {
-  std::lock_guard<std::mutex> lock(ArchMutex());
-  Architectures()[name] = std::move(factory);
-}
-
-std::vector<std::string> SupportedArchitectures() {
-  EnsureBuiltins();
-  std::lock_guard<std::mutex> lock(ArchMutex());
-  std::vector<std::string> names;
-  for (const auto& [name, f] : Architectures()) names.push_back(name);
-  return names;
-}
-
-Result<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend& backend,
-                                         const LoadOptions& options) {
-  EnsureBuiltins();
-  DH_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
-  ModelFactory factory;
-  {
-    std::lock_guard<std::mutex> lock(ArchMutex());
-    auto it = Architectures().find(config.architecture);
-    if (it != Architectures().end()) factory = it->second;
-  }
-  if (!factory) {
-    return Unsupported("{}/config.json: architecture '{}' is not supported; supported: {}", dir,
-                       config.architecture, fmt::join(SupportedArchitectures(), ", "));
-  }
-  if (options.dtype != "auto" && options.dtype != "float32" && options.dtype != "bfloat16" &&
-      options.dtype != "float16" && options.dtype != "f32" && options.dtype != "bf16" &&
-      options.dtype != "f16" && options.dtype != "half") {
-    return InvalidArgument("--dtype '{}': expected auto, float32, bfloat16 or float16",
-                           options.dtype);
-  }
-  if (!options.compile_cache.dir.empty()) {
-    return LoadModelWithCompileCache(dir, config, factory, backend, options);
-  }
-  DH_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(dir, options.file));
-  WeightLoader loader(checkpoint, config, backend, options);
-  auto model = factory(config, loader, backend);
-  if (!model.ok()) return model.status();
-  // Weights of a mapped checkpoint stay referenced through views: keep the files alive.
-  auto holder = std::make_shared<Checkpoint>(std::move(checkpoint));
-  (*model)->KeepAlive(holder);
-  (*model)->KeepAlive(loader.TakeOwnedBuffers());
-  return std::move(model).value();
-}
 
 void Batch::AddSequence(std::span<const int32_t> ids, int start_pos,
                         std::span<const int32_t> block_table, int block_size, bool all_logits) {

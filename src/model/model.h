@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "base/mapped_file.h"
 #include "base/status.h"
 #include "io/model_config.h"
-#include "kvcache/kv_storage.h"
+#include "model/kv_storage.h"
+#include "weights/load_options.h"
 
 namespace dh {
 
@@ -37,52 +37,6 @@ struct Batch {
   // given block table; `all_logits` requests logits for every new token, else only the last.
   void AddSequence(std::span<const int32_t> ids, int start_pos,
                    std::span<const int32_t> block_table, int block_size, bool all_logits);
-};
-
-struct CompileCacheResult;  // model/compile_cache.h
-
-// Compiled weight cache (model/compile_cache.h, docs/compile-cache.md). Off when `dir` is empty.
-struct CompileCacheOptions {
-  std::string dir;
-  // kNever: only read. kReplaceStale: rewrite a stale or damaged file found at this model's
-  // cache path (someone compiled it before), never create one. kAlways: also create one.
-  enum class Write { kNever, kReplaceStale, kAlways };
-  Write write = Write::kReplaceStale;
-  bool force = false;        // rebuild even a valid file (compile --force)
-  std::string cpu_features;  // extra key text, e.g. the SIMD target the backend dispatches to
-  CompileCacheResult* result = nullptr;  // filled in when not null
-};
-
-struct LoadOptions {
-  FileLoadOptions file;
-  std::string dtype = "auto";  // auto | float32 | bfloat16 | float16: activations stay f32;
-                               // this converts weights at load when not "auto"
-  bool show_progress = false;  // progress bar on a terminal
-  // MLA attention path: auto (decompressed for prefill, absorbed for decode), naive or absorbed
-  // everywhere. Both give the same numbers; tests compare them.
-  std::string mla_mode = "auto";
-  // Quantize 2-D projection weights at load (model/quantize.h): none | int8 | int8-g32 |
-  // int8-row | int4 | int4-g32 | int4-g128. Embeddings, norms and the MoE router stay as stored;
-  // lm_head only with quant_lm_head.
-  std::string quant = "none";
-  bool quant_lm_head = false;
-  // Per-layer precision policy (--policy): "" (none: `quant` applies), static:FMT, dynamic, or
-  // custom:CLASS=FMT,... (see model/precision_policy.h).
-  std::string policy;
-  // A field that changes the loaded weights must also enter the compile cache key
-  // (WeightOptionLines in model/compile_cache.cc).
-  CompileCacheOptions compile_cache;
-};
-
-struct ModelInfo {
-  std::string architecture;
-  int64_t num_parameters = 0;
-  int64_t num_tensors = 0;
-  std::map<std::string, int64_t> bytes_by_dtype;
-  uint64_t weight_bytes = 0;
-  uint64_t active_weight_bytes_per_token = 0;  // bytes a decode step reads (active experts only)
-  size_t kv_bytes_per_token = 0;
-  int64_t skipped_tensors = 0;  // e.g. multi-token-prediction layers
 };
 
 class Model {

@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 #include "server/generation.h"
+#include "server/request_body.h"
 #include "server/webui.h"
 
 namespace dh::server {

@@ -1,5 +1,5 @@
-// UTF-8 helpers shared by the tokenizer stages: validation (naming the first bad byte), code point
-// iteration, lossy decoding like Rust's String::from_utf8_lossy, and the GPT-2 byte<->char table.
+// Tokenizer text helpers: the GPT-2 byte<->char table and Unicode categories (utf8proc), over
+// the UTF-8 primitives of base/utf8.h.
 #pragma once
 
 #include <array>
@@ -8,27 +8,19 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "base/utf8.h"
 
 namespace dh::tok {
 
-// Length of the well-formed UTF-8 sequence starting at s[pos], or 0 if it is not well formed
-// (overlong, surrogate, truncated, > U+10FFFF).
-size_t ValidSequenceLength(std::string_view s, size_t pos);
-
-// OK when `s` is well-formed UTF-8; otherwise InvalidArgument naming the first bad byte offset.
-Status ValidateUtf8(std::string_view s);
-
-// Decodes the code point at s[*pos] (which must be valid UTF-8) and advances *pos.
-char32_t NextCodePoint(std::string_view s, size_t* pos);
-
-void AppendUtf8(char32_t cp, std::string* out);
-
-// Replaces each maximal invalid subpart with U+FFFD (the Unicode "substitution of maximal
-// subparts" policy, as Rust's from_utf8_lossy does).
-std::string Utf8Lossy(std::string_view bytes);
-
-// True when `s` ends with a UTF-8 sequence that is a proper prefix of a valid sequence.
-bool EndsWithIncompleteUtf8(std::string_view s);
+// The UTF-8 primitives live in base/utf8.h; the tokenizer stages name them as tok:: too.
+using ::dh::AppendUtf8;
+using ::dh::EndsWithIncompleteUtf8;
+using ::dh::NextCodePoint;
+using ::dh::Utf8Lossy;
+using ::dh::ValidateUtf8;
+inline size_t ValidSequenceLength(std::string_view s, size_t pos) {
+  return Utf8SequenceLength(s, pos);
+}
 
 // GPT-2's reversible byte -> printable character mapping used by the ByteLevel stages.
 struct ByteLevelTable {

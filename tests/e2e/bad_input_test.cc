@@ -175,6 +175,8 @@ struct BadCase {
   std::function<void(ModelFiles&)> edit;
   std::vector<std::string> expected;  // substrings of the error line
 };
+// gtest prints the parameter in failure messages and --gtest_list_tests; the name says it all.
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
 
 // A temporary model directory and the checks every bad-input case shares.
 class ModelDirTest : public ::testing::Test {

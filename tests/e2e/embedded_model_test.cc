@@ -1,6 +1,6 @@
 // The embedded model (models/shakespeare-v3) through the real binary (issue 5):
 //  - perplexity parity: the engine's validation loss equals the trainer's recorded value
-//    (eval.json, written by tools/train_tiny from the PyTorch reference) within 1 % relative;
+//    (eval.json, written by pytorch/train_tiny from the PyTorch reference) within 1 % relative;
 //  - greedy ids match the trainer's greedy samples up to the first step whose top-2 logit gap
 //    is below 1e-3 (bf16 weights, f32 compute: our logits differ from PyTorch's by ~1e-5);
 //  - greedy output equals the committed engine output (tests/e2e/data/shakespeare_greedy.json);

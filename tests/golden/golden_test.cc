@@ -1,5 +1,5 @@
 // Golden tests: every tests/golden/fixtures/<case>/ holds a tiny random checkpoint written by
-// tools/reference (an independent float32 PyTorch implementation), its logits for a prompt and a
+// pytorch/reference (an independent float32 PyTorch implementation), its logits for a prompt and a
 // 32-token greedy continuation. On every backend we check
 //   - full-prompt logits within 1e-4 of the logit scale (f32 weights; 2e-2 for bf16/fp8),
 //   - greedy continuation identical for 32 tokens (incremental decoding with the KV cache),
@@ -17,6 +17,7 @@
 #include "backend/reference/reference_backend.h"
 #include "io/npy.h"
 #include "model/sequence_runner.h"
+#include "weights/weight_plan.h"
 
 namespace dh {
 namespace {
@@ -170,7 +171,7 @@ TEST(Golden, MlaNaiveAndAbsorbedPathsAgree) {
     for (const char* mode : {"naive", "absorbed"}) {
       auto backend = MakeBackend("reference");
       LoadOptions o;
-      o.mla_mode = mode;
+      o.mla_mode = *ParseMlaMode(mode);
       auto model = LoadModel(c.dir.string(), *backend, o);
       ASSERT_TRUE(model.ok()) << model.status().message();
       auto runner = SequenceRunner::Create(**model, *backend, static_cast<int>(prompt.size()));

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/weight_rows.h"
 #include "base/check.h"
 
 namespace dh::ref {
@@ -67,22 +68,7 @@ void RmsNormRows(const Tensor& x, const Tensor& weight, float eps, const Tensor&
 
 }  // namespace
 
-float LoadFloat(const void* base, DType dtype, int64_t i) {
-  switch (dtype) {
-    case DType::kF32: return static_cast<const float*>(base)[i];
-    case DType::kF16: return F16ToF32(static_cast<const uint16_t*>(base)[i]);
-    case DType::kBF16: return BF16ToF32(static_cast<const uint16_t*>(base)[i]);
-    case DType::kF64: return static_cast<float>(static_cast<const double*>(base)[i]);
-    case DType::kF8E4M3: return F8E4M3ToF32(static_cast<const uint8_t*>(base)[i]);
-    case DType::kF8E5M2: return F8E5M2ToF32(static_cast<const uint8_t*>(base)[i]);
-    case DType::kI32: return static_cast<float>(static_cast<const int32_t*>(base)[i]);
-    case DType::kI8: return static_cast<float>(static_cast<const int8_t*>(base)[i]);
-    case DType::kU8: return static_cast<float>(static_cast<const uint8_t*>(base)[i]);
-    default: break;
-  }
-  DH_CHECK(false, "no float load for dtype {}", DTypeName(dtype));
-  return 0;
-}
+float LoadFloat(const void* base, DType dtype, int64_t i) { return LoadElementF32(base, dtype, i); }
 
 void StoreFloat(void* base, DType dtype, int64_t i, float v) {
   switch (dtype) {
@@ -94,49 +80,7 @@ void StoreFloat(void* base, DType dtype, int64_t i, float v) {
   DH_CHECK(false, "no float store for dtype {}", DTypeName(dtype));
 }
 
-void DecodeWeightRow(const Weight& w, int64_t row, float* out) {
-  DH_CHECK(row >= 0 && row < w.rows, "weight row {} of {}", row, w.rows);
-  const Tensor& d = w.data;
-  switch (w.format) {
-    case WeightFormat::kDense: {
-      const int64_t base = row * d.stride[0];
-      const int64_t cs = d.ndim > 1 ? d.stride[1] : 1;
-      for (int64_t c = 0; c < w.cols; ++c) out[c] = Get(d, base + c * cs);
-      return;
-    }
-    case WeightFormat::kFp8Block: {
-      DH_CHECK(d.dtype == DType::kF8E4M3 && w.block_rows > 0 && w.block_cols > 0,
-               "fp8 block weight needs f8e4m3 data and block sizes");
-      const uint8_t* q = d.as<const uint8_t>() + row * d.stride[0];
-      const int64_t srow = (row / w.block_rows) * w.scales.stride[0];
-      for (int64_t c = 0; c < w.cols; ++c) {
-        out[c] = F8E4M3ToF32(q[c]) * Get(w.scales, srow + c / w.block_cols);
-      }
-      return;
-    }
-    case WeightFormat::kInt8: {
-      DH_CHECK(d.dtype == DType::kI8 && w.group_size > 0, "int8 weight needs i8 data and groups");
-      const int8_t* q = d.as<const int8_t>() + row * d.stride[0];
-      const int64_t srow = row * w.scales.stride[0];
-      for (int64_t c = 0; c < w.cols; ++c) {
-        out[c] = static_cast<float>(q[c]) * Get(w.scales, srow + c / w.group_size);
-      }
-      return;
-    }
-    case WeightFormat::kInt4: {
-      DH_CHECK(d.dtype == DType::kU8 && w.group_size > 0, "int4 weight needs u8 data and groups");
-      const uint8_t* q = d.as<const uint8_t>() + row * d.stride[0];
-      const int64_t srow = row * w.scales.stride[0], mrow = row * w.mins.stride[0];
-      for (int64_t c = 0; c < w.cols; ++c) {
-        const int nibble = (c % 2 == 0) ? (q[c / 2] & 0xf) : (q[c / 2] >> 4);
-        const int64_t g = c / w.group_size;
-        out[c] = static_cast<float>(nibble) * Get(w.scales, srow + g) + Get(w.mins, mrow + g);
-      }
-      return;
-    }
-  }
-  DH_CHECK(false, "unknown weight format");
-}
+void DecodeWeightRow(const Weight& w, int64_t row, float* out) { ::dh::DecodeWeightRow(w, row, out); }
 
 void Embedding(const Weight& table, const Tensor& ids, Tensor out) {
   const int64_t n = ids.numel();
@@ -147,7 +91,7 @@ void Embedding(const Weight& table, const Tensor& ids, Tensor out) {
     const int32_t id = GetI32(ids, t);
     DH_CHECK(id >= 0 && id < table.rows, "token id {} outside the vocabulary of {}", id,
              table.rows);
-    DecodeWeightRow(table, id, row.data());
+    ::dh::DecodeWeightRow(table, id, row.data());
     const int64_t oo = RowOffset(out, t);
     for (int64_t i = 0; i < table.cols; ++i) Set(out, oo + i * ColStride(out), row[i]);
   }
@@ -187,7 +131,7 @@ void MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) {
     }
   }
   for (int64_t j = 0; j < n; ++j) {
-    DecodeWeightRow(w, j, wrow.data());
+    ::dh::DecodeWeightRow(w, j, wrow.data());
     const float b = bias.empty() ? 0.0f : Get(bias, j * ColStride(bias));
     for (int64_t r = 0; r < m; ++r) {
       double acc = 0;

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "model/model.h"
-#include "model/weight_loader.h"
+#include "weights/weight_loader.h"
 
 namespace dh {
 

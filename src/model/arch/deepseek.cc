@@ -9,6 +9,7 @@
 
 #include "model/arch/architectures.h"
 #include "model/layers/attention.h"
+#include "model/layers/decoder.h"
 #include "model/layers/moe.h"
 
 namespace dh {
@@ -103,9 +104,9 @@ Result<MlaAttention> MlaAttention::Load(WeightLoader& w, const std::string& p,
     const double ms = YarnMscale(rs.factor, rs.mscale_all_dim);
     m.softmax_scale = static_cast<float>(m.softmax_scale * ms * ms);
   }
-  const std::string& mode = w.options().mla_mode;
-  m.naive_prefill = mode != "absorbed";
-  m.absorbed_decode = mode != "naive";
+  const MlaMode mode = w.plan().mla_mode;
+  m.naive_prefill = mode != MlaMode::kAbsorbed;
+  m.absorbed_decode = mode != MlaMode::kNaive;
   return m;
 }
 
@@ -143,51 +144,25 @@ Tensor MlaAttention::Forward(Backend& b, Arena& a, const StepInputs& step,
   return o.Forward(b, a, out.Reshape({T, heads * vdim}));
 }
 
-// Decompresses every sequence's cached latents into per-head keys and values in a temporary
-// paged buffer laid out like the cache, then runs ordinary attention over it.
+// Decompresses every sequence's cached latents (gathered into a paged buffer of their own) into
+// per-head keys and values, then runs ordinary attention over them.
 Tensor MlaAttention::Naive(Backend& b, Arena& a, const StepInputs& step, const Tensor& cache,
                            const Tensor& q3) const {
-  const AttentionMeta& m = step.meta;
-  const int bs = m.block_size;
-  std::vector<int32_t> rows, tables, starts{0};
-  int max_blocks = 0;
-  for (int s = 0; s < m.num_seqs; ++s) {
-    max_blocks = std::max(max_blocks, (m.host_seq_lens[s] + bs - 1) / bs);
-  }
-  for (int s = 0; s < m.num_seqs; ++s) {
-    const int len = m.host_seq_lens[s];
-    const int blocks = (len + bs - 1) / bs;
-    const int first_block = static_cast<int>(rows.size()) / bs;
-    for (int i = 0; i < blocks * bs; ++i) {
-      const int pos = std::min(i, len - 1);  // padding repeats a real row; never attended
-      const int32_t block = m.host_block_tables[s * m.max_blocks_per_seq + pos / bs];
-      rows.push_back(block * bs + pos % bs);
-    }
-    for (int j = 0; j < max_blocks; ++j) tables.push_back(j < blocks ? first_block + j : -1);
-  }
-  const int64_t N = static_cast<int64_t>(rows.size());
-  Tensor gathered = a.Alloc(DType::kF32, {N, kv_lora + rope});
-  b.GatherRows(cache.Reshape({cache.dim(0), kv_lora + rope}), a.Upload(rows), gathered);
+  PagedGather g;
+  GatherPagedCache(b, a, step.meta, cache.Reshape({cache.dim(0), kv_lora + rope}), &g);
+  const int64_t N = g.rows.dim(0);
   Tensor c_kv = a.Alloc(DType::kF32, {N, kv_lora});
-  b.Copy(gathered.Narrow(1, 0, kv_lora), c_kv);
+  b.Copy(g.rows.Narrow(1, 0, kv_lora), c_kv);
   Tensor kv = kv_b.Forward(b, a, c_kv).Reshape({N, heads, nope + vdim});
   Tensor k = a.Alloc(DType::kF32, {N, heads, nope + rope});
   b.Copy(kv.Narrow(2, 0, nope), k.Narrow(2, 0, nope));
-  // [N, heads, rope] view of the rotary keys with a zero head stride: shared by every head.
-  Tensor k_pe = gathered.Narrow(1, kv_lora, rope);
-  k_pe.ndim = 3;
-  k_pe.shape = {N, heads, rope, 0};
-  k_pe.stride = {gathered.stride[0], 0, 1, 0};
-  b.Copy(k_pe, k.Narrow(2, nope, rope));
+  // The rotary key is shared by every head.
+  b.Copy(BroadcastOverHeads(g.rows.Narrow(1, kv_lora, rope), heads), k.Narrow(2, nope, rope));
   Tensor v = a.Alloc(DType::kF32, {N, heads, vdim});
   b.Copy(kv.Narrow(2, nope, vdim), v);
 
-  AttentionMeta tmp = m;
-  tmp.max_blocks_per_seq = max_blocks;
-  tmp.block_tables = a.Upload(tables);
-  tmp.host_block_tables = tables;
   Tensor out = a.Alloc(DType::kF32, {q3.dim(0), heads, vdim});
-  b.Attention(q3, k, v, tmp, softmax_scale, out);
+  b.Attention(q3, k, v, g.meta, softmax_scale, out);
   return out;
 }
 
@@ -218,132 +193,61 @@ Tensor MlaAttention::Absorbed(Backend& b, Arena& a, const StepInputs& step, cons
   return out;
 }
 
-struct DeepseekLayer {
-  Tensor input_norm, post_attention_norm;
-  std::optional<MlaAttention> mla;
-  std::optional<GqaAttention> gqa;  // DeepseekForCausalLM
-  std::optional<Mlp> dense;
-  std::optional<MoeFfn> moe;
-};
-
-class DeepseekDecoder final : public Model {
+// MLA attention over the layer's latent cache.
+class MlaBlock final : public AttentionBlock {
  public:
-  DeepseekDecoder(const ModelConfig& c, Backend& b, bool mla)
-      : config_(c), backend_(b), arena_(b), mla_(mla) {}
-
-  Status Load(WeightLoader& w) {
-    const ModelConfig& c = config_;
-    DH_ASSIGN_OR_RETURN(embed_, w.Matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      const std::string p = fmt::format("model.layers.{}", l);
-      DeepseekLayer layer;
-      DH_ASSIGN_OR_RETURN(layer.input_norm, w.Vector(p + ".input_layernorm.weight", c.hidden_size));
-      DH_ASSIGN_OR_RETURN(layer.post_attention_norm,
-                          w.Vector(p + ".post_attention_layernorm.weight", c.hidden_size));
-      if (mla_) {
-        DH_ASSIGN_OR_RETURN(layer.mla, MlaAttention::Load(w, p + ".self_attn", c));
-      } else {
-        DH_ASSIGN_OR_RETURN(layer.gqa, GqaAttention::Load(w, p + ".self_attn", c,
-                                                          c.attention_bias, c.attention_bias));
-      }
-      const bool moe = c.n_routed_experts > 0 && l >= c.first_k_dense_replace &&
-                       l % c.moe_layer_freq == 0;
-      if (moe) {
-        DH_ASSIGN_OR_RETURN(layer.moe, MoeFfn::Load(w, p + ".mlp", c));
-      } else {
-        DH_ASSIGN_OR_RETURN(layer.dense, Mlp::Load(w, p + ".mlp", c.hidden_size,
-                                                   c.intermediate_size));
-      }
-      layers_.push_back(std::move(layer));
-    }
-    for (int64_t l = c.num_hidden_layers; l < c.num_hidden_layers + c.num_nextn_predict_layers;
-         ++l) {
-      w.Skip(fmt::format("model.layers.{}.", l));  // multi-token prediction, not the main model
-    }
-    DH_ASSIGN_OR_RETURN(norm_, w.Vector("model.norm.weight", c.hidden_size));
-    if (c.tie_word_embeddings && !w.Has("lm_head.weight")) {
-      lm_head_ = embed_;
-    } else {
-      DH_ASSIGN_OR_RETURN(lm_head_, w.Matrix("lm_head.weight", c.vocab_size, c.hidden_size));
-    }
-    if (mla_) {
-      DH_ASSIGN_OR_RETURN(rope_, RotaryEmbedding::Create(backend_, c,
-                                                         static_cast<int>(c.qk_rope_head_dim),
-                                                         RopeStyle::kInterleaved, 0));
-    } else {
-      DH_ASSIGN_OR_RETURN(rope_, RotaryEmbedding::Create(backend_, c, static_cast<int>(c.head_dim),
-                                                         RopeStyle::kHalf, 0));
-    }
-    DH_RETURN_IF_ERROR(w.Finish(&info_));
-    info_.architecture = c.architecture;
-    info_.kv_bytes_per_token = kv_spec().BytesPerToken();
-    info_.active_weight_bytes_per_token = ActiveBytes();
-    return Status::Ok();
-  }
-
-  const ModelConfig& config() const override { return config_; }
-  const ModelInfo& info() const override { return info_; }
-  KvCacheSpec kv_spec() const override {
-    const int n = static_cast<int>(config_.num_hidden_layers);
-    if (mla_) return {n, 1, config_.kv_lora_rank + config_.qk_rope_head_dim, 0, 0, DType::kF32};
-    const int64_t kvh = config_.num_key_value_heads, d = config_.head_dim;
-    return {n, kvh, d, kvh, d, DType::kF32};
-  }
-
-  Status Forward(const Batch& batch, KvStorage& kv, std::vector<float>* logits) override {
-    arena_.Reset();
-    DH_ASSIGN_OR_RETURN(StepInputs step, PrepareStep(batch, kv, config_.vocab_size, arena_));
-    const int64_t T = step.num_tokens, H = config_.hidden_size;
-    const float eps = static_cast<float>(config_.rms_norm_eps);
-    const RopeParams rope = rope_.ForStep(backend_, arena_, step.max_position);
-
-    Tensor residual = arena_.Alloc(DType::kF32, {T, H});
-    backend_.Embedding(embed_, step.token_ids, residual);
-    Tensor h = arena_.Alloc(DType::kF32, {T, H});
-    Tensor x;
-    const size_t layer_mark = arena_.Mark();
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      const DeepseekLayer& layer = layers_[l];
-      if (l == 0) {
-        backend_.RmsNorm(residual, layer.input_norm, eps, h);
-      } else {
-        backend_.AddRmsNorm(residual, x, layer.input_norm, eps, h);
-      }
-      arena_.Rewind(layer_mark);  // the previous layer's activations are consumed
-      x = layer.mla ? layer.mla->Forward(backend_, arena_, step, rope, kv.k(l), h)
-                    : layer.gqa->Forward(backend_, arena_, step, rope, kv.k(l), kv.v(l), h);
-      backend_.AddRmsNorm(residual, x, layer.post_attention_norm, eps, h);
-      x = layer.moe ? layer.moe->Forward(backend_, arena_, h) : layer.dense->Forward(backend_, arena_, h);
-    }
-    return ComputeLogits(backend_, arena_, step, residual, x, norm_, eps, lm_head_, logits);
+  explicit MlaBlock(MlaAttention attn) : attn_(std::move(attn)) {}
+  Tensor Forward(Backend& b, Arena& a, const StepInputs& step, const RopeParams& rope,
+                 KvStorage& kv, int layer, const Tensor& h) const override {
+    return attn_.Forward(b, a, step, rope, kv.k(layer), h);
   }
 
  private:
-  // Bytes a decode step reads: everything but the routed experts that are not chosen.
-  uint64_t ActiveBytes() const {
-    uint64_t inactive = 0;
-    for (const auto& layer : layers_) {
-      if (!layer.moe) continue;
-      const auto& experts = layer.moe->experts;
-      if (experts.empty()) continue;
-      const uint64_t per_expert =
-          experts[0].gate.nbytes() + experts[0].up.nbytes() + experts[0].down.nbytes();
-      inactive += per_expert * (experts.size() - layer.moe->gate_params.top_k);
-    }
-    // The absorbed kv_b copies are read instead of kv_b itself at decode: count neither twice.
-    return info_.weight_bytes > inactive ? info_.weight_bytes - inactive : 0;
+  MlaAttention attn_;
+};
+
+// Routed experts (+ shared experts) behind the router.
+class MoeBlock final : public FfnBlock {
+ public:
+  explicit MoeBlock(MoeFfn moe) : moe_(std::move(moe)) {}
+  Tensor Forward(Backend& b, Arena& a, const Tensor& h) const override {
+    return moe_.Forward(b, a, h);
+  }
+  // The experts a token does not route to are not read. The absorbed kv_b copies are read
+  // instead of kv_b itself at decode: neither is discounted.
+  uint64_t InactiveBytesPerToken() const override {
+    const auto& experts = moe_.experts;
+    if (experts.empty()) return 0;
+    const uint64_t per_expert =
+        experts[0].gate.nbytes() + experts[0].up.nbytes() + experts[0].down.nbytes();
+    return per_expert * (experts.size() - moe_.gate_params.top_k);
   }
 
-  ModelConfig config_;
-  Backend& backend_;
-  Arena arena_;
-  bool mla_;
-  ModelInfo info_;
-  Weight embed_, lm_head_;
-  Tensor norm_;
-  std::vector<DeepseekLayer> layers_;
-  RotaryEmbedding rope_;
+ private:
+  MoeFfn moe_;
 };
+
+Status LoadDeepseekLayer(const ModelConfig& c, bool mla, WeightLoader& w, int64_t l,
+                         const std::string& p, DecoderLayer* layer) {
+  if (mla) {
+    DH_ASSIGN_OR_RETURN(MlaAttention attn, MlaAttention::Load(w, p + ".self_attn", c));
+    layer->attn = std::make_unique<MlaBlock>(std::move(attn));
+  } else {
+    DH_ASSIGN_OR_RETURN(GqaAttention attn, GqaAttention::Load(w, p + ".self_attn", c,
+                                                              c.attention_bias, c.attention_bias));
+    layer->attn = std::make_unique<GqaBlock>(std::move(attn));
+  }
+  const bool moe =
+      c.n_routed_experts > 0 && l >= c.first_k_dense_replace && l % c.moe_layer_freq == 0;
+  if (moe) {
+    DH_ASSIGN_OR_RETURN(MoeFfn ffn, MoeFfn::Load(w, p + ".mlp", c));
+    layer->ffn = std::make_unique<MoeBlock>(std::move(ffn));
+  } else {
+    DH_ASSIGN_OR_RETURN(Mlp mlp, Mlp::Load(w, p + ".mlp", c.hidden_size, c.intermediate_size));
+    layer->ffn = std::make_unique<MlpBlock>(std::move(mlp));
+  }
+  return Status::Ok();
+}
 
 Status ValidateDeepseek(const ModelConfig& c, bool mla) {
   auto positive = [](int64_t v, const char* field) -> Status {
@@ -382,9 +286,24 @@ Result<std::unique_ptr<Model>> MakeDeepseekFamily(const ModelConfig& c, WeightLo
                                                   Backend& b, bool mla) {
   DH_RETURN_IF_ERROR(ValidateDeepseek(c, mla));
   DH_RETURN_IF_ERROR(ValidateMoeConfig(c));
-  auto model = std::make_unique<DeepseekDecoder>(c, b, mla);
-  DH_RETURN_IF_ERROR(model->Load(w));
-  return std::unique_ptr<Model>(std::move(model));
+  for (int64_t l = c.num_hidden_layers; l < c.num_hidden_layers + c.num_nextn_predict_layers;
+       ++l) {
+    w.Skip(fmt::format("model.layers.{}.", l));  // multi-token prediction, not the main model
+  }
+  const int n = static_cast<int>(c.num_hidden_layers);
+  // MLA caches one latent per token (kv_lora_rank + the shared rope key); GQA caches K and V.
+  const KvCacheSpec kv =
+      mla ? KvCacheSpec{n, 1, c.kv_lora_rank + c.qk_rope_head_dim, 0, 0, DType::kF32}
+          : KvCacheSpec{n, c.num_key_value_heads, c.head_dim, c.num_key_value_heads, c.head_dim,
+                        DType::kF32};
+  const RopeSpec rope = mla ? RopeSpec{static_cast<int>(c.qk_rope_head_dim),
+                                       RopeStyle::kInterleaved}
+                            : RopeSpec{static_cast<int>(c.head_dim), RopeStyle::kHalf};
+  return Decoder::Load(c, w, b, kv, rope,
+                       [&](WeightLoader& loader, int64_t l, const std::string& p,
+                           DecoderLayer* layer) {
+                         return LoadDeepseekLayer(c, mla, loader, l, p, layer);
+                       });
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // GQA attention block and rotary-embedding tables.
 #include "model/layers/attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace dh {
@@ -60,6 +61,44 @@ Tensor GqaAttention::Forward(Backend& backend, Arena& arena, const StepInputs& s
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   backend.Attention(q3, k_cache, v_cache, step.meta, scale, attn);
   return o.Forward(backend, arena, attn.Reshape({T, num_heads * head_dim}));
+}
+
+void GatherPagedCache(Backend& b, Arena& a, const AttentionMeta& m, const Tensor& cache,
+                      PagedGather* out) {
+  const int bs = m.block_size;
+  std::vector<int32_t> rows;
+  std::vector<int32_t>& tables = out->host_block_tables;
+  tables.clear();
+  int max_blocks = 0;
+  for (int s = 0; s < m.num_seqs; ++s) {
+    max_blocks = std::max(max_blocks, (m.host_seq_lens[s] + bs - 1) / bs);
+  }
+  for (int s = 0; s < m.num_seqs; ++s) {
+    const int len = m.host_seq_lens[s];
+    const int blocks = (len + bs - 1) / bs;
+    const int first_block = static_cast<int>(rows.size()) / bs;
+    for (int i = 0; i < blocks * bs; ++i) {
+      const int pos = std::min(i, len - 1);  // padding repeats a real row; never attended
+      const int32_t block = m.host_block_tables[s * m.max_blocks_per_seq + pos / bs];
+      rows.push_back(block * bs + pos % bs);
+    }
+    for (int j = 0; j < max_blocks; ++j) tables.push_back(j < blocks ? first_block + j : -1);
+  }
+  const int64_t n = static_cast<int64_t>(rows.size());
+  out->rows = a.Alloc(DType::kF32, {n, cache.dim(1)});
+  b.GatherRows(cache, a.Upload(rows), out->rows);
+  out->meta = m;
+  out->meta.max_blocks_per_seq = max_blocks;
+  out->meta.block_tables = a.Upload(tables);
+  out->meta.host_block_tables = tables;
+}
+
+Tensor BroadcastOverHeads(const Tensor& x, int64_t heads) {
+  Tensor v = x;
+  v.ndim = 3;
+  v.shape = {x.shape[0], heads, x.shape[1], 0};
+  v.stride = {x.stride[0], 0, x.stride[1], 0};
+  return v;
 }
 
 }  // namespace dh

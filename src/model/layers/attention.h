@@ -3,6 +3,8 @@
 // causal attention over the cache, output projection.
 #pragma once
 
+#include <vector>
+
 #include "model/layers/common.h"
 #include "model/layers/rope.h"
 
@@ -34,5 +36,28 @@ struct GqaAttention {
   Tensor Forward(Backend& backend, Arena& arena, const StepInputs& step, const RopeParams& rope,
                  Tensor k_cache, Tensor v_cache, const Tensor& h) const;
 };
+
+// The paged cache of a step gathered into one contiguous buffer, laid out like a paged cache of
+// its own (each sequence padded to whole blocks; padding repeats a real row and is never
+// attended), with attention metadata addressing it. `meta.host_block_tables` points into
+// `host_block_tables`, so a PagedGather must not be copied.
+struct PagedGather {
+  Tensor rows;  // [N, width] f32
+  AttentionMeta meta;
+  std::vector<int32_t> host_block_tables;
+
+  PagedGather() = default;
+  PagedGather(const PagedGather&) = delete;
+  PagedGather& operator=(const PagedGather&) = delete;
+};
+
+// Gathers every sequence's cached rows of `cache` ([slots, width]) per `meta` into *out
+// (MLA's naive path decompresses them before ordinary attention).
+void GatherPagedCache(Backend& b, Arena& a, const AttentionMeta& meta, const Tensor& cache,
+                      PagedGather* out);
+
+// A [N, heads, D] view of x [N, D] with a zero head stride: every head reads the same row (MLA's
+// shared rotary key). Backend ops accept a zero stride as a broadcast.
+Tensor BroadcastOverHeads(const Tensor& x, int64_t heads);
 
 }  // namespace dh

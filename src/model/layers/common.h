@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "kvcache/kv_storage.h"
 #include "model/arena.h"
+#include "model/kv_storage.h"
 #include "model/model.h"
-#include "model/weight_loader.h"
+#include "weights/weight_loader.h"
 
 namespace dh {
 

@@ -10,7 +10,6 @@
 #include <string>
 
 #include "chat/chat_template.h"
-#include "chat/reasoning.h"
 
 namespace dh::chat {
 namespace {
@@ -79,25 +78,6 @@ INSTANTIATE_TEST_SUITE_P(RealTemplates, ChatTemplateConformance,
                            }
                            return n;
                          });
-
-TEST(ChatTemplateConformance, ReasoningStartOfRealTemplates) {
-  struct Case {
-    const char* model;
-    ReasoningStart expected;
-  };
-  for (const Case& c :
-       {Case{"deepseek-v3", ReasoningStart::kNone}, Case{"qwen3", ReasoningStart::kMayOpen},
-        Case{"llama3.1", ReasoningStart::kNone}}) {
-    fs::path config_path = SharedDir() / "data" / "tokenizers" / c.model / "tokenizer_config.json";
-    if (!fs::exists(config_path)) GTEST_SKIP() << "shared data not found: " << config_path;
-    auto config = ChatTemplateFromTokenizerConfig(ojson::parse(ReadFile(config_path)));
-    ASSERT_TRUE(config.ok());
-    auto tmpl = ChatTemplate::Parse(config->chat_template);
-    ASSERT_TRUE(tmpl.ok());
-    EXPECT_EQ(DetectReasoningStart(*tmpl, config->bos_token, config->eos_token), c.expected)
-        << c.model;
-  }
-}
 
 }  // namespace
 }  // namespace dh::chat

@@ -18,9 +18,10 @@
 #include <xxhash.h>
 
 #include "backend/cpu/cpu_backend.h"
-#include "model/compile_cache.h"
 #include "model/model.h"
 #include "model/sequence_runner.h"
+#include "weights/compile_cache.h"
+#include "weights/weight_plan.h"
 
 namespace dh {
 namespace {
@@ -75,7 +76,7 @@ Result<Loaded> Load(const fs::path& model_dir, const Opts& opts) {
   Loaded out;
   LoadOptions o;
   o.quant = opts.quant;
-  o.mla_mode = opts.mla_mode;
+  DH_ASSIGN_OR_RETURN(o.mla_mode, ParseMlaMode(opts.mla_mode));
   o.policy = opts.policy;
   o.file.use_mmap = opts.mmap;
   o.compile_cache.dir = opts.cache_dir;

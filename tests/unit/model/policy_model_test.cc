@@ -22,8 +22,9 @@
 #include "backend/reference/reference_backend.h"
 #include "io/safetensors.h"
 #include "model/model.h"
-#include "model/precision_policy.h"
 #include "model/sequence_runner.h"
+#include "weights/precision_policy.h"
+#include "weights/weight_plan.h"
 
 namespace dh {
 namespace {
@@ -52,7 +53,7 @@ Result<Loaded> Load(const std::string& fixture, const std::string& backend_name,
   auto backend = MakeBackend(backend_name);
   LoadOptions o;
   o.policy = policy;
-  o.mla_mode = mla_mode;
+  DH_ASSIGN_OR_RETURN(o.mla_mode, ParseMlaMode(mla_mode));
   DH_ASSIGN_OR_RETURN(auto model, LoadModel((kFixtures / fixture).string(), *backend, o));
   DH_ASSIGN_OR_RETURN(auto runner,
                       SequenceRunner::Create(*model, *backend, static_cast<int>(kPrompt.size())));

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "server/openai_request.h"
+#include "server/request_body.h"
 
 namespace dh::server {
 namespace {

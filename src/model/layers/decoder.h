@@ -1,0 +1,106 @@
+// The decoder skeleton every architecture here shares: token embedding, then per layer
+// pre-norm -> attention -> residual -> pre-norm -> FFN -> residual, then the final norm and
+// lm_head on the rows that need logits. An architecture supplies only its attention and FFN
+// blocks (and its cache layout); a new dense architecture is a layer loader plus kv_spec().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/layers/attention.h"
+#include "model/layers/common.h"
+
+namespace dh {
+
+// The attention of one layer: reads h [T, hidden], writes its keys/values into layer `layer` of
+// the cache and returns [T, hidden].
+class AttentionBlock {
+ public:
+  virtual ~AttentionBlock() = default;
+  virtual Tensor Forward(Backend& b, Arena& a, const StepInputs& step, const RopeParams& rope,
+                         KvStorage& kv, int layer, const Tensor& h) const = 0;
+};
+
+// The feed-forward part of one layer: [T, hidden] -> [T, hidden].
+class FfnBlock {
+ public:
+  virtual ~FfnBlock() = default;
+  virtual Tensor Forward(Backend& b, Arena& a, const Tensor& h) const = 0;
+  // Bytes of this block's weights a decode step does not read (MoE: the unchosen experts).
+  virtual uint64_t InactiveBytesPerToken() const { return 0; }
+};
+
+// GQA/MHA attention over a K and a V cache (Llama, Qwen2, DeepSeek-MoE).
+class GqaBlock final : public AttentionBlock {
+ public:
+  explicit GqaBlock(GqaAttention attn) : attn_(std::move(attn)) {}
+  Tensor Forward(Backend& b, Arena& a, const StepInputs& step, const RopeParams& rope,
+                 KvStorage& kv, int layer, const Tensor& h) const override {
+    return attn_.Forward(b, a, step, rope, kv.k(layer), kv.v(layer), h);
+  }
+
+ private:
+  GqaAttention attn_;
+};
+
+// A dense SwiGLU MLP.
+class MlpBlock final : public FfnBlock {
+ public:
+  explicit MlpBlock(Mlp mlp) : mlp_(std::move(mlp)) {}
+  Tensor Forward(Backend& b, Arena& a, const Tensor& h) const override {
+    return mlp_.Forward(b, a, h);
+  }
+
+ private:
+  Mlp mlp_;
+};
+
+struct DecoderLayer {
+  Tensor input_norm, post_attention_norm;  // [hidden] f32
+  std::unique_ptr<AttentionBlock> attn;
+  std::unique_ptr<FfnBlock> ffn;
+};
+
+// Fills layer `index` (HF prefix "model.layers.<index>") with its attention and FFN blocks; the
+// two norms are loaded by the skeleton.
+using LayerBlocksLoader = std::function<Status(WeightLoader& w, int64_t index,
+                                               const std::string& prefix, DecoderLayer* layer)>;
+
+struct RopeSpec {
+  int dim = 0;  // rotated dims per head
+  RopeStyle style = RopeStyle::kHalf;
+};
+
+class Decoder final : public Model {
+ public:
+  // Loads, in this order: the embedding, each layer (norms, then `load_blocks`), the final norm,
+  // lm_head (tied to the embedding when the config says so and the checkpoint has none), then
+  // the rope tables; finishes the loader and fills info().
+  static Result<std::unique_ptr<Model>> Load(const ModelConfig& config, WeightLoader& w,
+                                             Backend& backend, KvCacheSpec kv_spec,
+                                             RopeSpec rope, const LayerBlocksLoader& load_blocks);
+
+  const ModelConfig& config() const override { return config_; }
+  KvCacheSpec kv_spec() const override { return kv_spec_; }
+  const ModelInfo& info() const override { return info_; }
+  Status Forward(const Batch& batch, KvStorage& kv, std::vector<float>* logits) override;
+
+ private:
+  Decoder(const ModelConfig& config, Backend& backend, KvCacheSpec kv_spec)
+      : config_(config), backend_(backend), arena_(backend), kv_spec_(kv_spec) {}
+
+  ModelConfig config_;
+  Backend& backend_;
+  Arena arena_;
+  KvCacheSpec kv_spec_;
+  ModelInfo info_;
+  Weight embed_, lm_head_;
+  Tensor norm_;
+  std::vector<DecoderLayer> layers_;
+  RotaryEmbedding rope_;
+};
+
+}  // namespace dh

@@ -1,0 +1,78 @@
+// What a load is asked to do (LoadOptions: --dtype, --quant, --policy, --mla-mode, file and
+// compile-cache options) and what it reports back (ModelInfo, CompileCacheResult). The weights
+// layer reads these; src/model passes them through to the architecture.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "base/mapped_file.h"
+
+namespace dh {
+
+// What happened to the compile cache during one LoadModel (LoadOptions::compile_cache.result).
+struct CompileCacheResult {
+  enum class Outcome {
+    kOff,          // no cache directory given
+    kHit,          // weights served from `path`
+    kAbsent,       // no file at `path`; loaded from the checkpoint
+    kNotUsed,      // a file at `path` was stale or invalid (`reason`); loaded from the checkpoint
+    kWritten,      // loaded from the checkpoint and wrote `path`
+    kWriteFailed,  // loaded from the checkpoint; writing `path` failed (`reason`)
+  };
+  Outcome outcome = Outcome::kOff;
+  std::string path;
+  std::string reason;      // why an existing file was not used, or why writing failed
+  uint64_t file_bytes = 0; // size of the file used or written
+  double write_seconds = 0;
+};
+
+// Compiled weight cache (weights/compile_cache.h, docs/compile-cache.md). Off when `dir` is empty.
+struct CompileCacheOptions {
+  std::string dir;
+  // kNever: only read. kReplaceStale: rewrite a stale or damaged file found at this model's
+  // cache path (someone compiled it before), never create one. kAlways: also create one.
+  enum class Write { kNever, kReplaceStale, kAlways };
+  Write write = Write::kReplaceStale;
+  bool force = false;        // rebuild even a valid file (compile --force)
+  std::string cpu_features;  // extra key text, e.g. the SIMD target the backend dispatches to
+  CompileCacheResult* result = nullptr;  // filled in when not null
+};
+
+// MLA attention path: auto (decompressed for prefill, absorbed for decode), naive or absorbed
+// everywhere. Both give the same numbers; tests compare them.
+enum class MlaMode : uint8_t { kAuto, kNaive, kAbsorbed };
+
+struct LoadOptions {
+  FileLoadOptions file;
+  std::string dtype = "auto";  // auto | float32 | bfloat16 | float16: activations stay f32;
+                               // this converts weights at load when not "auto"
+  bool show_progress = false;  // progress bar on a terminal
+  MlaMode mla_mode = MlaMode::kAuto;  // weights/weight_plan.h: ParseMlaMode, MlaModeName
+  // Quantize 2-D projection weights at load (weights/quantize.h): none | int8 | int8-g32 |
+  // int8-row | int4 | int4-g32 | int4-g128. Embeddings, norms and the MoE router stay as stored;
+  // lm_head only with quant_lm_head.
+  std::string quant = "none";
+  bool quant_lm_head = false;
+  // Per-layer precision policy (--policy): "" (none: `quant` applies), static:FMT, dynamic, or
+  // custom:CLASS=FMT,... (see weights/precision_policy.h).
+  std::string policy;
+  // The strings above are parsed once, by MakeWeightPlan (weights/weight_plan.h).
+  // A field that changes the loaded weights must also enter the compile cache key
+  // (WeightOptionLines in weights/compile_cache_key.cc).
+  CompileCacheOptions compile_cache;
+};
+
+struct ModelInfo {
+  std::string architecture;
+  int64_t num_parameters = 0;
+  int64_t num_tensors = 0;
+  std::map<std::string, int64_t> bytes_by_dtype;
+  uint64_t weight_bytes = 0;
+  uint64_t active_weight_bytes_per_token = 0;  // bytes a decode step reads (active experts only)
+  size_t kv_bytes_per_token = 0;
+  int64_t skipped_tensors = 0;  // e.g. multi-token-prediction layers
+};
+
+}  // namespace dh

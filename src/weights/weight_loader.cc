@@ -1,0 +1,344 @@
+// WeightLoader implementation: validation messages name the checkpoint file and tensor.
+#include "weights/weight_loader.h"
+
+#include <cstring>
+
+#include <fmt/ranges.h>
+
+#include "backend/weight_rows.h"
+#include "base/log.h"
+
+namespace dh {
+namespace {
+
+std::string DimsString(std::initializer_list<int64_t> dims) {
+  std::string s = "[";
+  bool first = true;
+  for (int64_t d : dims) {
+    s += fmt::format("{}{}", first ? "" : ", ", d);
+    first = false;
+  }
+  return s + "]";
+}
+
+bool ShapeIs(const TensorInfo& t, std::initializer_list<int64_t> dims) {
+  if (t.shape.size() != dims.size()) return false;
+  size_t i = 0;
+  for (int64_t d : dims) {
+    if (t.shape[i++] != d) return false;
+  }
+  return true;
+}
+
+// Converts `n` elements of a float tensor to f32.
+void ToF32(const Tensor& src, float* dst) {
+  const int64_t n = src.numel();
+  switch (src.dtype) {
+    case DType::kF32: std::memcpy(dst, src.data, n * sizeof(float)); break;
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(src.as<uint16_t>()[i]);
+      break;
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(src.as<uint16_t>()[i]);
+      break;
+    default: DH_CHECK(false, "ToF32 of {}", DTypeName(src.dtype));
+  }
+}
+
+// value[r, c] = fp8[r, c] * scale[r / br, c / bc], from the checkpoint's host bytes (the shared
+// row decoder of backend/weight_rows.h reads the scales in their stored dtype).
+std::vector<float> DequantizeFp8(const TensorInfo& q, const TensorInfo& scale, int64_t rows,
+                                 int64_t cols, int br, int bc) {
+  Weight w;
+  w.format = WeightFormat::kFp8Block;
+  w.data = q.View();
+  w.scales = scale.View();
+  w.rows = rows;
+  w.cols = cols;
+  w.block_rows = br;
+  w.block_cols = bc;
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) DecodeWeightRow(w, r, out.data() + r * cols);
+  return out;
+}
+
+}  // namespace
+
+WeightLoader::WeightLoader(const Checkpoint& checkpoint, const ModelConfig& config,
+                           Backend& backend, const LoadOptions& options, WeightPlan plan)
+    : checkpoint_(checkpoint),
+      config_(config),
+      backend_(backend),
+      options_(options),
+      plan_(std::move(plan)) {
+  if (options.show_progress) {
+    progress_ = std::make_unique<ProgressBar>("loading", checkpoint.total_bytes());
+  }
+}
+
+Result<Weight> WeightLoader::UploadQuantized(std::span<const float> values, int64_t rows,
+                                             int64_t cols, const std::string& name,
+                                             const QuantSpec& spec) {
+  DH_ASSIGN_OR_RETURN(QuantizedMatrix q, QuantizeMatrix(values, rows, cols, spec, name));
+  Weight host = q.View();
+  Weight w = host;
+  for (Tensor* t : {&w.data, &w.scales, &w.mins}) {
+    if (t->empty()) continue;
+    auto buf = backend_.Allocate(t->nbytes());
+    if (!buf) return ResourceExhausted("cannot allocate {} bytes for weight '{}'", t->nbytes(), name);
+    const void* src = t->data;
+    t->data = buf->data();
+    backend_.CopyToDevice(*t, src);
+    owned_.push_back(std::move(buf));
+  }
+  loaded_as_[name] = {std::string(WeightFormatName(w.format)), w.nbytes()};
+  return backend_.PrepareWeight(w);
+}
+
+Result<const TensorInfo*> WeightLoader::Find(const std::string& name) {
+  const TensorInfo* t = checkpoint_.Find(name);
+  if (t == nullptr) {
+    return NotFound("{}: missing tensor '{}' required by {}", checkpoint_.dir(), name,
+                    config_.architecture);
+  }
+  if (used_.insert(name).second && progress_) progress_->Update(loaded_bytes_ += t->nbytes);
+  return t;
+}
+
+Result<Tensor> WeightLoader::Upload(const Tensor& host, DType dtype) {
+  // Converts a host f32/f16/bf16 tensor to `dtype` in backend memory.
+  const int64_t n = host.numel();
+  std::vector<float> f32(n);
+  ToF32(host, f32.data());
+  Tensor out = host;
+  out.dtype = dtype;
+  out.SetContiguousStrides();
+  auto buf = backend_.Allocate(out.nbytes());
+  if (!buf) return ResourceExhausted("cannot allocate {} bytes for a weight", out.nbytes());
+  std::vector<uint8_t> staged(out.nbytes());
+  for (int64_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DType::kF32: reinterpret_cast<float*>(staged.data())[i] = f32[i]; break;
+      case DType::kBF16: reinterpret_cast<uint16_t*>(staged.data())[i] = F32ToBF16(f32[i]); break;
+      case DType::kF16: reinterpret_cast<uint16_t*>(staged.data())[i] = F32ToF16(f32[i]); break;
+      default: DH_CHECK(false);
+    }
+  }
+  out.data = buf->data();
+  backend_.CopyToDevice(out, staged.data());
+  owned_.push_back(std::move(buf));
+  return out;
+}
+
+Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64_t cols) {
+  if (const std::string base = PackedInt4Base(name); !base.empty()) {
+    return LoadPackedInt4(base, rows, cols);  // AWQ / GPTQ: weight_loader_packed.cc
+  }
+  DH_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name));
+  if (!ShapeIs(*t, {rows, cols})) {
+    return InvalidArgument("{}: tensor '{}' has shape {}, expected {} for this config", t->file,
+                           name, t->ShapeString(), DimsString({rows, cols}));
+  }
+  num_parameters_ += rows * cols;
+  Weight w;
+  w.rows = rows;
+  w.cols = cols;
+  // The policy's format: quantized, dense `requested`, or (neither) as stored.
+  const PrecisionFormat target = plan_.policy.FormatFor(name);
+  const bool quantize = target.kind == PrecisionFormat::Kind::kQuant;
+  const std::optional<DType> requested = target.kind == PrecisionFormat::Kind::kDense
+                                             ? std::optional<DType>(target.dtype)
+                                         : quantize ? std::nullopt
+                                                    : plan_.dtype;
+  if (t->dtype == DType::kF8E4M3) {
+    const std::string base = name.substr(0, name.size() - std::string(".weight").size());
+    const std::string scale_name = base + ".weight_scale_inv";
+    const auto& q = config_.quantization;
+    const int br = q.block_rows > 0 ? q.block_rows : 128;
+    const int bc = q.block_cols > 0 ? q.block_cols : 128;
+    DH_ASSIGN_OR_RETURN(const TensorInfo* s, Find(scale_name));
+    const int64_t srows = (rows + br - 1) / br, scols = (cols + bc - 1) / bc;
+    if (!ShapeIs(*s, {srows, scols})) {
+      return InvalidArgument("{}: scale tensor '{}' has shape {}, expected {} ({}x{} blocks of {})",
+                             s->file, scale_name, s->ShapeString(), DimsString({srows, scols}), br,
+                             bc, DimsString({rows, cols}));
+    }
+    if (s->dtype != DType::kF32 && s->dtype != DType::kBF16 && s->dtype != DType::kF16) {
+      return InvalidArgument("{}: scale tensor '{}' has dtype {}, expected F32/BF16", s->file,
+                             scale_name, SafetensorsDTypeName(s->dtype));
+    }
+    w.format = WeightFormat::kFp8Block;
+    w.block_rows = br;
+    w.block_cols = bc;
+    w.data = t->View();
+    if (s->dtype == DType::kF32) {
+      w.scales = s->View();
+    } else {
+      DH_ASSIGN_OR_RETURN(w.scales, Upload(s->View(), DType::kF32));
+    }
+    // An fp8 target keeps the checkpoint's own FP8 blocks.
+    const bool keep = quantize && target.quant.format == WeightFormat::kFp8Block;
+    if (!keep && (requested || quantize)) {
+      // --dtype / the policy ask for another format: dequantize once at load.
+      std::vector<float> dense = DequantizeFp8(*t, *s, rows, cols, br, bc);
+      loaded_as_[scale_name] = {"", 0};
+      if (quantize) return UploadQuantized(dense, rows, cols, name, target.quant);
+      Tensor host(dense.data(), DType::kF32, {rows, cols});
+      DH_ASSIGN_OR_RETURN(Tensor converted, Upload(host, *requested));
+      w = Weight::Dense(converted);
+      loaded_as_[name] = {std::string(DTypeName(*requested)), w.nbytes()};
+    }
+    return backend_.PrepareWeight(w);
+  }
+  if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
+    return InvalidArgument("{}: tensor '{}' has dtype {}, expected F32, BF16, F16 or F8_E4M3",
+                           t->file, name, SafetensorsDTypeName(t->dtype));
+  }
+  Tensor data = t->View();
+  if (quantize) {
+    // One f32 staging buffer for all tensors: a fresh vector per tensor spent most of a
+    // quantized load zeroing and faulting in new pages.
+    const size_t n = static_cast<size_t>(rows * cols);
+    if (quant_staging_.size() < n) quant_staging_.resize(n);
+    ToF32(data, quant_staging_.data());
+    return UploadQuantized(std::span<const float>(quant_staging_.data(), n), rows, cols, name,
+                           target.quant);
+  }
+  if (requested && *requested != data.dtype) {
+    DH_ASSIGN_OR_RETURN(data, Upload(data, *requested));
+    loaded_as_[name] = {std::string(DTypeName(*requested)), data.nbytes()};
+  }
+  w = Weight::Dense(data);
+  return backend_.PrepareWeight(w);
+}
+
+Result<std::vector<float>> WeightLoader::HostMatrixF32(const std::string& name, int64_t rows,
+                                                       int64_t cols, DType* stored_dtype) {
+  if (const std::string base = PackedInt4Base(name); !base.empty()) {
+    return HostPackedInt4F32(base, rows, cols, stored_dtype);
+  }
+  const TensorInfo* t = checkpoint_.Find(name);
+  if (t == nullptr) return NotFound("{}: missing tensor '{}'", checkpoint_.dir(), name);
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  if (t->dtype == DType::kF8E4M3) {
+    // Matrix(name) has validated the tensor and its scales (see the header's precondition).
+    const auto& q = config_.quantization;
+    const TensorInfo* scale = checkpoint_.Find(name.substr(0, name.size() - 7) + ".weight_scale_inv");
+    if (!used_.count(name) || scale == nullptr) {
+      return Internal("HostMatrixF32('{}') before Matrix() validated it", name);
+    }
+    out = DequantizeFp8(*t, *scale, rows, cols, q.block_rows > 0 ? q.block_rows : 128,
+                        q.block_cols > 0 ? q.block_cols : 128);
+    *stored_dtype = PolicyDenseDType(name, DType::kBF16);
+    return out;
+  }
+  if (!ShapeIs(*t, {rows, cols})) {
+    return InvalidArgument("{}: tensor '{}' has shape {}, expected {} for this config", t->file,
+                           name, t->ShapeString(), DimsString({rows, cols}));
+  }
+  if (!IsFloat(t->dtype) || DTypeSize(t->dtype) > 4 || DTypeSize(t->dtype) < 2) {
+    return InvalidArgument("{}: tensor '{}' has dtype {}, expected F32, BF16 or F16", t->file,
+                           name, SafetensorsDTypeName(t->dtype));
+  }
+  ToF32(t->View(), out.data());
+  *stored_dtype = PolicyDenseDType(name, plan_.dtype.value_or(t->dtype));
+  return out;
+}
+
+DType WeightLoader::PolicyDenseDType(const std::string& name, DType fallback) const {
+  const PrecisionFormat f = plan_.policy.FormatFor(name);
+  if (f.kind == PrecisionFormat::Kind::kDense) return f.dtype;
+  return f.kind == PrecisionFormat::Kind::kQuant ? DType::kBF16 : fallback;
+}
+
+Result<Weight> WeightLoader::MatrixFromHost(std::span<const float> values, int64_t rows,
+                                            int64_t cols, DType dtype) {
+  Tensor host(const_cast<float*>(values.data()), DType::kF32, {rows, cols});
+  DH_ASSIGN_OR_RETURN(Tensor t, Upload(host, dtype));
+  return backend_.PrepareWeight(Weight::Dense(t));
+}
+
+Result<std::vector<Weight>> WeightLoader::DerivedMatrices(
+    const std::string& name, std::span<const std::array<int64_t, 2>> shapes,
+    const std::function<Result<std::vector<Weight>>()>& compute) {
+  DH_ASSIGN_OR_RETURN(std::vector<Weight> out, compute());
+  if (out.size() != shapes.size()) {
+    return Internal("derived weights '{}': {} computed, {} expected", name, out.size(),
+                    shapes.size());
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i].rows != shapes[i][0] || out[i].cols != shapes[i][1]) {
+      return Internal("derived weight '{}#{}' is [{}, {}], expected [{}, {}]", name, i,
+                      out[i].rows, out[i].cols, shapes[i][0], shapes[i][1]);
+    }
+  }
+  return out;
+}
+
+Result<Tensor> WeightLoader::Vector(const std::string& name, int64_t n) {
+  DH_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name));
+  if (!ShapeIs(*t, {n})) {
+    return InvalidArgument("{}: tensor '{}' has shape {}, expected {} for this config", t->file,
+                           name, t->ShapeString(), DimsString({n}));
+  }
+  if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
+    return InvalidArgument("{}: tensor '{}' has dtype {}, expected F32, BF16 or F16", t->file,
+                           name, SafetensorsDTypeName(t->dtype));
+  }
+  num_parameters_ += n;
+  return Upload(t->View(), DType::kF32);
+}
+
+Result<Tensor> WeightLoader::OptionalVector(const std::string& name, int64_t n) {
+  if (!Has(name)) return Tensor();
+  return Vector(name, n);
+}
+
+Status WeightLoader::Finish(ModelInfo* info) {
+  if (progress_) progress_->Finish();
+  info->num_parameters = num_parameters_;
+  info->num_tensors = static_cast<int64_t>(checkpoint_.tensors().size());
+  info->weight_bytes = 0;
+  std::vector<std::string> unused;
+  int64_t num_unused = 0;
+  for (const TensorInfo* t : checkpoint_.tensors()) {
+    bool skipped = false;
+    for (const auto& p : skipped_prefixes_) skipped = skipped || t->name.rfind(p, 0) == 0;
+    if (skipped) {
+      ++info->skipped_tensors;
+      continue;
+    }
+    if (!used_.count(t->name)) {
+      if (unused.size() < 3) unused.push_back(t->name);
+      ++num_unused;
+      continue;
+    }
+    if (auto p = prequantized_bytes_.find(t->name); p != prequantized_bytes_.end()) {
+      // AWQ / GPTQ tensors: the converted int4 weight's bytes, under "int4".
+      info->bytes_by_dtype[std::string(WeightFormatName(WeightFormat::kInt4))] +=
+          static_cast<int64_t>(p->second);
+      info->weight_bytes += p->second;
+      continue;
+    }
+    if (auto q = loaded_as_.find(t->name); q != loaded_as_.end()) {
+      // Quantized or converted at load: count the bytes the kernels read, under their format.
+      if (q->second.first.empty()) continue;
+      info->bytes_by_dtype[q->second.first] += static_cast<int64_t>(q->second.second);
+      info->weight_bytes += q->second.second;
+      continue;
+    }
+    info->bytes_by_dtype[std::string(DTypeName(t->dtype))] += static_cast<int64_t>(t->nbytes);
+    info->weight_bytes += t->nbytes;
+  }
+  if (num_unused > 0) {
+    DH_LOG(Warning, "{}: {} checkpoint tensors are not used by {} (e.g. {})", checkpoint_.dir(),
+           num_unused, config_.architecture, fmt::join(unused, ", "));
+  }
+  if (info->skipped_tensors > 0) {
+    DH_LOG(Info, "{}: skipped {} tensors of multi-token-prediction layers", checkpoint_.dir(),
+           info->skipped_tensors);
+  }
+  return Status::Ok();
+}
+
+}  // namespace dh

@@ -1,0 +1,119 @@
+// WeightLoader: finds checkpoint tensors by their Hugging Face names, validates dtype and shape
+// against what the architecture expects, converts dtype when asked (--dtype), handles the FP8
+// block-scale format, hands each weight to the backend, and records what was used so unused or
+// skipped tensors can be reported.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "base/progress.h"
+#include "io/model_config.h"
+#include "io/safetensors.h"
+#include "weights/load_options.h"
+#include "weights/precision_policy.h"
+#include "weights/quantize.h"
+#include "weights/weight_plan.h"
+
+namespace dh {
+
+class WeightLoader {
+ public:
+  // `plan` is MakeWeightPlan(options), parsed once by the caller.
+  WeightLoader(const Checkpoint& checkpoint, const ModelConfig& config, Backend& backend,
+               const LoadOptions& options, WeightPlan plan);
+  // Virtual so the compile cache (weights/compile_cache_writer.cc, compile_cache_reader.cc) can
+  // record or serve what it produces.
+  virtual ~WeightLoader() = default;
+
+  // A matrix [rows, cols] named `name` (".weight" is not appended). FP8 tensors take their
+  // `<name minus .weight>.weight_scale_inv` block scales. Dense weights may be f32/f16/bf16.
+  virtual Result<Weight> Matrix(const std::string& name, int64_t rows, int64_t cols);
+  // A vector [n] (norm weight, bias, router bias) as f32 on the backend.
+  virtual Result<Tensor> Vector(const std::string& name, int64_t n);
+  // Like Vector, but an absent tensor gives an empty Tensor.
+  Result<Tensor> OptionalVector(const std::string& name, int64_t n);
+  // The dequantized f32 values of matrix `name` on the host (for weights the architecture
+  // rearranges at load, e.g. MLA's absorbed kv_b_proj), and the dtype it is stored in (bf16 for
+  // FP8 checkpoints, so rearranged copies stay compact). For FP8 tensors, call Matrix(name)
+  // first: it validates the tensor and its scales.
+  Result<std::vector<float>> HostMatrixF32(const std::string& name, int64_t rows, int64_t cols,
+                                           DType* stored_dtype);
+  // A dense weight [rows, cols] from host f32 values, stored as `dtype` on the backend.
+  Result<Weight> MatrixFromHost(std::span<const float> values, int64_t rows, int64_t cols,
+                                DType dtype);
+  // Weights derived from checkpoint tensors at load (MLA's absorbed kv_b copies): `compute`
+  // builds them (with HostMatrixF32 + MatrixFromHost); result i must be [shapes[i][0],
+  // shapes[i][1]]. A compile cache stores them under `name` and serves them without `compute`.
+  virtual Result<std::vector<Weight>> DerivedMatrices(
+      const std::string& name, std::span<const std::array<int64_t, 2>> shapes,
+      const std::function<Result<std::vector<Weight>>()>& compute);
+  virtual bool Has(const std::string& name) const { return checkpoint_.Find(name) != nullptr; }
+
+  // Tensors whose name starts with `prefix` are accepted as present but unused (e.g. MTP layers).
+  void Skip(const std::string& prefix) { skipped_prefixes_.push_back(prefix); }
+  // Fills info with counts and lists; error if a checkpoint tensor was neither used nor skipped.
+  virtual Status Finish(ModelInfo* info);
+
+  // Hands over the buffers of converted weights; the model must keep them alive.
+  std::shared_ptr<void> TakeOwnedBuffers() {
+    return std::make_shared<std::vector<std::unique_ptr<Buffer>>>(std::move(owned_));
+  }
+  // Everything the weights handed out point into (owned buffers; a compile cache's file image),
+  // for the model to keep alive. The checkpoint itself is the caller's.
+  virtual std::vector<std::shared_ptr<void>> TakeResources() { return {TakeOwnedBuffers()}; }
+  const ModelConfig& config() const { return config_; }
+  Backend& backend() { return backend_; }
+  const LoadOptions& options() const { return options_; }
+  const WeightPlan& plan() const { return plan_; }
+
+ private:
+  Result<const TensorInfo*> Find(const std::string& name);
+  Result<Tensor> Upload(const Tensor& host, DType dtype);
+  // The dense dtype for copies the architecture derives from matrix `name` (HostMatrixF32): the
+  // policy's dense format, bf16 when the policy quantizes it, else `fallback`.
+  DType PolicyDenseDType(const std::string& name, DType fallback) const;
+  // Quantizes host f32 values [rows, cols] per `spec` (from the precision policy) into backend
+  // memory.
+  Result<Weight> UploadQuantized(std::span<const float> values, int64_t rows, int64_t cols,
+                                 const std::string& name, const QuantSpec& spec);
+
+  // AWQ / GPTQ int4 projections stored as <base>.qweight, .qzeros, .scales (, .g_idx) instead of
+  // <base>.weight (weights/packed_int4.h; defined in weight_loader_packed.cc). PackedInt4Base is
+  // <base> when `name` is "<base>.weight" and the checkpoint has <base>.qweight, else "".
+  std::string PackedInt4Base(const std::string& name) const;
+  Result<Weight> LoadPackedInt4(const std::string& base, int64_t rows, int64_t cols);
+  Result<std::vector<float>> HostPackedInt4F32(const std::string& base, int64_t rows,
+                                               int64_t cols, DType* stored_dtype);
+  // Packed int4 tensors: name -> bytes as loaded (qweight: the converted weight; its companions
+  // 0), counted under "int4" by Finish.
+  std::map<std::string, uint64_t> prequantized_bytes_;
+  // f32 copy of the tensor being quantized, reused (grown, never shrunk) across tensors.
+  std::vector<float> quant_staging_;
+  bool logged_prequantized_ = false;
+
+  const Checkpoint& checkpoint_;
+  const ModelConfig& config_;
+  Backend& backend_;
+  LoadOptions options_;
+  std::set<std::string> used_;
+  std::vector<std::string> skipped_prefixes_;
+  std::vector<std::unique_ptr<Buffer>> owned_;
+  int64_t num_parameters_ = 0;
+  std::unique_ptr<ProgressBar> progress_;
+  uint64_t loaded_bytes_ = 0;
+  // --dtype, the format of every matrix and the MLA mode, parsed once.
+  WeightPlan plan_;
+  // Tensors not loaded as stored (quantized or converted): name -> (format name, bytes as loaded:
+  // data + scales + mins), for Finish's counts. An empty format name: not counted (the scales of
+  // a dequantized FP8 tensor).
+  std::map<std::string, std::pair<std::string, uint64_t>> loaded_as_;
+};
+
+}  // namespace dh
