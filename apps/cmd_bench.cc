@@ -2,11 +2,14 @@
 // and tg decode tokens/s over repeats, at several batch sizes) plus the machine's measured read
 // bandwidth and the fraction of it decoding achieves. Runs when `bench` is given no benchmark name.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "apps/bench_commands.h"
 #include "apps/model_options.h"
+#include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/membw.h"
+#include "backend/cpu/quant_vnni.h"
 #include "base/thread_pool.h"
 #include "tools/bench_model.h"
 
@@ -83,13 +86,28 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
     if (label.empty()) {
       label = std::filesystem::path(a->model.model_path).parent_path().filename().string();
     }
+    // The kernels the cpu device runs (DH_CPU_TIER / DH_INTEGER_DOT can change them).
+    const bool cpu_device = a->model.device.empty() || a->model.device == "cpu";
+    const std::string simd = cpu_device ? cpu::DispatchedTargetName() : "";
+    const std::string int_dot = !cpu_device                          ? ""
+                                : cpu::IntegerDotAvailable() ? cpu::IntegerDotName()
+                                                             : "none";
     if (a->json) {
       nlohmann::json j = tools::ModelBenchJson(*result, *loaded->model, label, threads);
       j["device"] = a->model.device;
+      if (cpu_device) {
+        j["simd_target"] = simd;
+        j["integer_dot_kernel"] = int_dot;
+      }
       j["load_seconds"] = loaded->load_seconds;
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::printf("%s", tools::FormatModelBench(*result, *loaded->model, label, threads).c_str());
+      if (cpu_device) {
+        std::printf("kernels: SIMD target %s, int8/int4 integer dot %s (DH_INTEGER_DOT=%s)\n",
+                    simd.c_str(), int_dot.c_str(),
+                    std::getenv("DH_INTEGER_DOT") ? std::getenv("DH_INTEGER_DOT") : "auto");
+      }
     }
     return kExitOk;
   };
