@@ -89,7 +89,10 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
     // The kernels the cpu device runs (DH_CPU_TIER / DH_INTEGER_DOT can change them).
     const bool cpu_device = a->model.device.empty() || a->model.device == "cpu";
     const std::string simd = cpu_device ? cpu::DispatchedTargetName() : "";
+    const char* dot_env = std::getenv("DH_INTEGER_DOT");
+    const bool dot_off = dot_env != nullptr && std::string(dot_env) == "off";
     const std::string int_dot = !cpu_device                          ? ""
+                                : dot_off                    ? "off (f32 products)"
                                 : cpu::IntegerDotAvailable() ? cpu::IntegerDotName()
                                                              : "none";
     if (a->json) {
