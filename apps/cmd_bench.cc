@@ -2,11 +2,14 @@
 // and tg decode tokens/s over repeats, at several batch sizes) plus the machine's measured read
 // bandwidth and the fraction of it decoding achieves. Runs when `bench` is given no benchmark name.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "apps/bench_commands.h"
 #include "apps/model_options.h"
+#include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/membw.h"
+#include "backend/cpu/quant_vnni.h"
 #include "base/thread_pool.h"
 #include "tools/bench_model.h"
 #include "tools/report_html.h"
@@ -109,13 +112,31 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
       Status st = tools::WriteReportFile(a->report, tools::BenchReportHtml({{label, j}}, "bench: " + label));
       if (!st.ok()) return ReportError(st);
     }
+    // The kernels the cpu device runs (DH_CPU_TIER / DH_INTEGER_DOT can change them).
+    const bool cpu_device = a->model.device.empty() || a->model.device == "cpu";
+    const std::string simd = cpu_device ? cpu::DispatchedTargetName() : "";
+    const char* dot_env = std::getenv("DH_INTEGER_DOT");
+    const bool dot_off = dot_env != nullptr && std::string(dot_env) == "off";
+    const std::string int_dot = !cpu_device                          ? ""
+                                : dot_off                    ? "off (f32 products)"
+                                : cpu::IntegerDotAvailable() ? cpu::IntegerDotName()
+                                                             : "none";
     if (a->json) {
       nlohmann::json j = tools::ModelBenchJson(*result, *loaded->model, label, threads);
       j["device"] = a->model.device;
+      if (cpu_device) {
+        j["simd_target"] = simd;
+        j["integer_dot_kernel"] = int_dot;
+      }
       j["load_seconds"] = loaded->load_seconds;
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::printf("%s", tools::FormatModelBench(*result, *loaded->model, label, threads).c_str());
+      if (cpu_device) {
+        std::printf("kernels: SIMD target %s, int8/int4 integer dot %s (DH_INTEGER_DOT=%s)\n",
+                    simd.c_str(), int_dot.c_str(),
+                    std::getenv("DH_INTEGER_DOT") ? std::getenv("DH_INTEGER_DOT") : "auto");
+      }
     }
     return kExitOk;
   };

@@ -121,9 +121,9 @@ int Main(int argc, char** argv) {
   }
   CpuBackend cpu(BackendOptions{.num_threads = o.threads});
   const double bw = MeasureReadBandwidthGBs(cpu.pool(), o.working_set_mb << 20);
-  std::printf("threads %d, N=%lld K=%lld, measured read bandwidth %.2f GB/s, VNNI %s\n",
+  std::printf("threads %d, N=%lld K=%lld, measured read bandwidth %.2f GB/s, best integer kernel %s\n",
               o.threads, static_cast<long long>(o.n), static_cast<long long>(o.k), bw,
-              cpu::IntegerDotAvailable() ? "yes" : "no");
+              cpu::IntegerDotPathName(cpu::BestIntegerDotPath()));
   std::printf("| format | path | M | us/call | weight GB/s | %% of bandwidth |\n");
   std::printf("| --- | --- | ---: | ---: | ---: | ---: |\n");
   const Format formats[] = {{"int8", WeightFormat::kInt8, 32},
@@ -145,9 +145,14 @@ int Main(int argc, char** argv) {
       for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(RandomByte()) / 128 - 1;
       const Tensor xt(x.data(), DType::kF32, {m, o.k}), ot(out.data(), DType::kF32, {m, o.n});
       const bool int_fmt = f.format != WeightFormat::kFp8Block;
-      for (cpu::IntegerDot path : {cpu::IntegerDot::kOff, cpu::IntegerDot::kOn}) {
-        if (path == cpu::IntegerDot::kOn && (!int_fmt || !cpu::IntegerDotAvailable())) continue;
-        cpu::SetIntegerDotForTest(path);
+      // f32 products, then each integer kernel the CPU has (interleaved per M).
+      for (cpu::IntegerDotPath path :
+           {cpu::IntegerDotPath::kNone, cpu::IntegerDotPath::kAvx2, cpu::IntegerDotPath::kAvxVnni,
+            cpu::IntegerDotPath::kVnni512}) {
+        const bool integer = path != cpu::IntegerDotPath::kNone;
+        if (integer && (!int_fmt || !cpu::IntegerDotPathAvailable(path))) continue;
+        cpu::SetIntegerDotForTest(integer ? cpu::IntegerDot::kOn : cpu::IntegerDot::kOff);
+        cpu::SetIntegerDotPathForTest(path);
         for (const Stored& s : copies) cpu.MatMul(xt, s.w, Tensor(), ot);  // warm-up pass
         int64_t calls = 0;
         const double t0 = Now(o.cpu_time);
@@ -160,13 +165,14 @@ int Main(int argc, char** argv) {
         const double per_call = elapsed / static_cast<double>(calls);
         const double gbs = static_cast<double>(bytes) / per_call / 1e9;
         std::printf("| %s | %s | %lld | %.1f | %.2f | %.1f |\n", f.name,
-                    path == cpu::IntegerDot::kOn ? cpu::IntegerDotName() : "f32",
+                    integer ? cpu::IntegerDotPathName(path) : "f32",
                     static_cast<long long>(m), per_call * 1e6, gbs, 100.0 * gbs / bw);
         std::fflush(stdout);
       }
     }
   }
   cpu::SetIntegerDotForTest(cpu::IntegerDot::kAuto);
+  cpu::SetIntegerDotPathForTest(cpu::IntegerDotPath::kNone);
   return 0;
 }
 

@@ -361,7 +361,10 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     // x quantized to int8 once per call, dot products in VNNI units (quant_vnni.h).
     Trace(fmt::format("matmul {} {} g{} {} M={} N={} K={}", kind, WeightFormatName(w.format),
                       w.group_size, cpu::IntegerDotName(), m, n, k));
-    cpu::QuantizedActs acts;
+    // This thread's buffers, reused across calls (assign() keeps their capacity). Named through
+    // a reference: the pool's threads must read the caller's object, not their own.
+    thread_local cpu::QuantizedActs tl_acts;
+    cpu::QuantizedActs& acts = tl_acts;
     cpu::QuantizeActs(qa, &acts);
     pool_->ParallelFor(n, GrainFor(m * k),
                        [&](size_t b, size_t e) { cpu::IntegerDotRange(qa, acts, b, e); });

@@ -185,9 +185,12 @@ void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts) {
   const int64_t k = a.k, m = a.m;
   const int64_t g = std::min(a.group_size, k);
   acts->m = m;
-  std::vector<int8_t> q(static_cast<size_t>(k));
+  // Per-thread scratch, grown once: no heap allocation per call once the shapes were seen.
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<float> bs;
   const int64_t nblocks = (k + kBlock - 1) / kBlock;
-  std::vector<float> bs(static_cast<size_t>(nblocks));
+  q.resize(static_cast<size_t>(k));
+  bs.resize(static_cast<size_t>(nblocks));
   if (!a.int4) {
     acts->row_bytes = RoundUp(k, 64);
     acts->lanes = acts->row_bytes / 4;

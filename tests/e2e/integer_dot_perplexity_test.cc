@@ -1,0 +1,96 @@
+// Perplexity of every integer-dot kernel (issue 22: bound +0.5 %) against the exact f32-product
+// path: `deepharness perplexity` on the embedded model's validation text (models/shakespeare-v3,
+// the text of quant_perplexity_test.cc, its first 8192 tokens in windows of 256) with int8 and int4
+// weights quantized at load, run with DH_INTEGER_DOT=off and DH_INTEGER_DOT=<path> for each
+// kernel the CPU has (avx2, avxvnni, vnni512, read from /proc/cpuinfo). Each path must also move
+// the perplexity (> 1e-7 relative), so the test cannot pass with the integer kernels off.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kModel = fs::path(DH_SOURCE_DIR) / "models/shakespeare-v3";
+
+std::string RunShell(const std::string& cmd, int* code) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+// The integer kernels this CPU has, by the flags the kernels check.
+std::vector<std::string> CpuPaths() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, flags;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) == 0) {
+      flags = " " + line.substr(line.find(':') + 1) + " ";
+      break;
+    }
+  }
+  auto has = [&](const char* f) { return flags.find(std::string(" ") + f + " ") != std::string::npos; };
+  std::vector<std::string> paths;
+  if (has("avx2") && has("fma")) paths.push_back("avx2");
+  if (has("avx2") && has("avx_vnni")) paths.push_back("avxvnni");
+  if (has("avx512f") && has("avx512bw") && has("avx512vl") && has("avx512dq") &&
+      has("avx512_vnni")) {
+    paths.push_back("vnni512");
+  }
+  return paths;
+}
+
+TEST(IntegerDotPerplexity, EveryPathWithinHalfAPercentOfExact) {
+  const fs::path corpus = fs::path(DH_SOURCE_DIR) / "../shared/data/corpus/tinyshakespeare.txt";
+  if (!fs::exists(corpus)) GTEST_SKIP() << "no " << corpus << ": perplexity not checked";
+  const std::vector<std::string> paths = CpuPaths();
+  if (paths.empty()) GTEST_SKIP() << "CPU has no integer-dot kernel";
+  std::ifstream eval_in(kModel / "eval.json");
+  const auto eval = nlohmann::json::parse(eval_in);
+  std::ifstream in(corpus, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const fs::path val_file = fs::temp_directory_path() / "dh_intdot_shakespeare_val.txt";
+  std::ofstream(val_file, std::ios::binary)
+      << ss.str().substr(eval["validation_char_offset"].get<size_t>());
+  auto perplexity = [&](const std::string& env, const std::string& quant) {
+    int code = 0;
+    const std::string out = RunShell(
+        env + " " + std::string(DH_BINARY) +
+            " perplexity -q --json --add-special-tokens --threads 2 --model-path " +
+            kModel.string() + " --file " + val_file.string() +
+            " --context 256 --stride 256 --max-tokens 8192 --quant " + quant,
+        &code);
+    EXPECT_EQ(code, 0) << env << " " << quant << ": " << out;
+    return code == 0 ? nlohmann::json::parse(out)["perplexity"].get<double>() : NAN;
+  };
+  for (const char* quant : {"int8", "int4"}) {
+    const double exact = perplexity("DH_INTEGER_DOT=off", quant);
+    ASSERT_TRUE(std::isfinite(exact)) << quant;
+    for (const std::string& path : paths) {
+      const double ppl = perplexity("DH_INTEGER_DOT=" + path, quant);
+      const double rel = (ppl - exact) / exact;
+      std::printf("%s %s: perplexity %.4f (exact %.4f, %+.3f %%, bound +0.5 %%)\n", quant,
+                  path.c_str(), ppl, exact, 100 * rel);
+      EXPECT_LE(rel, 0.005) << quant << " " << path;
+      EXPECT_GT(std::fabs(rel), 1e-7) << quant << " " << path << ": perplexity unchanged";
+    }
+  }
+}
+
+}  // namespace
