@@ -134,7 +134,8 @@ std::function<int()> SetupEval(CLI::App* sub) {
   sub->add_option("--url", o.client.url,
                   "OpenAI-compatible server (needs /v1/completions with echo+logprobs and "
                   "/tokenize; default http://127.0.0.1:8000)");
-  sub->add_option("--model", o.client.model, "Model name to send (default: the server's first)");
+  sub->add_option("--model-name", o.client.model,
+                  "Model name to send with --url (default: the server's first model)");
   sub->add_option("--api-key", o.client.api_key, "Bearer key (default: env DEEPHARNESS_API_KEY)");
   AddModelOptions(sub, &a->model, /*require_model=*/false);
   sub->add_option("--max-seq-len,--max-model-len", a->max_seq_len,

@@ -55,6 +55,7 @@ struct CompletionClient::Impl {
     target = *ParseTarget(options.url);
     http = std::make_unique<httplib::Client>(target.base);
     http->set_keep_alive(true);
+    http->set_tcp_nodelay(true);  // a POST is two writes: without it Nagle + delayed ACK add 40 ms
     http->set_read_timeout(options.timeout_s, 0);
     http->set_write_timeout(options.timeout_s, 0);
     http->set_connection_timeout(10, 0);
@@ -124,7 +125,7 @@ Result<EvalClientOptions> CompletionClient::Resolve(EvalClientOptions o) {
     entry = nullptr;
     for (const Json& m : j["data"])
       if (m.value("id", "") == o.model) entry = &m;
-    if (!entry) return InvalidArgument("--model '{}': the server does not serve it", o.model);
+    if (!entry) return InvalidArgument("--model-name '{}': the server does not serve it", o.model);
   }
   o.model = entry->value("id", "");
   if (o.max_length == 0) {

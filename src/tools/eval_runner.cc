@@ -246,7 +246,9 @@ Result<Json> ReadReport(const std::string& path) {
   return j;
 }
 
-Status CheckEvalInputs(const EvalOptions& o) {
+namespace {
+
+Status CheckFlags(const EvalOptions& o) {
   if (o.tasks.empty())
     return InvalidArgument("--tasks: expected one or more of mmlu,cmmlu,ceval,gsm8k");
   std::set<std::string> seen;
@@ -265,12 +267,19 @@ Status CheckEvalInputs(const EvalOptions& o) {
     return InvalidArgument("--max-gen-toks: expected >= 1, got {}", o.max_gen_toks);
   if (o.resume && o.output.empty()) return InvalidArgument("--resume: needs --output FILE");
 
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckEvalInputs(const EvalOptions& o) {
+  if (Status st = CheckFlags(o); !st.ok()) return st;
   auto units = Plan(o);
   return units.ok() ? Status::Ok() : units.status();
 }
 
 Result<Json> RunEval(const EvalOptions& o) {
-  if (Status st = CheckEvalInputs(o); !st.ok()) return st;
+  if (Status st = CheckFlags(o); !st.ok()) return st;
   auto units = Plan(o);
   if (!units.ok()) return units.status();
   auto client_options = CompletionClient::Resolve(o.client);
@@ -415,7 +424,8 @@ std::string FormatEvalSummary(const Json& report) {
         "{:<8} acc {:.4f} ± {:.4f} (micro, n={}), {:.4f} ± {:.4f} (macro over {} subjects)\n", task,
         r.value("acc", 0.0), r.value("acc_stderr", 0.0), r.value("n", 0), r.value("acc_macro", 0.0),
         r.value("acc_macro_stderr", 0.0), r.value("num_subjects", 0));
-    for (const auto& [category, c] : r.value("categories", Json::object()).items())
+    const Json categories = r.value("categories", Json::object());
+    for (const auto& [category, c] : categories.items())
       out += fmt::format("  {:<22} acc {:.4f} ± {:.4f} (n={})\n", category, c.value("acc", 0.0),
                          c.value("acc_stderr", 0.0), c.value("n", 0));
   }

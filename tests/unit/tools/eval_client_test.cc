@@ -86,6 +86,7 @@ class FakeServer {
       }
       res.set_content(Json{{"choices", choices}}.dump(), "application/json");
     });
+    server_.set_tcp_nodelay(true);
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
