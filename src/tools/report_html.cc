@@ -240,7 +240,8 @@ std::string ServeSection(const std::vector<const ReportRun*>& runs) {
   }
   std::vector<double> level_list(levels.begin(), levels.end());
   std::vector<std::string> cats;
-  for (double c : level_list) cats.push_back(std::isfinite(c) ? "concurrency " + Fmt(c) : "concurrency ?");
+  for (double c : level_list)
+    cats.push_back(std::isfinite(c) ? fmt::format("concurrency {:.0f}", c) : "concurrency ?");
   auto find = [&](const std::string& label, double level) -> const Json* {
     for (const ReportRun* r : runs) {
       const double c = Num(r->result, "max_concurrency");
