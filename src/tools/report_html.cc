@@ -438,6 +438,17 @@ Result<std::vector<ReportRun>> LoadReportRuns(const std::vector<std::string>& pa
   return runs;
 }
 
+Status CheckReportPath(const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    return InvalidArgument("--report: {}: the folder {} does not exist", path, dir.string());
+  if (std::filesystem::is_directory(path, ec))
+    return InvalidArgument("--report: {}: is a folder, expected a file name", path);
+  return Status::Ok();
+}
+
 Status WriteReportFile(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return IoError("{}: cannot write the report", path);
