@@ -78,6 +78,9 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
           InvalidArgument("bench: --model-path is required (or name a benchmark, "
                           "e.g. bench serve)"));
     }
+    if (!a->report.empty()) {
+      if (Status st = tools::CheckReportPath(a->report); !st.ok()) return ReportError(st);
+    }
     auto batches = ParseBatchList(a->batch);
     if (!batches.ok()) return ReportError(batches.status());
     a->bench.batches = *batches;

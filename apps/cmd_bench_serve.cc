@@ -99,6 +99,9 @@ std::function<int()> SetupBenchServe(CLI::App* sub) {
       std::fprintf(stderr, "wrote %s (%zu results)\n", a->report.c_str(), runs->size());
       return kExitOk;
     }
+    if (!a->report.empty()) {
+      if (Status st = tools::CheckReportPath(a->report); !st.ok()) return ReportError(st);
+    }
     auto levels = ParseIdList(a->concurrency, "--concurrency");
     if (!levels.ok()) return ReportError(levels.status());
     for (int32_t c : *levels) {

@@ -20,8 +20,8 @@ function appendText(parent, text) {
 
 export function renderInline(text, parent) {
   let last = 0;
-  INLINE.lastIndex = 0;
-  for (let m; (m = INLINE.exec(text)) !== null;) {
+  const re = new RegExp(INLINE.source, 'g');  // its own lastIndex: this function recurses
+  for (let m; (m = re.exec(text)) !== null;) {
     if (m.index > last) appendText(parent, text.slice(last, m.index));
     let el;
     if (m[1] !== undefined) {
@@ -35,7 +35,7 @@ export function renderInline(text, parent) {
       renderInline(m[5] ?? m[6], el);
     }
     parent.appendChild(el);
-    last = INLINE.lastIndex;
+    last = m.index + m[0].length;
   }
   if (last < text.length) appendText(parent, text.slice(last));
 }

@@ -52,7 +52,7 @@ void Serve(const WebUiAsset& a, const httplib::Request& req, httplib::Response& 
   if (name.size() > 5 && name.substr(name.size() - 5) == ".html") {
     res.set_header("Content-Security-Policy",
                    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' "
-                   "data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+                   "data:; connect-src 'self'; base-uri 'none'; "
                    "frame-ancestors 'none'");
     res.set_header("Referrer-Policy", "no-referrer");
   }

@@ -240,7 +240,8 @@ std::string ServeSection(const std::vector<const ReportRun*>& runs) {
   }
   std::vector<double> level_list(levels.begin(), levels.end());
   std::vector<std::string> cats;
-  for (double c : level_list) cats.push_back(std::isfinite(c) ? "concurrency " + Fmt(c) : "concurrency ?");
+  for (double c : level_list)
+    cats.push_back(std::isfinite(c) ? fmt::format("concurrency {:.0f}", c) : "concurrency ?");
   auto find = [&](const std::string& label, double level) -> const Json* {
     for (const ReportRun* r : runs) {
       const double c = Num(r->result, "max_concurrency");
@@ -435,6 +436,17 @@ Result<std::vector<ReportRun>> LoadReportRuns(const std::vector<std::string>& pa
     }
   }
   return runs;
+}
+
+Status CheckReportPath(const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    return InvalidArgument("--report: {}: the folder {} does not exist", path, dir.string());
+  if (std::filesystem::is_directory(path, ec))
+    return InvalidArgument("--report: {}: is a folder, expected a file name", path);
+  return Status::Ok();
 }
 
 Status WriteReportFile(const std::string& path, const std::string& text) {

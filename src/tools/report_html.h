@@ -32,6 +32,10 @@ std::string BenchReportHtml(const std::vector<ReportRun>& runs, const std::strin
 // Errors name the file.
 Result<std::vector<ReportRun>> LoadReportRuns(const std::vector<std::string>& paths);
 
+// Checks, before a long benchmark, that `path` can be written (its folder exists and is
+// writable); error names the path.
+Status CheckReportPath(const std::string& path);
+
 // Writes `text` to `path` (error names the path).
 Status WriteReportFile(const std::string& path, const std::string& text);
 

@@ -62,7 +62,7 @@ TEST(ReportHtmlTest, ServeRunsPerConcurrencyLevelAndSideBySide) {
   EXPECT_NE(html.find(">concurrency 4<"), std::string::npos);
   // One bar per run and level in each bar chart: 6 charts x 4 bars.
   EXPECT_EQ(Count(html, "<rect "), 24u);
-  EXPECT_NE(html.find("<title>new · concurrency 4</title></rect>"), std::string::npos);
+  EXPECT_NE(html.find("<title>new · concurrency 4: 380.0</title></rect>"), std::string::npos);
   EXPECT_NE(html.find("380"), std::string::npos);
   EXPECT_EQ(Count(html, "<tr>"), 5u);  // header + 4 runs
 }
