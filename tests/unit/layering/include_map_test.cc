@@ -38,13 +38,14 @@ const std::map<std::string, std::set<std::string>>& AllowedLayers() {
       {"io", {"io", "tensor", "base"}},
       {"tokenizer", {"tokenizer", "io", "tensor", "base"}},
       {"chat", {"chat", "base"}},
+      {"grammar", {"grammar", "tokenizer", "io", "tensor", "base"}},
       {"kvcache", {"kvcache", "backend", "tensor", "base"}},
       {"model", {"model", "kvcache", "backend", "io", "tensor", "base"}},
       {"engine", {"engine", "model", "kvcache", "tokenizer", "chat", "backend", "io", "tensor",
                   "base"}},
-      {"server", {"server", "engine", "model", "kvcache", "tokenizer", "chat", "backend", "io",
+      {"server", {"server", "grammar", "engine", "model", "kvcache", "tokenizer", "chat", "backend", "io",
                   "tensor", "base"}},
-      {"tools", {"tools", "server", "engine", "model", "kvcache", "tokenizer", "chat", "backend",
+      {"tools", {"tools", "server", "grammar", "engine", "model", "kvcache", "tokenizer", "chat", "backend",
                  "io", "tensor", "base"}},
   };
   return allowed;
@@ -53,7 +54,7 @@ const std::map<std::string, std::set<std::string>>& AllowedLayers() {
 // Third-party headers that only some layers may include.
 const std::map<std::string, std::set<std::string>>& RestrictedHeaders() {
   static const std::map<std::string, std::set<std::string>> restricted = {
-      {"nlohmann/", {"io", "tokenizer", "chat", "server", "tools"}},
+      {"nlohmann/", {"io", "tokenizer", "chat", "grammar", "server", "tools"}},
       {"httplib.h", {"server", "tools"}},
       {"hwy/", {"backend/cpu"}},
       {"cuda", {"backend/cuda"}},
