@@ -2,7 +2,7 @@
 // before their body so recursive schemas just refer back. Output layout is compact (no
 // whitespace) unless any_whitespace. Where a schema allows more than a grammar can hold, the
 // grammar generates a subset that still validates (declared properties only, in key order;
-// numbers of at most 16 integer digits); where a keyword would need more than a grammar can
+// numbers of at most 16 integer digits and 2 exponent digits); where a keyword would need more than a grammar can
 // enforce, it is an Unsupported error naming it (strict) or skipped and reported (lenient).
 #include <cmath>
 #include <map>
@@ -172,7 +172,8 @@ class SchemaCompiler {
   }
   int32_t NumberRule() {
     if (number_ >= 0) return number_;
-    const int32_t exp_digits = *b_.Repeat("exp-digits", {GB::Bytes(Digits())}, 1, 3);
+    // Two exponent digits keep every number a finite double.
+    const int32_t exp_digits = *b_.Repeat("exp-digits", {GB::Bytes(Digits())}, 1, 2);
     const int32_t exp = b_.NewRule("exponent");
     ByteSet e, sign;
     e.Add('e');

@@ -29,7 +29,7 @@ async function testParse() {
     messages: [{ role: 'user', content: 'Describe a person.' }],
     response_format: zodResponseFormat(Person, 'person'),
     temperature: 0,
-    max_tokens: 300,
+    max_tokens: 200,
   });
   const msg = r.choices[0].message;
   assert.equal(r.choices[0].finish_reason, 'stop');
@@ -41,7 +41,7 @@ async function testParse() {
 const GetWeather = z.object({ city: z.string().max(10), days: z.number().int().min(1).max(7) });
 const tools = [
   zodFunction({ name: 'get_weather', parameters: GetWeather, description: 'Weather forecast' }),
-  { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: { tz: { enum: ['UTC', 'CET'] } }, required: ['tz'], additionalProperties: false } } },
+  { type: 'function', function: { name: 'get_time', strict: true, parameters: { type: 'object', properties: { tz: { enum: ['UTC', 'CET'] } }, required: ['tz'], additionalProperties: false } } },
 ];
 
 async function testNamedToolCall() {
@@ -69,7 +69,7 @@ async function testNamedToolCall() {
 
 async function testRequiredToolCall() {
   const r = await client.chat.completions.create({
-    model, tools, temperature: 0, max_tokens: 300, tool_choice: 'required', parallel_tool_calls: false,
+    model, tools, temperature: 0, max_tokens: 200, tool_choice: 'required', parallel_tool_calls: false,
     messages: [{ role: 'user', content: 'Call a tool.' }],
   });
   const choice = r.choices[0];
@@ -84,8 +84,8 @@ async function testRequiredToolCall() {
 
 async function testStreamedToolCall(named) {
   const stream = await client.chat.completions.create({
-    model, tools, temperature: 0, max_tokens: 300, stream: true,
-    tool_choice: named ? { type: 'function', function: { name: 'get_weather' } } : 'required',
+    model, tools, temperature: 0, max_tokens: 200, stream: true,
+    tool_choice: named ? { type: 'function', function: { name: 'get_weather' } } : 'required', parallel_tool_calls: false,
     messages: [{ role: 'user', content: 'Weather?' }],
   });
   const calls = [];

@@ -123,7 +123,7 @@ TEST_F(StructuredOutputTest, OtherConstraintFields) {
   EXPECT_EQ(g.rfind("Hark, ", 0), 0u) << g;
   EXPECT_EQ(g.back(), '!') << g;
 
-  Json d = server_->PostJson("/v1/chat/completions", Chat({{"response_format", {{"type", "json_object"}}}}, 300)).json();
+  Json d = server_->PostJson("/v1/chat/completions", Chat({{"response_format", {{"type", "json_object"}}}})).json();
   const std::string obj = d["choices"][0]["message"]["content"];
   if (d["choices"][0]["finish_reason"] == "stop") {
     Json parsed = Json::parse(obj, nullptr, false);
