@@ -24,6 +24,7 @@
 #include "base/log.h"
 #include "engine/engine.h"
 #include "server/http_server.h"
+#include "server/tool_calls.h"
 #include "server/template_renderer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -46,6 +47,7 @@ struct ServeArgs {
   std::string chat_template;
   std::string metrics_prefix = "deepharness:";
   std::string reasoning_parser = "auto";
+  std::string tool_call_parser = "auto";
   double shutdown_timeout = 30;
   int http_threads = 0;
   size_t max_body_bytes = 8u << 20;
@@ -97,6 +99,13 @@ Status ValidateArgs(ServeArgs& a) {
       a.reasoning_parser != "deepseek_r1") {
     return InvalidArgument("--reasoning-parser: expected auto, none or deepseek_r1, got '{}'",
                            a.reasoning_parser);
+  }
+  {
+    bool is_auto = false;
+    server::ToolParser parser;
+    if (!server::ParseToolParserName(a.tool_call_parser, &is_auto, &parser))
+      return InvalidArgument("--tool-call-parser: expected auto, deepseek_v3, hermes, llama3_json or "
+                             "none, got '{}'", a.tool_call_parser);
   }
   const auto devices = RegisteredBackends();
   if (std::find(devices.begin(), devices.end(), a.model.device) == devices.end()) {
@@ -154,6 +163,7 @@ int RunServe(ServeArgs& a) {
   so.metrics_prefix = a.metrics_prefix;
   so.max_body_bytes = a.max_body_bytes;
   so.webui = !a.no_webui;
+  so.tool_call_parser = a.tool_call_parser;
   so.http_threads = a.http_threads > 0 ? a.http_threads : std::max(64, 2 * a.max_num_seqs + 16);
   server::OpenAIServer http(so);
   if (Status st = http.Bind(); !st.ok()) {
@@ -294,6 +304,9 @@ std::function<int()> SetupServe(CLI::App* sub) {
   sub->add_option("--reasoning-parser", a->reasoning_parser,
                   "Split <think> output into reasoning_content: auto (default: on when the chat "
                   "template opens a <think> block), deepseek_r1, none");
+  sub->add_option("--tool-call-parser", a->tool_call_parser,
+                  "Parse tool calls out of the model's output: auto (default: from the "
+                  "vocabulary's call markers), deepseek_v3, hermes, llama3_json, none");
   sub->add_option("--shutdown-timeout", a->shutdown_timeout,
                   "Seconds to let in-flight requests finish after SIGTERM (default 30; 0 aborts "
                   "them at once)");

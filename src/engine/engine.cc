@@ -440,13 +440,18 @@ void Engine::Impl::SampleToken(ActiveRequest& r, std::span<float> row, EngineTim
   const bool may_stop = generated_before >= p.min_tokens;
   std::vector<int32_t> suppressed;
   if (!may_stop) {
-    if (!p.ignore_eos) suppressed = eos_ids;
+    if (!p.ignore_eos && !p.constraint) suppressed = eos_ids;
     suppressed.insert(suppressed.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
   }
   std::vector<float> raw;
   if (p.logprobs >= 0) raw.assign(row.begin(), row.end());
+  if (p.constraint && !p.constraint->Mask(row, p.ignore_eos ? std::span<const int32_t>() : eos_ids)) {
+    Finish(r, FinishReason::kStop, now);  // the constraint is complete and EOS is ignored
+    return;
+  }
   const int32_t token = r.sampler->Sample(row, suppressed);
   r.sampler->Accept(token);
+  if (p.constraint) p.constraint->Accept(token);
   r.seq.token_ids.push_back(token);
   if (r.timing.first_token == EngineTime{}) r.timing.first_token = now;
   r.timing.last_token = now;

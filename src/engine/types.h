@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,19 @@ inline constexpr int kMaxStopStrings = 16;
 inline constexpr size_t kMaxStopStringBytes = 256;
 inline constexpr int kMaxStopTokenIds = 64;
 inline constexpr int kMaxLogitBias = 1024;
+
+// A per-sequence constraint on which tokens may come next (structured output). The engine calls
+// Mask on the raw logits row before sampling and Accept with the sampled token; the server builds
+// it (src/grammar), so the engine never sees schemas. One object per request, used only by the
+// engine thread.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // Sets the logits of disallowed ids to -inf; `eos_ids` are allowed only where the constraint
+  // may end. Returns false when no token at all is allowed (the request then finishes "stop").
+  virtual bool Mask(std::span<float> logits, std::span<const int32_t> eos_ids) = 0;
+  virtual void Accept(int32_t token) = 0;
+};
 
 // How one sequence is sampled and when it stops. Defaults are "plain sampling, no limits but
 // max_tokens". The server maps OpenAI/vLLM fields onto these (n > 1 is n separate requests,
@@ -64,6 +79,9 @@ struct SamplingParams {
   // token has no logprob. A request with prompt logprobs bypasses the prefix cache (cached
   // tokens have no logits).
   int prompt_logprobs = -1;
+  // Structured output: null for free text. min_tokens does not hold EOS back under a
+  // constraint (the constraint decides where the output may end).
+  std::shared_ptr<TokenConstraint> constraint;
 
   // Checks ranges and ids (vocab_size: the model's logits width). Errors name the field, e.g.
   // "top_p: must be in (0, 1], got 0".

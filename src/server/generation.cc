@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "server/generation_internal.h"
+#include "server/generation_tools.h"
 
 namespace dh::server {
 namespace internal {
@@ -64,6 +65,7 @@ std::optional<ApiError> SubmitAll(Engine& engine, Job& job, int logprobs, int pr
       request.id = fmt::format("{}-{}", job.meta.id, index);
       request.prompt_token_ids = job.prompts[p];
       request.sampling = ToEngineParams(job.sampling, job.max_tokens, i, prompt_logprobs, logprobs);
+      if (job.grammar) request.sampling.constraint = StructuredOutput::NewConstraint(job.grammar);
       request.arrival_time = arrival;
       auto handle = engine.Submit(std::move(request));
       if (!handle.ok()) {
@@ -211,6 +213,26 @@ GenerationService::GenerationService(Engine* engine, const Tokenizer* tokenizer,
       config_(std::move(config)),
       metrics_(metrics) {
   if (tokenizer_) think_end_id_ = tokenizer_->TokenToId("</think>");
+  structured_ = std::make_unique<StructuredOutput>(tokenizer_, model_limits().vocab_size);
+  tool_parser_ = internal::ResolveToolParser(config_.tool_call_parser, tokenizer_);
+}
+
+std::optional<ApiError> GenerationService::PrepareStructured(const Json& body, internal::Job& job,
+                                                             Reply* reply) {
+  auto spec = ParseStructuredSpec(body);
+  if (auto* e = std::get_if<ApiError>(&spec)) return *e;
+  const StructuredSpec& s = std::get<StructuredSpec>(spec);
+  if (s.kind == StructuredSpec::Kind::kNone) return std::nullopt;
+  std::vector<std::string> ignored;
+  auto compiled = structured_->Compile(s, &ignored);
+  if (auto* e = std::get_if<ApiError>(&compiled)) return *e;
+  job.grammar = std::get<StructuredOutput::Compiled>(compiled);
+  if (!ignored.empty()) {
+    std::string list;
+    for (const std::string& k : ignored) list += (list.empty() ? "" : "; ") + k;
+    reply->warning = "JSON Schema keywords not enforced (strict: false): " + list;
+  }
+  return std::nullopt;
 }
 
 ModelLimits GenerationService::model_limits() const {
@@ -287,10 +309,13 @@ Reply GenerationService::ChatCompletions(const Json& body) {
   job->max_tokens = *max_tokens;
   job->tokenizer = tokenizer_;
   job->metrics = metrics_;
+  Reply reply;
+  if (auto e = PrepareStructured(body, *job, &reply)) return Error(*e);
+  if (auto e = internal::PrepareTools(body, *job, tool_parser_, *structured_)) return Error(*e);
+  job->tool_trailing = internal::EndOfTurnTexts(tokenizer_);
   const int logprobs = req.sampling.logprobs ? req.sampling.top_logprobs : -1;
   if (auto e = internal::SubmitAll(*engine_, *job, logprobs, -1, metrics_)) return Error(*e);
 
-  Reply reply;
   if (req.stream.stream) {
     reply.stream = internal::MakeChatStream(job);
     return reply;
@@ -313,6 +338,7 @@ Reply GenerationService::ChatCompletions(const Json& body) {
     } else {
       choice.content = c.text;
     }
+    internal::ApplyToolCalls(*job, c, &choice);
     choice.has_logprobs = req.sampling.logprobs;
     if (choice.has_logprobs) choice.logprobs = internal::ChatLogprobs(tokenizer_, c.logprobs);
     choices.push_back(std::move(choice));
@@ -364,11 +390,12 @@ Reply GenerationService::Completions(const Json& body) {
   job->max_tokens = *max_tokens;
   job->tokenizer = tokenizer_;
   job->metrics = metrics_;
+  Reply reply;
+  if (auto e = PrepareStructured(body, *job, &reply)) return Error(*e);
   const int prompt_logprobs = req.echo && req.logprobs ? *req.logprobs : -1;
   if (auto e = internal::SubmitAll(*engine_, *job, job->completion_logprobs, prompt_logprobs, metrics_))
     return Error(*e);
 
-  Reply reply;
   if (req.stream.stream) {
     reply.stream = internal::MakeCompletionStream(job);
     return reply;

@@ -13,6 +13,8 @@
 #include "server/chat_prompt.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "server/structured_output.h"
+#include "server/tool_calls.h"
 
 namespace dh::server {
 
@@ -22,6 +24,10 @@ struct EventSink {
   std::function<bool(const std::string&)> write;
   std::function<bool()> alive;
 };
+
+namespace internal {
+struct Job;
+}  // namespace internal
 
 class StreamJob {
  public:
@@ -36,12 +42,14 @@ struct Reply {
   std::string body;                   // JSON (when stream is null)
   std::unique_ptr<StreamJob> stream;  // SSE (status 200)
   bool retry_after = false;           // add Retry-After (503 overload/draining)
+  std::string warning;                // a Warning header (e.g. schema keywords not enforced)
 };
 
 struct GenerationConfig {
   std::vector<std::string> served_model_names;
   RequestLimits limits;
   bool reasoning = false;  // split <think> output into reasoning_content
+  std::string tool_call_parser = "auto";  // see tool_calls.h; auto: from the vocabulary
 };
 
 class GenerationService {
@@ -60,6 +68,8 @@ class GenerationService {
 
  private:
   std::optional<ApiError> CheckModel(const std::string& model) const;
+  // Structured-output fields -> job.grammar (and reply->warning under strict: false).
+  std::optional<ApiError> PrepareStructured(const Json& body, internal::Job& job, Reply* reply);
   Reply Error(const ApiError& error) const;
 
   Engine* engine_;
@@ -68,6 +78,8 @@ class GenerationService {
   GenerationConfig config_;
   ServerMetrics* metrics_;
   std::optional<int32_t> think_end_id_;
+  std::unique_ptr<StructuredOutput> structured_;
+  ToolParser tool_parser_ = ToolParser::kNone;
 };
 
 // A fresh response id with the given prefix ("chatcmpl-", "cmpl-").

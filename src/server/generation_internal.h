@@ -14,6 +14,8 @@
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/reasoning_stream.h"
+#include "server/structured_output.h"
+#include "server/tool_calls.h"
 
 namespace dh::server::internal {
 
@@ -31,6 +33,10 @@ struct ChoiceState {
   bool finished = false;
   bool recorded = false;
   ReasoningSplitter splitter;
+  // Tool calls (generation_tools.cc): streamed state of this choice.
+  std::shared_ptr<ToolCallStreamer> tool_stream;
+  std::string tool_text;
+  std::string tool_id;
 };
 
 // Appends an event's deltas to `state`.
@@ -52,6 +58,10 @@ struct Job {
   int64_t max_tokens = 0;
   const Tokenizer* tokenizer = nullptr;
   ServerMetrics* metrics = nullptr;
+  StructuredOutput::Compiled grammar;  // structured output: each choice gets its own matcher
+  std::optional<ToolRequest> tools;    // chat with tools and tool_choice != none
+  ToolParser tool_parser = ToolParser::kNone;
+  std::vector<std::string> tool_trailing;  // end-of-turn texts stripped before parsing
 };
 
 // Maps validated options onto the engine's params (seed + choice for n > 1).

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "server/generation_internal.h"
+#include "server/generation_tools.h"
 
 namespace dh::server::internal {
 namespace {
@@ -104,15 +105,16 @@ class ChatStream : public StreamBase {
     } else if (!out.text.empty()) {
       delta.content = out.text;
     }
+    std::optional<std::string> reason = FinishReasonName(out.finish_reason);
+    StreamToolDelta(*job_, c, c.finished, &delta, &reason);
     Json logprobs = nullptr;
     if (job_->sampling.logprobs && !out.logprobs.empty())
       logprobs = ChatLogprobsJson(ChatLogprobs(job_->tokenizer, out.logprobs));
-    if (delta.content || delta.reasoning_content || !logprobs.is_null()) {
+    if (delta.content || delta.reasoning_content || !delta.tool_calls.is_null() || !logprobs.is_null()) {
       if (!Send(SseEvent(ChatChunkJson(job_->meta, c.index, delta, std::nullopt, logprobs, RunningUsage()))))
         return false;
     }
     if (c.finished) {
-      std::optional<std::string> reason = FinishReasonName(out.finish_reason);
       if (!Send(SseEvent(ChatChunkJson(job_->meta, c.index, ChatDelta{}, reason, nullptr, RunningUsage()))))
         return false;
     }

@@ -235,6 +235,7 @@ Status OpenAIServer::Bind() {
       if (auto* e = std::get_if<ApiError>(&body)) return SendError(res, *e);
       handlers_->Enter();
       Reply reply = (handlers_->generation.get()->*method)(std::get<Json>(body));
+      if (!reply.warning.empty()) res.set_header("Warning", "299 deepharness \"" + reply.warning + "\"");
       if (!reply.stream) {
         handlers_->Leave();
         res.status = reply.status;
@@ -308,6 +309,7 @@ void OpenAIServer::Attach(ServingContext context) {
   config.served_model_names = options_.served_model_names;
   config.limits = options_.limits;
   config.reasoning = options_.reasoning_parser == "deepseek_r1";
+  config.tool_call_parser = options_.tool_call_parser;
   metrics_ = std::make_unique<ServerMetrics>(options_.metrics_prefix,
                                              options_.served_model_names.front(),
                                              context.engine->max_model_len());

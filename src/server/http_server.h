@@ -39,6 +39,7 @@ struct ServerOptions {
   int http_threads = 0;  // 0: derived from the engine's max_num_seqs and queue size
   RequestLimits limits;
   std::string reasoning_parser;  // "" (none) or "deepseek_r1"
+  std::string tool_call_parser = "auto";  // auto | deepseek_v3 | hermes | llama3_json | none
   std::chrono::seconds read_timeout{30};
   std::chrono::seconds write_timeout{60};
   std::chrono::seconds keep_alive_timeout{30};

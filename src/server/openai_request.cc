@@ -337,16 +337,19 @@ std::variant<ChatCompletionRequest, ApiError> ParseChatCompletionRequest(
   if (const Json* v = Field(body, "response_format")) {
     const Json* type = v->is_object() ? Field(*v, "type") : nullptr;
     if (!type || !type->is_string()) return *TypeError("response_format", "an object with a 'type'");
-    if (type->get<std::string>() != "text")
-      return BadRequest("response_format", "only response_format type 'text' is supported");
+    const std::string t = type->get<std::string>();
+    if (t != "text" && t != "json_object" && t != "json_schema")  // the rest: structured_output.cc
+      return BadRequest("response_format", "response_format type must be 'text', 'json_object' or "
+                                           "'json_schema'");
   }
   if (const Json* v = Field(body, "tools")) {
     if (!v->is_array()) return *TypeError("tools", "an array");
     r.tools = *v;
   }
   if (const Json* v = Field(body, "tool_choice")) {
-    if (!v->is_string() || (*v != "none" && *v != "auto"))
-      return BadRequest("tool_choice", "only tool_choice 'none' and 'auto' are supported");
+    if (!v->is_object() && (!v->is_string() || (*v != "none" && *v != "auto" && *v != "required")))
+      return BadRequest("tool_choice", "tool_choice must be 'none', 'auto', 'required' or "
+                                       "{\"type\": \"function\", \"function\": {\"name\": ...}}");
   }
   if (auto err = GetBool(body, "add_generation_prompt", &r.add_generation_prompt)) return *err;
   if (auto err = GetBool(body, "continue_final_message", &r.continue_final_message)) return *err;

@@ -63,6 +63,7 @@ Json ChatCompletionJson(const ResponseMeta& meta, const std::vector<ChatChoice>&
   for (const ChatChoice& c : choices) {
     Json message = {{"role", "assistant"}, {"content", OptString(c.content)}, {"refusal", nullptr}};
     if (c.reasoning_content) message["reasoning_content"] = *c.reasoning_content;
+    if (!c.tool_calls.is_null()) message["tool_calls"] = c.tool_calls;
     out_choices.push_back({{"index", c.index},
                            {"message", std::move(message)},
                            {"logprobs", c.has_logprobs ? ChatLogprobsJson(c.logprobs) : Json()},
@@ -104,6 +105,7 @@ Json ChatChunkJson(const ResponseMeta& meta, int index, const ChatDelta& delta,
   if (delta.role) d["role"] = "assistant";
   if (delta.content) d["content"] = *delta.content;
   if (delta.reasoning_content) d["reasoning_content"] = *delta.reasoning_content;
+  if (!delta.tool_calls.is_null()) d["tool_calls"] = delta.tool_calls;
   Json choice = {{"index", index},
                  {"delta", std::move(d)},
                  {"logprobs", logprobs},

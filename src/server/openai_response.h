@@ -39,7 +39,8 @@ struct ChatChoice {
   int index = 0;
   std::optional<std::string> content;
   std::optional<std::string> reasoning_content;
-  std::string finish_reason;  // stop | length | abort
+  Json tool_calls;            // null or OpenAI's tool_calls array
+  std::string finish_reason;  // stop | length | abort | tool_calls
   std::optional<std::string> stop_reason;  // the matched stop string (vLLM extension)
   bool has_logprobs = false;
   std::vector<TokenLogprob> logprobs;
@@ -77,6 +78,7 @@ struct ChatDelta {
   bool role = false;
   std::optional<std::string> content;
   std::optional<std::string> reasoning_content;
+  Json tool_calls;  // null or [{index, id?, type?, function: {name?, arguments}}]
 };
 Json ChatChunkJson(const ResponseMeta& meta, int index, const ChatDelta& delta,
                    const std::optional<std::string>& finish_reason, const Json& logprobs,

@@ -42,7 +42,22 @@ class TemplateRenderer : public ChatPromptRenderer {
     context["bos_token"] = bos_;
     context["eos_token"] = eos_;
     auto out = tmpl_.Render(context);
-    if (!out.ok()) return InvalidArgument("chat template: {}", out.status().message());
+    if (!out.ok()) {
+      // Templates that predate tool calling concatenate content and fail on the null content
+      // of an assistant tool-call turn: render those turns with empty content instead.
+      bool changed = false;
+      for (Json& msg : context["messages"]) {
+        if (msg["content"].is_null()) {
+          msg["content"] = "";
+          changed = true;
+        }
+      }
+      if (changed) {
+        auto retry = tmpl_.Render(context);
+        if (retry.ok()) return retry;
+      }
+      return InvalidArgument("chat template: {}", out.status().message());
+    }
     return out;
   }
 

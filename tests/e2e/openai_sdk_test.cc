@@ -50,5 +50,27 @@ TEST(OpenAiSdkTest, ChatCompletionsAndErrorsThroughTheNodeSdk) {
   EXPECT_EQ(server.Stop(), 0);
 }
 
+// chat.completions.parse with zod, and the tool-calling flow (openai_sdk_structured_test.mjs).
+TEST(OpenAiSdkTest, StructuredOutputAndToolCallsThroughTheNodeSdk) {
+  namespace fs = std::filesystem;
+  int status = 0;
+  RunShell("node --version && npm --version", &status);
+  if (status != 0) GTEST_SKIP() << "node/npm not installed: the OpenAI Node SDK test cannot run";
+  const fs::path dir = fs::path(DH_SOURCE_DIR) / "tests" / "e2e";
+  if (!fs::exists(dir / "node_modules" / "zod" / "package.json") ||
+      !fs::exists(dir / "node_modules" / "openai" / "package.json")) {
+    std::string out = RunShell("cd '" + dir.string() + "' && timeout 300 npm ci --no-audit --no-fund", &status);
+    if (status != 0) GTEST_SKIP() << "could not install the npm packages (npm ci):\n" << out;
+  }
+  ServerProcess server;
+  ASSERT_TRUE(server.Start()) << server.log();
+  const std::string model = ServedModel(server);
+  std::string out = RunShell("cd '" + dir.string() + "' && DH_BASE_URL=" + server.base_url() + "/v1 DH_MODEL='" +
+                                 model + "' timeout 300 node openai_sdk_structured_test.mjs",
+                             &status);
+  EXPECT_EQ(status, 0) << out << "\nserver log:\n" << server.log();
+  EXPECT_EQ(server.Stop(), 0);
+}
+
 }  // namespace
 }  // namespace dh::e2e

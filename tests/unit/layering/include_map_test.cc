@@ -41,15 +41,16 @@ const std::map<std::string, std::set<std::string>>& AllowedLayers() {
       {"io", {"io", "tensor", "base"}},
       {"tokenizer", {"tokenizer", "io", "tensor", "base"}},
       {"chat", {"chat", "base"}},
+      {"grammar", {"grammar", "tokenizer", "io", "tensor", "base"}},
       {"kvcache", {"kvcache", "base"}},
       {"weights", {"weights", "backend", "io", "tensor", "base"}},
       {"model", {"model", "weights", "backend", "io", "tensor", "base"}},
       {"engine", {"engine", "model", "weights", "kvcache", "tokenizer", "chat", "backend", "io", "tensor",
                   "base"}},
-      {"server", {"server", "engine", "model", "weights", "kvcache", "tokenizer", "chat", "backend", "io",
+      {"server", {"server", "grammar", "engine", "model", "weights", "kvcache", "tokenizer", "chat", "backend", "io",
                   "tensor", "base"}},
       {"scan", {"scan", "base"}},
-      {"tools", {"tools", "scan", "server", "engine", "model", "weights", "kvcache", "tokenizer", "chat", "backend",
+      {"tools", {"tools", "scan", "server", "grammar", "engine", "model", "weights", "kvcache", "tokenizer", "chat", "backend",
                  "io", "tensor", "base"}},
   };
   return allowed;
@@ -58,7 +59,7 @@ const std::map<std::string, std::set<std::string>>& AllowedLayers() {
 // Third-party headers that only some layers may include.
 const std::map<std::string, std::set<std::string>>& RestrictedHeaders() {
   static const std::map<std::string, std::set<std::string>> restricted = {
-      {"nlohmann/", {"io", "tokenizer", "chat", "server", "scan", "tools"}},
+      {"nlohmann/", {"io", "tokenizer", "chat", "grammar", "server", "scan", "tools"}},
       {"httplib.h", {"server", "tools"}},
       {"hwy/", {"backend/cpu"}},
       {"cuda", {"backend/cuda", "comm/nccl"}},

@@ -182,7 +182,8 @@ TEST(ChatValidation, StreamOptionsAndTemplates) {
   EXPECT_EQ(ChatParam(Chat({{"chat_template_kwargs", {{"chat_template", "x"}}}})),
             "chat_template_kwargs");
   EXPECT_EQ(ChatParam(Chat({{"chat_template_kwargs", {{"thinking", true}}}})), "OK");
-  EXPECT_EQ(ChatParam(Chat({{"response_format", {{"type", "json_object"}}}})), "response_format");
+  EXPECT_EQ(ChatParam(Chat({{"response_format", {{"type", "json_object"}}}})), "OK");
+  EXPECT_EQ(ChatParam(Chat({{"response_format", {{"type", "xml"}}}})), "response_format");
   EXPECT_EQ(ChatParam(Chat({{"user", "u"}, {"unknown_field", 1}, {"metadata", {{"a", "b"}}}})), "OK");
 }
 

@@ -1,0 +1,139 @@
+// Tool calls in chat completions: request preparation (forced calls become a grammar), the
+// finished choice's tool_calls, and the streamed tool-call deltas.
+#include "server/generation_tools.h"
+
+namespace dh::server::internal {
+namespace {
+
+bool Forced(const ToolRequest& t) {
+  return t.choice == ToolRequest::Choice::kRequired || t.choice == ToolRequest::Choice::kNamed;
+}
+
+// Streamed form of finished calls: per call, one delta with id, type, name and the arguments.
+Json CallDeltas(const std::vector<ToolCall>& calls, int first_index) {
+  Json out = Json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    out.push_back({{"index", first_index + static_cast<int>(i)},
+                   {"id", calls[i].id},
+                   {"type", "function"},
+                   {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}});
+  }
+  return out;
+}
+
+}  // namespace
+
+ToolParser ResolveToolParser(const std::string& name, const Tokenizer* tokenizer) {
+  bool is_auto = false;
+  ToolParser parser = ToolParser::kNone;
+  if (!ParseToolParserName(name, &is_auto, &parser) || !is_auto) return parser;
+  if (!tokenizer) return ToolParser::kNone;
+  if (tokenizer->TokenToId("<｜tool▁calls▁begin｜>")) return ToolParser::kDeepSeekV3;
+  if (tokenizer->TokenToId("<tool_call>")) return ToolParser::kHermes;
+  if (tokenizer->TokenToId("<|python_tag|>")) return ToolParser::kLlama3Json;
+  return ToolParser::kNone;
+}
+
+std::vector<std::string> EndOfTurnTexts(const Tokenizer* tokenizer) {
+  std::vector<std::string> out;
+  if (!tokenizer) return out;
+  if (tokenizer->config().eos_token) out.push_back(*tokenizer->config().eos_token);
+  for (const char* t : {"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>", "<｜end▁of▁sentence｜>"}) {
+    if (tokenizer->TokenToId(t)) out.emplace_back(t);
+  }
+  return out;
+}
+
+std::optional<ApiError> PrepareTools(const Json& body, Job& job, ToolParser parser,
+                                     StructuredOutput& structured) {
+  auto parsed = ParseToolRequest(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  ToolRequest& t = std::get<ToolRequest>(parsed);
+  if (t.choice == ToolRequest::Choice::kNone) return std::nullopt;
+  if (Forced(t)) {
+    if (job.grammar)
+      return BadRequest("tool_choice", "tool_choice 'required' or a named function cannot be combined "
+                                       "with response_format or guided decoding");
+    StructuredSpec spec;
+    spec.kind = StructuredSpec::Kind::kJsonSchema;
+    spec.schema = t.forced_schema;
+    spec.param = "tools";
+    auto compiled = structured.Compile(spec, nullptr);
+    if (auto* e = std::get_if<ApiError>(&compiled)) return *e;
+    job.grammar = std::get<StructuredOutput::Compiled>(compiled);
+  } else if (parser == ToolParser::kNone) {
+    return std::nullopt;  // auto without a parser: plain content, as vLLM without one
+  } else {
+    // The parsers read the family's special tokens, so they must reach the text.
+    job.sampling.skip_special_tokens = false;
+  }
+  job.tools = std::move(t);
+  job.tool_parser = parser;
+  return std::nullopt;
+}
+
+void ApplyToolCalls(const Job& job, const ChoiceState& c, ChatChoice* choice) {
+  if (!job.tools) return;
+  const std::string text = choice->content.value_or("");
+  std::vector<ToolCall> calls;
+  if (Forced(*job.tools)) {
+    calls = ForcedCallsFromOutput(*job.tools, text);
+    if (!calls.empty()) choice->content.reset();
+  } else {
+    ToolParseResult r = ParseToolCalls(job.tool_parser, text, job.tool_trailing);
+    calls = std::move(r.calls);
+    if (calls.empty() || !r.content.empty()) {
+      choice->content = r.content;
+    } else {
+      choice->content.reset();
+    }
+  }
+  if (calls.empty()) return;
+  choice->tool_calls = ToolCallsJson(calls);
+  if (choice->finish_reason == "stop") choice->finish_reason = "tool_calls";
+}
+
+void StreamToolDelta(Job& job, ChoiceState& c, bool finished, ChatDelta* delta,
+                     std::optional<std::string>* finish_reason) {
+  if (!job.tools) return;
+  std::string text = delta->content.value_or("");
+  delta->content.reset();
+  if (job.tools->choice == ToolRequest::Choice::kNamed) {
+    // The output is the arguments: a header delta (id, name), then argument fragments.
+    if (c.tool_id.empty()) {
+      c.tool_id = NewToolCallId();
+      delta->tool_calls = Json::array({{{"index", 0}, {"id", c.tool_id}, {"type", "function"},
+                                        {"function", {{"name", job.tools->named}, {"arguments", text}}}}});
+    } else if (!text.empty()) {
+      delta->tool_calls = Json::array({{{"index", 0}, {"function", {{"arguments", text}}}}});
+    }
+    if (finished && finish_reason && *finish_reason == "stop") *finish_reason = "tool_calls";
+    return;
+  }
+  if (Forced(*job.tools)) {
+    // Several calls in one JSON array: sent whole once complete, as OpenAI-shaped deltas.
+    c.tool_text += text;
+    if (!finished) return;
+    std::vector<ToolCall> calls = ForcedCallsFromOutput(*job.tools, c.tool_text);
+    if (calls.empty()) {
+      delta->content = c.tool_text;  // cut short (length): what there is, as content
+      return;
+    }
+    delta->tool_calls = CallDeltas(calls, 0);
+    if (finish_reason && *finish_reason == "stop") *finish_reason = "tool_calls";
+    return;
+  }
+  if (!c.tool_stream) c.tool_stream = std::make_shared<ToolCallStreamer>(job.tool_parser, job.tool_trailing);
+  std::string now = c.tool_stream->Push(text);
+  if (finished) {
+    ToolParseResult r = c.tool_stream->Finish();
+    now += r.content;
+    if (!r.calls.empty()) {
+      delta->tool_calls = CallDeltas(r.calls, 0);
+      if (finish_reason && *finish_reason == "stop") *finish_reason = "tool_calls";
+    }
+  }
+  if (!now.empty()) delta->content = std::move(now);
+}
+
+}  // namespace dh::server::internal

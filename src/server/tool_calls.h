@@ -1,0 +1,88 @@
+// Tool calling: the request's tools/tool_choice, the grammar that forces a call (tool_choice
+// "required" or a named function), and the parsers that turn each model family's output into
+// OpenAI tool_calls:
+//   deepseek_v3  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```
+//                <｜tool▁call▁end｜>…<｜tool▁calls▁end｜> (and V3.1's NAME<｜tool▁sep｜>ARGS form)
+//   hermes       <tool_call>{"name": …, "arguments": {…}}</tool_call> (Qwen)
+//   llama3_json  [<|python_tag|>]{"name": …, "parameters": {…}} (several joined by ';')
+// Malformed output never fails a request: it falls back to plain content.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "server/api_error.h"
+#include "server/json_util.h"
+
+namespace dh::server {
+
+enum class ToolParser { kNone, kDeepSeekV3, kHermes, kLlama3Json };
+// "auto" | "deepseek_v3" | "hermes" | "llama3_json" | "none"; false when unknown.
+bool ParseToolParserName(std::string_view name, bool* is_auto, ToolParser* parser);
+// The parser a chat template was written for (auto): looks for the family's call markers.
+ToolParser DetectToolParser(std::string_view chat_template);
+const char* ToolParserName(ToolParser parser);
+
+struct ToolCall {
+  std::string id;  // call_…
+  std::string name;
+  std::string arguments;  // JSON text
+};
+
+struct ToolParseResult {
+  std::string content;  // text outside the calls
+  std::vector<ToolCall> calls;
+};
+
+// Parses a complete output. `trailing` are strings removed from the end first (EOS texts, when
+// special tokens were kept for the parser).
+ToolParseResult ParseToolCalls(ToolParser parser, std::string_view text,
+                               const std::vector<std::string>& trailing = {});
+
+// The start marker of a family's calls ("" for none): streamed text is held back from the first
+// possible marker on.
+std::string_view ToolCallMarker(ToolParser parser);
+
+// tools + tool_choice + parallel_tool_calls of a chat request.
+struct ToolRequest {
+  enum class Choice { kNone, kAuto, kRequired, kNamed };
+  Choice choice = Choice::kNone;
+  std::string named;  // kNamed: the function
+  bool parallel = true;
+  Json tools;         // the validated array (rendered by the template)
+  // kRequired/kNamed: the JSON Schema the output is constrained to (see ForcedCallsFromOutput).
+  Json forced_schema;
+};
+std::variant<ToolRequest, ApiError> ParseToolRequest(const Json& body);
+
+// The calls in an output constrained by forced_schema (named: the arguments object; required:
+// an array of {"name", "parameters"}). Empty when the output is not complete JSON (length).
+std::vector<ToolCall> ForcedCallsFromOutput(const ToolRequest& request, std::string_view text);
+
+std::string NewToolCallId();
+// OpenAI's message.tool_calls array.
+Json ToolCallsJson(const std::vector<ToolCall>& calls);
+
+// Splits streamed text (auto mode) into content to send now and text held back as a possible
+// tool call; the held text is parsed at the end.
+class ToolCallStreamer {
+ public:
+  ToolCallStreamer(ToolParser parser, std::vector<std::string> trailing)
+      : parser_(parser), trailing_(std::move(trailing)) {}
+  // Returns content that can be sent now.
+  std::string Push(std::string_view text);
+  // At the end: the parse of everything after the last sent content.
+  ToolParseResult Finish();
+
+ private:
+  ToolParser parser_;
+  std::vector<std::string> trailing_;
+  std::string held_;
+  bool in_call_ = false;
+  bool sent_any_ = false;
+};
+
+}  // namespace dh::server

@@ -1,0 +1,188 @@
+// Tool-call parsers on canned outputs of each family (well-formed and malformed), the request
+// fields, forced-call schemas and the streaming hold-back.
+#include <gtest/gtest.h>
+
+#include "server/structured_output.h"
+#include "server/tool_calls.h"
+
+namespace dh::server {
+namespace {
+
+TEST(ToolParsers, DeepSeekV3) {
+  const std::string text =
+      "Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+      "```json\n{\"city\": \"Paris\", \"days\": 2}\n```<｜tool▁call▁end｜>\n"
+      "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜>"
+      "<｜tool▁calls▁end｜><｜end▁of▁sentence｜>";
+  ToolParseResult r = ParseToolCalls(ToolParser::kDeepSeekV3, text, {"<｜end▁of▁sentence｜>"});
+  EXPECT_EQ(r.content, "Let me check.");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments, R"({"city":"Paris","days":2})");
+  EXPECT_EQ(r.calls[1].name, "get_time");
+  EXPECT_EQ(r.calls[1].arguments, "{}");
+  EXPECT_EQ(r.calls[0].id.rfind("call_", 0), 0u);
+  EXPECT_NE(r.calls[0].id, r.calls[1].id);
+}
+
+TEST(ToolParsers, DeepSeekV31Form) {
+  ToolParseResult r = ParseToolCalls(
+      ToolParser::kDeepSeekV3,
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"q\":\"x\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "search");
+  EXPECT_EQ(r.calls[0].arguments, R"({"q":"x"})");
+  EXPECT_EQ(r.content, "");
+}
+
+TEST(ToolParsers, DeepSeekMalformedFallsBackToContent) {
+  for (const std::string text : {
+           "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{bad json\n```<｜tool▁call▁end｜>",
+           "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}",  // cut short
+           "<｜tool▁calls▁begin｜>garbage",
+           "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>\n```json\n{}\n```<｜tool▁call▁end｜>",
+       }) {
+    ToolParseResult r = ParseToolCalls(ToolParser::kDeepSeekV3, text);
+    EXPECT_TRUE(r.calls.empty()) << text;
+    EXPECT_EQ(r.content, text);
+  }
+  EXPECT_EQ(ParseToolCalls(ToolParser::kDeepSeekV3, "no calls here").content, "no calls here");
+}
+
+TEST(ToolParsers, Hermes) {
+  ToolParseResult r = ParseToolCalls(
+      ToolParser::kHermes,
+      "Sure.\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"neg\", \"arguments\": \"{\\\"x\\\": 3}\"}\n</tool_call><|im_end|>",
+      {"<|im_end|>"});
+  EXPECT_EQ(r.content, "Sure.");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "add");
+  EXPECT_EQ(r.calls[0].arguments, R"({"a":1,"b":2})");
+  EXPECT_EQ(r.calls[1].arguments, R"({"x": 3})");
+  // An unclosed last call is still read.
+  EXPECT_EQ(ParseToolCalls(ToolParser::kHermes, "<tool_call>{\"name\":\"f\",\"arguments\":{}}").calls.size(), 1u);
+}
+
+TEST(ToolParsers, HermesMalformed) {
+  for (const std::string text : {"<tool_call>{\"name\": \"f\", \"arguments\": {</tool_call>",
+                                 "<tool_call>{\"arguments\": {}}</tool_call>",
+                                 "<tool_call>[1,2]</tool_call>", "<tool_call></tool_call>",
+                                 "<tool_call>{\"name\":\"f\",\"arguments\":7}</tool_call>"}) {
+    ToolParseResult r = ParseToolCalls(ToolParser::kHermes, text);
+    EXPECT_TRUE(r.calls.empty()) << text;
+    EXPECT_EQ(r.content, text);
+  }
+}
+
+TEST(ToolParsers, Llama3Json) {
+  ToolParseResult a = ParseToolCalls(ToolParser::kLlama3Json,
+                                     "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"s\": \"a;b\"}}; "
+                                     "{\"name\": \"g\", \"parameters\": {}}<|eom_id|>",
+                                     {"<|eom_id|>"});
+  ASSERT_EQ(a.calls.size(), 2u);
+  EXPECT_EQ(a.calls[0].arguments, R"({"s":"a;b"})");
+  EXPECT_EQ(a.calls[1].name, "g");
+  ToolParseResult b = ParseToolCalls(ToolParser::kLlama3Json, " {\"name\":\"f\",\"parameters\":{\"x\":1}}");
+  ASSERT_EQ(b.calls.size(), 1u);
+  for (const std::string text : {"Hello {\"name\":\"f\"}", "{\"name\": \"f\", \"parameters\": ", "{not json}",
+                                 "{\"parameters\": {}}"}) {
+    ToolParseResult r = ParseToolCalls(ToolParser::kLlama3Json, text);
+    EXPECT_TRUE(r.calls.empty()) << text;
+    EXPECT_EQ(r.content, text);
+  }
+}
+
+TEST(ToolParsers, NamesAndDetection) {
+  bool is_auto = false;
+  ToolParser p;
+  EXPECT_TRUE(ParseToolParserName("auto", &is_auto, &p));
+  EXPECT_TRUE(is_auto);
+  EXPECT_TRUE(ParseToolParserName("hermes", &is_auto, &p));
+  EXPECT_EQ(p, ToolParser::kHermes);
+  EXPECT_FALSE(ParseToolParserName("mistral", &is_auto, &p));
+  EXPECT_EQ(DetectToolParser("{{'<｜tool▁call▁begin｜>'}}"), ToolParser::kDeepSeekV3);
+  EXPECT_EQ(DetectToolParser("<tool_call>"), ToolParser::kHermes);
+  EXPECT_EQ(DetectToolParser("plain"), ToolParser::kNone);
+}
+
+Json Tools() {
+  return Json::parse(R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+      "properties":{"city":{"type":"string"}},"required":["city"]}}},
+      {"type":"function","function":{"name":"get_time"}}])");
+}
+
+TEST(ToolRequest, ChoicesAndErrors) {
+  auto named = ParseToolRequest({{"tools", Tools()}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}});
+  ASSERT_TRUE(std::holds_alternative<ToolRequest>(named));
+  const ToolRequest& n = std::get<ToolRequest>(named);
+  EXPECT_EQ(n.choice, ToolRequest::Choice::kNamed);
+  EXPECT_EQ(n.forced_schema["required"][0], "city");
+  auto calls = ForcedCallsFromOutput(n, R"({"city":"Oslo"})");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].name, "get_weather");
+  EXPECT_TRUE(ForcedCallsFromOutput(n, R"({"city":"Os)").empty());
+
+  auto req = ParseToolRequest({{"tools", Tools()}, {"tool_choice", "required"}, {"parallel_tool_calls", false}});
+  ASSERT_TRUE(std::holds_alternative<ToolRequest>(req));
+  const ToolRequest& r = std::get<ToolRequest>(req);
+  EXPECT_EQ(r.forced_schema["maxItems"], 1);
+  auto rc = ForcedCallsFromOutput(r, R"([{"name":"get_time","parameters":{}}])");
+  ASSERT_EQ(rc.size(), 1u);
+  EXPECT_EQ(rc[0].arguments, "{}");
+
+  auto none = ParseToolRequest({{"tools", Tools()}, {"tool_choice", "none"}});
+  EXPECT_EQ(std::get<ToolRequest>(none).choice, ToolRequest::Choice::kNone);
+  auto def = ParseToolRequest({{"tools", Tools()}});
+  EXPECT_EQ(std::get<ToolRequest>(def).choice, ToolRequest::Choice::kAuto);
+
+  EXPECT_TRUE(std::holds_alternative<ApiError>(ParseToolRequest({{"tool_choice", "required"}})));
+  EXPECT_TRUE(std::holds_alternative<ApiError>(
+      ParseToolRequest({{"tools", Tools()}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}})));
+  EXPECT_TRUE(std::holds_alternative<ApiError>(ParseToolRequest({{"tools", Json::parse(R"([{"type":"function"}])")}})));
+  EXPECT_TRUE(std::holds_alternative<ApiError>(ParseToolRequest({{"tools", Tools()}, {"tool_choice", 3}})));
+}
+
+TEST(ToolStreamer, HoldsBackMarkerPrefixesAndEndOfTurn) {
+  ToolCallStreamer s(ToolParser::kHermes, {"<|im_end|>"});
+  std::string sent;
+  sent += s.Push("Hello <tool");
+  EXPECT_EQ(sent, "Hello ");
+  sent += s.Push("box> and <|im");
+  EXPECT_EQ(sent, "Hello <toolbox> and ");
+  sent += s.Push("_end|>");
+  ToolParseResult end = s.Finish();
+  EXPECT_EQ(sent + end.content, "Hello <toolbox> and ");
+  EXPECT_TRUE(end.calls.empty());
+
+  ToolCallStreamer t(ToolParser::kHermes, {});
+  std::string out = t.Push("Calling.<tool_call>{\"name\":\"f\",");
+  out += t.Push("\"arguments\":{}}</tool_call>");
+  EXPECT_EQ(out, "Calling.");
+  ToolParseResult r = t.Finish();
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "f");
+}
+
+TEST(StructuredSpec, FieldsAndConflicts) {
+  auto a = ParseStructuredSpec({{"guided_choice", {"yes", "no"}}});
+  ASSERT_TRUE(std::holds_alternative<StructuredSpec>(a));
+  EXPECT_EQ(std::get<StructuredSpec>(a).kind, StructuredSpec::Kind::kChoice);
+  auto b = ParseStructuredSpec(Json::parse(R"({"response_format":{"type":"json_schema","json_schema":
+      {"name":"x","strict":false,"schema":{"type":"object"}}}})"));
+  ASSERT_TRUE(std::holds_alternative<StructuredSpec>(b));
+  EXPECT_FALSE(std::get<StructuredSpec>(b).strict);
+  auto c = ParseStructuredSpec({{"guided_json", R"({"type":"integer"})"}});
+  ASSERT_TRUE(std::holds_alternative<StructuredSpec>(c));
+  EXPECT_EQ(std::get<StructuredSpec>(c).schema["type"], "integer");
+  auto d = ParseStructuredSpec({{"structured_outputs", {{"regex", "[a-z]+"}}}});
+  EXPECT_EQ(std::get<StructuredSpec>(d).kind, StructuredSpec::Kind::kRegex);
+  EXPECT_TRUE(std::holds_alternative<ApiError>(ParseStructuredSpec({{"guided_regex", "a"}, {"grammar", "root ::= \"a\""}})));
+  EXPECT_TRUE(std::holds_alternative<ApiError>(ParseStructuredSpec({{"guided_choice", Json::array()}})));
+  EXPECT_TRUE(std::holds_alternative<ApiError>(ParseStructuredSpec({{"guided_json", "{oops"}})));
+  auto none = ParseStructuredSpec({{"response_format", {{"type", "text"}}}});
+  EXPECT_EQ(std::get<StructuredSpec>(none).kind, StructuredSpec::Kind::kNone);
+}
+
+}  // namespace
+}  // namespace dh::server
