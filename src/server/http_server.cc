@@ -413,7 +413,9 @@ bool OpenAIServer::WaitIdle(std::chrono::milliseconds timeout) {
 }
 
 void OpenAIServer::Stop() {
-  if (!http_) return;
+  // Once only: a second call (the destructor's) used to spin in the wait below for 1000 sleeps
+  // of 1 ms, several seconds on a loaded machine, delaying the process exit after SIGTERM.
+  if (!http_ || stopped_.exchange(true)) return;
   // Run() may not have entered its accept loop yet (a start-up failure right after Bind):
   // stop() before that would be lost and Run() would never return.
   for (int i = 0; i < 1000 && !http_->is_running() && port_ > 0; ++i)

@@ -96,6 +96,7 @@ class OpenAIServer {
   std::unique_ptr<Handlers> handlers_;
   std::atomic<State> state_{State::kLoading};
   int port_ = 0;
+  std::atomic<bool> stopped_{false};  // Stop() ran (the destructor's call is then a no-op)
 };
 
 }  // namespace dh::server
