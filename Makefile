@@ -38,7 +38,7 @@ tsan: setup
 	  unit_server_tests e2e_tests
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest --output-on-failure -j $(JOBS) --timeout 1800 \
-	  -R '^(ThreadPool|Engine|Scheduler|Sampler|.*Server|.*Http|Reliability|Load)'
+	  -R '^(ThreadPoolTest|EngineTest|SchedulerTest|SamplerTest|Http[A-Za-z]*Test|Reliability[A-Za-z]*|LoadTest|ChatValidation|CompletionValidation|Sse|Responses|Metrics)\.'
 
 format:
 	find src apps tests bench -name '*.cc' -o -name '*.h' | xargs clang-format -i
