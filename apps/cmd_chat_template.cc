@@ -93,7 +93,7 @@ std::function<int()> SetupChatTemplate(CLI::App* sub) {
     std::string model_path, template_file, template_name = "default";
   };
   auto a = std::make_shared<Args>();
-  sub->add_option("--model-path", a->model_path, "Folder with tokenizer_config.json")->required();
+  sub->add_option("--model-path,--model", a->model_path, "Folder with tokenizer_config.json")->required();
   sub->add_option("--chat-template", a->template_file,
                   "Jinja file to use instead of tokenizer_config.json's chat_template");
   sub->add_option("--template-name", a->template_name,

@@ -7,6 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/command.h"
+#include "apps/default_model.h"
+#include "apps/memory_plan.h"
+#include "base/memory_info.h"
 #include "apps/model_options.h"
 #include "io/npy.h"
 #include "model/sequence_runner.h"
@@ -14,19 +17,31 @@
 namespace dh::app {
 namespace {
 
+// Without --model-path these commands use the embedded model, as run and serve do.
+Status UseEmbeddedModelIfUnset(ModelOptions& o) {
+  if (!o.model_path.empty()) return Status::Ok();
+  o.model_path = DefaultModelPath();
+  if (o.model_path.empty()) {
+    return NotFound("no --model-path given and no embedded model found (looked in {})",
+                    DefaultModelCandidates());
+  }
+  return Status::Ok();
+}
+
 std::function<int()> SetupLogits(CLI::App* sub) {
   struct Args {
     ModelOptions model;
     std::string ids, output;
   };
   auto a = std::make_shared<Args>();
-  AddModelOptions(sub, &a->model);
+  AddModelOptions(sub, &a->model, /*require_model=*/false);
   sub->add_option("--token-ids", a->ids, "Comma-separated prompt token ids")->required();
   sub->add_option("--output,-o", a->output, "Output .npy file: float32 [n_tokens, vocab_size]")
       ->required();
   return [a]() -> int {
     auto ids = ParseIdList(a->ids, "--token-ids");
     if (!ids.ok()) return ReportError(ids.status());
+    if (Status st = UseEmbeddedModelIfUnset(a->model); !st.ok()) return ReportError(st);
     auto loaded = LoadFromOptions(a->model);
     if (!loaded.ok()) return ReportError(loaded.status());
     auto runner = SequenceRunner::Create(*loaded->model, *loaded->backend,
@@ -53,7 +68,7 @@ std::function<int()> SetupGenerate(CLI::App* sub) {
     bool ignore_eos = false;
   };
   auto a = std::make_shared<Args>();
-  AddModelOptions(sub, &a->model);
+  AddModelOptions(sub, &a->model, /*require_model=*/false);
   sub->add_option("--token-ids", a->ids, "Comma-separated prompt token ids")->required();
   sub->add_option("--max-tokens", a->max_tokens, "New tokens to generate (default 16)");
   sub->add_option("--temperature", a->temperature, "0 = greedy (default); > 0 samples");
@@ -69,6 +84,7 @@ std::function<int()> SetupGenerate(CLI::App* sub) {
     if (!(a->temperature >= 0.0) || !std::isfinite(a->temperature)) {
       return ReportError(InvalidArgument("--temperature: expected >= 0"));
     }
+    if (Status st = UseEmbeddedModelIfUnset(a->model); !st.ok()) return ReportError(st);
     auto loaded = LoadFromOptions(a->model);
     if (!loaded.ok()) return ReportError(loaded.status());
     Model& model = *loaded->model;
@@ -113,13 +129,41 @@ std::function<int()> SetupInfo(CLI::App* sub) {
     ModelOptions model;
     int max_seq_len = 0;
     bool json = false;
+    bool plan = false;
+    int max_num_seqs = 64;
+    std::string kv_cache_memory;
   };
   auto a = std::make_shared<Args>();
-  AddModelOptions(sub, &a->model);
+  AddModelOptions(sub, &a->model, /*require_model=*/false);
   sub->add_option("--max-seq-len", a->max_seq_len,
                   "Context for the KV figure (default: max_position_embeddings)");
   sub->add_flag("--json", a->json, "Print JSON");
+  sub->add_flag("--plan", a->plan,
+                "Print the memory plan (weights in the chosen format, KV pool, activations) "
+                "against the available memory, without loading the model");
+  sub->add_option("--max-num-seqs", a->max_num_seqs, "With --plan: sequences batched (default 64)");
+  sub->add_option("--kv-cache-memory", a->kv_cache_memory,
+                  "With --plan: KV pool size (default: as serve chooses)");
   return [a]() -> int {
+    if (Status st = UseEmbeddedModelIfUnset(a->model); !st.ok()) return ReportError(st);
+    if (a->plan) {
+      PlanInputs in;
+      in.model = a->model;
+      in.max_seq_len = a->max_seq_len;
+      in.max_num_seqs = a->max_num_seqs;
+      if (!a->kv_cache_memory.empty()) {
+        auto bytes = ParseByteSizeText(a->kv_cache_memory);
+        if (!bytes) {
+          return ReportError(InvalidArgument("--kv-cache-memory: '{}': expected a size (e.g. 2GiB)",
+                                             a->kv_cache_memory));
+        }
+        in.kv_cache_memory = *bytes;
+      }
+      auto plan = PlanMemory(in);
+      if (!plan.ok()) return ReportError(plan.status());
+      std::fputs(FormatPlan(*plan).c_str(), stdout);
+      return kExitOk;
+    }
     auto loaded = LoadFromOptions(a->model);
     if (!loaded.ok()) return ReportError(loaded.status());
     const Model& m = *loaded->model;

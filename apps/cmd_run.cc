@@ -98,6 +98,7 @@ int Run(RunArgs& a) {
     }
     auto text = Stream(engine, std::move(*ids), sp);
     std::printf("\n");
+    std::fflush(stdout);
     return text.ok() ? kExitOk : ReportError(text.status());
   }
 
@@ -134,6 +135,7 @@ int Run(RunArgs& a) {
     if (!ids.ok()) return ReportError(ids.status());
     auto reply = Stream(engine, std::move(*ids), sp);
     std::printf("\n");
+    std::fflush(stdout);  // the reply's line ends before the next "> " prompt on stderr
     if (!reply.ok()) return ReportError(reply.status());
     messages.push_back({{"role", "assistant"}, {"content", *reply}});
   }

@@ -19,9 +19,11 @@
 
 #include "apps/command.h"
 #include "apps/default_model.h"
+#include "apps/memory_plan.h"
 #include "apps/model_options.h"
 #include "backend/registry.h"
 #include "base/log.h"
+#include "base/memory_info.h"
 #include "engine/engine.h"
 #include "server/http_server.h"
 #include "server/tool_calls.h"
@@ -53,27 +55,28 @@ struct ServeArgs {
   size_t max_body_bytes = 8u << 20;
   bool no_prefix_caching = false;
   bool no_webui = false;
+  std::vector<std::string> allowed_origins;
+  std::vector<std::string> allowed_hosts;
+  int max_connections = 4096;
+  uint64_t kv_cache_bytes = 0;  // parsed --kv-cache-memory
+  bool no_memory_check = false;
 };
 
-// "8GiB", "512MiB", "1.5G", "1000000" -> bytes.
-Result<uint64_t> ParseByteSize(const std::string& text) {
-  size_t pos = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &pos);
-  } catch (...) {
-    return InvalidArgument("--kv-cache-memory: '{}' is not a size (e.g. 2GiB, 512MiB)", text);
+// "8GiB", "512MiB", "1.5G", "1000000" -> bytes, checked against the memory this process may
+// still use (MemAvailable and the cgroup limit) before anything is allocated.
+Result<uint64_t> ParseKvCacheMemory(const std::string& text) {
+  const std::optional<uint64_t> bytes = ParseByteSizeText(text);
+  if (!bytes)
+    return InvalidArgument("--kv-cache-memory: '{}': expected a positive size (e.g. 2GiB, 512MiB)",
+                           text);
+  const MemoryInfo mem = ReadMemoryInfo();
+  if (mem.available > 0 && *bytes > mem.available) {
+    return InvalidArgument("--kv-cache-memory {}: {} requested but only {} is available ({}); "
+                           "the weights need room too: try --kv-cache-memory {}MiB",
+                           text, FormatBytes(*bytes), FormatBytes(mem.available), mem.source,
+                           mem.available / 2 >> 20);
   }
-  std::string unit = text.substr(pos);
-  double scale = 1;
-  if (unit.empty() || unit == "B") scale = 1;
-  else if (unit == "K" || unit == "KiB" || unit == "KB") scale = 1024.0;
-  else if (unit == "M" || unit == "MiB" || unit == "MB") scale = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB" || unit == "GB") scale = 1024.0 * 1024 * 1024;
-  else return InvalidArgument("--kv-cache-memory: unknown unit '{}' (use B, KiB, MiB, GiB)", unit);
-  if (!(value > 0) || value * scale > 1e15)
-    return InvalidArgument("--kv-cache-memory: expected a positive size, got '{}'", text);
-  return static_cast<uint64_t>(value * scale);
+  return *bytes;
 }
 
 Status ValidateArgs(ServeArgs& a) {
@@ -87,6 +90,13 @@ Status ValidateArgs(ServeArgs& a) {
     return InvalidArgument("--max-num-batched-tokens: expected >= 1, got {}", a.max_num_batched_tokens);
   if (a.max_seq_len < 0) return InvalidArgument("--max-seq-len: expected >= 0, got {}", a.max_seq_len);
   if (a.max_queued < 1) return InvalidArgument("--max-num-queued-reqs: expected >= 1, got {}", a.max_queued);
+  if (a.max_connections < 1)
+    return InvalidArgument("--max-connections: expected >= 1, got {}", a.max_connections);
+  if (!a.kv_cache_memory.empty()) {
+    auto bytes = ParseKvCacheMemory(a.kv_cache_memory);
+    if (!bytes.ok()) return bytes.status();
+    a.kv_cache_bytes = *bytes;
+  }
   if (!(a.shutdown_timeout >= 0)) return InvalidArgument("--shutdown-timeout: expected >= 0 seconds");
   if (a.metrics_prefix.empty() || a.metrics_prefix.back() != ':')
     return InvalidArgument("--metrics-prefix: expected a name ending in ':' (e.g. vllm:), got '{}'",
@@ -154,6 +164,19 @@ class SignalWaiter {
 int RunServe(ServeArgs& a) {
   SignalWaiter signals;
   if (Status st = ValidateArgs(a); !st.ok()) return ReportError(st);
+  if (!a.no_memory_check) {
+    // Refuse what cannot fit before binding or loading anything (apps/memory_plan.h).
+    PlanInputs in;
+    in.model = a.model;
+    in.max_seq_len = a.max_seq_len;
+    in.max_num_seqs = a.max_num_seqs;
+    in.max_num_batched_tokens = a.max_num_batched_tokens;
+    in.kv_cache_memory = a.kv_cache_bytes;
+    in.num_kv_blocks = a.num_kv_blocks;
+    auto plan = PlanMemory(in);
+    if (!plan.ok()) return ReportError(plan.status());
+    if (Status st = CheckPlanFits(in, *plan); !st.ok()) return ReportError(st);
+  }
 
   server::ServerOptions so;
   so.host = a.host;
@@ -164,12 +187,12 @@ int RunServe(ServeArgs& a) {
   so.max_body_bytes = a.max_body_bytes;
   so.webui = !a.no_webui;
   so.tool_call_parser = a.tool_call_parser;
+  so.allowed_origins = a.allowed_origins;
+  so.allowed_hosts = a.allowed_hosts;
+  so.max_connections = a.max_connections;
   so.http_threads = a.http_threads > 0 ? a.http_threads : std::max(64, 2 * a.max_num_seqs + 16);
   server::OpenAIServer http(so);
-  if (Status st = http.Bind(); !st.ok()) {
-    ReportError(st);
-    return kExitFailure;
-  }
+  if (Status st = http.Bind(); !st.ok()) return ReportError(st);  // exit 2: e.g. port in use
   std::thread http_thread([&http] { http.Run(); });
   auto fail = [&](const Status& st) {
     http.Stop();
@@ -218,11 +241,7 @@ int RunServe(ServeArgs& a) {
   eo.max_queue_size = a.max_queued;
   eo.num_kv_blocks = a.num_kv_blocks;
   eo.enable_prefix_caching = !a.no_prefix_caching;
-  if (!a.kv_cache_memory.empty()) {
-    auto bytes = ParseByteSize(a.kv_cache_memory);
-    if (!bytes.ok()) return fail(bytes.status());
-    eo.kv_cache_memory = *bytes;
-  }
+  eo.kv_cache_memory = a.kv_cache_bytes;
   Engine engine(eo, std::move(model->model), *model->backend, tokenizer->get());
   if (Status st = engine.Start(); !st.ok()) return fail(st);
 
@@ -311,14 +330,24 @@ std::function<int()> SetupServe(CLI::App* sub) {
                   "Seconds to let in-flight requests finish after SIGTERM (default 30; 0 aborts "
                   "them at once)");
   sub->add_option("--http-threads", a->http_threads,
-                  "HTTP worker threads, i.e. concurrent connections served (default: "
-                  "max(64, 2 * max-num-seqs + 16))");
+                  "HTTP worker threads kept ready (default: max(64, 2 * max-num-seqs + 16)); "
+                  "connections beyond them get a thread each, up to --max-connections");
   sub->add_option("--max-body-bytes", a->max_body_bytes,
                   "Largest request body; larger ones get 413 (default 8 MiB)");
   sub->add_flag("--no-enable-prefix-caching", a->no_prefix_caching,
                 "Turn off prefix caching (on by default)");
   sub->add_flag("--no-webui", a->no_webui,
                 "Do not serve the web UI (chat page at /, dashboard at /dashboard)");
+  sub->add_option("--allowed-origins", a->allowed_origins,
+                  "Browser origins allowed by CORS, e.g. http://localhost:3000, or * (default: "
+                  "none, no CORS headers)");
+  sub->add_option("--allowed-hosts", a->allowed_hosts,
+                  "Host header names accepted besides localhost/127.0.0.1/[::1] on a loopback "
+                  "bind (behind a proxy), or * for any (default: none)");
+  sub->add_flag("--no-memory-check", a->no_memory_check,
+                "Start even when the memory plan (`info --plan`) says the model does not fit");
+  sub->add_option("--max-connections", a->max_connections,
+                  "Open connections at most; more get 503 and are closed (default 4096)");
   return [a]() -> int { return RunServe(*a); };
 }
 

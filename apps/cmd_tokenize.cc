@@ -45,7 +45,7 @@ std::function<int()> SetupTokenize(CLI::App* sub) {
     bool jsonl = false;
   };
   auto a = std::make_shared<Args>();
-  sub->add_option("--model-path", a->model_path, "Folder with tokenizer.json")->required();
+  sub->add_option("--model-path,--model", a->model_path, "Folder with tokenizer.json")->required();
   sub->add_flag("--add-special-tokens", a->add_special_tokens,
                 "Apply the post-processor (e.g. BOS) as Hugging Face does");
   sub->add_flag("--jsonl", a->jsonl,
@@ -88,7 +88,7 @@ std::function<int()> SetupDetokenize(CLI::App* sub) {
     bool json = false;
   };
   auto a = std::make_shared<Args>();
-  sub->add_option("--model-path", a->model_path, "Folder with tokenizer.json")->required();
+  sub->add_option("--model-path,--model", a->model_path, "Folder with tokenizer.json")->required();
   sub->add_option("--ids", a->ids, "Comma-separated token ids")->required();
   sub->add_flag("--skip-special-tokens", a->skip_special_tokens, "Leave special tokens out");
   sub->add_flag("--json", a->json, "Print {\"text\": ...} instead of the raw text");

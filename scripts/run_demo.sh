@@ -18,7 +18,7 @@ MODEL="$ROOT/models/shakespeare-v3"
 has_command() { "$BIN" "$1" --help >/dev/null 2>&1; }
 
 if [[ -f "$MODEL/config.json" ]] && has_command run; then
-  echo "== deepharness run: trained tiny DeepSeek-V3-style Shakespeare model ($MODEL)"
+  echo "== deepharness run: trained tiny DeepSeek-V3-style Shakespeare model (models/shakespeare-v3)"
   echo "== prompt: \"ROMEO:\""
   if "$BIN" run --model-path "$MODEL" --prompt "ROMEO:" --max-tokens 100 --seed 42; then
     exit 0

@@ -198,10 +198,16 @@ std::optional<std::string> StopReason(const RequestOutput& out, const Tokenizer*
 using internal::ChoiceState;
 using internal::Job;
 
+// 128 random bits per id (ids are not guessable from one another, unlike a counter).
 std::string NewResponseId(const char* prefix) {
-  static std::atomic<uint64_t> counter{0};
-  static const uint64_t salt = std::random_device{}();
-  return fmt::format("{}{:016x}{:08x}", prefix, salt, counter.fetch_add(1));
+  thread_local std::mt19937_64 rng = [] {
+    std::random_device rd;
+    std::seed_seq seq{rd(), rd(), rd(), rd(), rd(), rd(), rd(), rd()};
+    return std::mt19937_64(seq);
+  }();
+  const uint64_t hi = rng();
+  const uint64_t lo = rng();
+  return fmt::format("{}{:016x}{:016x}", prefix, hi, lo);
 }
 
 GenerationService::GenerationService(Engine* engine, const Tokenizer* tokenizer,
@@ -251,7 +257,22 @@ Reply GenerationService::Error(const ApiError& error) const {
   return r;
 }
 
-std::optional<ApiError> GenerationService::CheckModel(const std::string& model) const {
+// The client closed its connection before the answer was ready: nobody reads this reply.
+Reply GenerationService::ClientGoneReply() const {
+  ApiError e;
+  e.status = 499;
+  e.type = "invalid_request_error";
+  e.message = "The client closed the connection";
+  e.code = "client_closed_request";
+  return Error(e);
+}
+
+std::optional<ApiError> GenerationService::CheckModel(std::string& model) const {
+  // 'model' is optional (vLLM, llama.cpp): without it the first served name is used.
+  if (model.empty()) {
+    model = config_.served_model_names.front();
+    return std::nullopt;
+  }
   for (const std::string& name : config_.served_model_names)
     if (name == model) return std::nullopt;
   std::string served;
@@ -261,15 +282,25 @@ std::optional<ApiError> GenerationService::CheckModel(const std::string& model) 
 
 namespace {
 
-// Waits for every choice to finish (full responses).
-void WaitAll(Job& job) {
+// Waits for every choice to finish (full responses). When `client_alive` says the client has
+// gone, every unfinished choice is cancelled (its sequence freed) and false is returned.
+bool WaitAll(Job& job, const ClientAlive& client_alive) {
+  auto cancel_all = [&job] {
+    for (ChoiceState& c : job.choices)
+      if (!c.finished) c.handle->Cancel();
+  };
   for (ChoiceState& c : job.choices) {
     while (!c.finished) {
-      auto out = c.handle->Next(std::chrono::milliseconds(500));
+      auto out = c.handle->Next(std::chrono::milliseconds(100));
       if (out) internal::Absorb(c, std::move(*out));
+      if (!c.finished && client_alive && !client_alive()) {
+        cancel_all();
+        return false;
+      }
     }
     internal::RecordChoice(job, c, false);
   }
+  return true;
 }
 
 bool AnyEngineError(const Job& job) {
@@ -280,7 +311,7 @@ bool AnyEngineError(const Job& job) {
 
 }  // namespace
 
-Reply GenerationService::ChatCompletions(const Json& body) {
+Reply GenerationService::ChatCompletions(const Json& body, const ClientAlive& client_alive) {
   auto parsed = ParseChatCompletionRequest(body, config_.limits, model_limits());
   if (auto* e = std::get_if<ApiError>(&parsed)) return Error(*e);
   ChatCompletionRequest& req = std::get<ChatCompletionRequest>(parsed);
@@ -320,7 +351,7 @@ Reply GenerationService::ChatCompletions(const Json& body) {
     reply.stream = internal::MakeChatStream(job);
     return reply;
   }
-  WaitAll(*job);
+  if (!WaitAll(*job, client_alive)) return ClientGoneReply();
   if (AnyEngineError(*job)) return Error(InternalError("The engine failed while generating"));
   std::vector<ChatChoice> choices;
   for (ChoiceState& c : job->choices) {
@@ -347,7 +378,7 @@ Reply GenerationService::ChatCompletions(const Json& body) {
   return reply;
 }
 
-Reply GenerationService::Completions(const Json& body) {
+Reply GenerationService::Completions(const Json& body, const ClientAlive& client_alive) {
   auto parsed = ParseCompletionRequest(body, config_.limits, model_limits());
   if (auto* e = std::get_if<ApiError>(&parsed)) return Error(*e);
   CompletionRequest& req = std::get<CompletionRequest>(parsed);
@@ -400,7 +431,7 @@ Reply GenerationService::Completions(const Json& body) {
     reply.stream = internal::MakeCompletionStream(job);
     return reply;
   }
-  WaitAll(*job);
+  if (!WaitAll(*job, client_alive)) return ClientGoneReply();
   if (AnyEngineError(*job)) return Error(InternalError("The engine failed while generating"));
   std::vector<CompletionChoice> choices;
   for (ChoiceState& c : job->choices) {
@@ -432,7 +463,7 @@ Reply GenerationService::Completions(const Json& body) {
   return reply;
 }
 
-Reply GenerationService::Tokenize(const Json& body) {
+Reply GenerationService::Tokenize(const Json& body, const ClientAlive&) {
   auto parsed = ParseTokenizeRequest(body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return Error(*e);
   TokenizeRequest& req = std::get<TokenizeRequest>(parsed);
@@ -461,7 +492,7 @@ Reply GenerationService::Tokenize(const Json& body) {
   return reply;
 }
 
-Reply GenerationService::Detokenize(const Json& body) {
+Reply GenerationService::Detokenize(const Json& body, const ClientAlive&) {
   auto parsed = ParseDetokenizeRequest(body, model_limits());
   if (auto* e = std::get_if<ApiError>(&parsed)) return Error(*e);
   DetokenizeRequest& req = std::get<DetokenizeRequest>(parsed);
@@ -476,17 +507,30 @@ Reply GenerationService::Detokenize(const Json& body) {
   return reply;
 }
 
+namespace {
+Json ModelObject(const std::string& name, int64_t created, int max_model_len) {
+  return {{"id", name},          {"object", "model"}, {"created", created},
+          {"owned_by", "deepharness"}, {"root", name},      {"parent", nullptr},
+          {"max_model_len", max_model_len}};
+}
+}  // namespace
+
+Reply GenerationService::Model(const std::string& id, int64_t created) const {
+  for (const std::string& name : config_.served_model_names) {
+    if (name != id) continue;
+    Reply reply;
+    reply.body = SafeDump(ModelObject(name, created, engine_->max_model_len()));
+    return reply;
+  }
+  std::string served;
+  for (const std::string& name : config_.served_model_names) served += (served.empty() ? "" : ", ") + name;
+  return Error(ModelNotFound(served));
+}
+
 Reply GenerationService::Models(int64_t created) const {
   Json data = Json::array();
-  for (const std::string& name : config_.served_model_names) {
-    data.push_back({{"id", name},
-                    {"object", "model"},
-                    {"created", created},
-                    {"owned_by", "deepharness"},
-                    {"root", name},
-                    {"parent", nullptr},
-                    {"max_model_len", engine_->max_model_len()}});
-  }
+  for (const std::string& name : config_.served_model_names)
+    data.push_back(ModelObject(name, created, engine_->max_model_len()));
   Reply reply;
   reply.body = SafeDump({{"object", "list"}, {"data", std::move(data)}});
   return reply;

@@ -37,6 +37,8 @@ class StreamJob {
   virtual void Run(EventSink& sink) = 0;
 };
 
+using ClientAlive = std::function<bool()>;
+
 struct Reply {
   int status = 200;
   std::string body;                   // JSON (when stream is null)
@@ -58,16 +60,22 @@ class GenerationService {
                     const ChatPromptRenderer* renderer, GenerationConfig config,
                     ServerMetrics* metrics);
 
-  Reply ChatCompletions(const Json& body);
-  Reply Completions(const Json& body);
-  Reply Tokenize(const Json& body);
-  Reply Detokenize(const Json& body);
+  // `client_alive` (optional) is polled while a non-streaming answer is generated; when it
+  // returns false the request is cancelled and its sequences freed.
+  Reply ChatCompletions(const Json& body, const ClientAlive& client_alive = {});
+  Reply Completions(const Json& body, const ClientAlive& client_alive = {});
+  Reply Tokenize(const Json& body, const ClientAlive& client_alive = {});
+  Reply Detokenize(const Json& body, const ClientAlive& client_alive = {});
   Reply Models(int64_t created) const;
+  // GET /v1/models/{id}: one model object, or 404 model_not_found.
+  Reply Model(const std::string& id, int64_t created) const;
 
   ModelLimits model_limits() const;
 
  private:
-  std::optional<ApiError> CheckModel(const std::string& model) const;
+  // Empty `model` becomes the first served name; an unknown one is 404 model_not_found.
+  std::optional<ApiError> CheckModel(std::string& model) const;
+  Reply ClientGoneReply() const;
   // Structured-output fields -> job.grammar (and reply->warning under strict: false).
   std::optional<ApiError> PrepareStructured(const Json& body, internal::Job& job, Reply* reply);
   Reply Error(const ApiError& error) const;

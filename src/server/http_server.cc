@@ -3,6 +3,8 @@
 #include "server/http_server.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cstring>
 #include <thread>
 
@@ -14,6 +16,7 @@
 #include "server/generation.h"
 #include "server/request_body.h"
 #include "server/webui.h"
+#include "server/http_connection.h"
 
 namespace dh::server {
 
@@ -64,6 +67,28 @@ bool Contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
+bool EqualsIgnoreCase(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  return true;
+}
+
+bool ContainsIgnoreCase(const std::vector<std::string>& v, const std::string& s) {
+  return std::any_of(v.begin(), v.end(), [&](const std::string& x) { return EqualsIgnoreCase(x, s); });
+}
+
+// "Transfer-Encoding: gzip, chunked" -> true.
+bool IsChunked(const httplib::Request& req) {
+  std::string te = req.get_header_value("Transfer-Encoding");
+  for (char& c : te) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return te.find("chunked") != std::string::npos;
+}
+
+// Wire bytes a chunked body may take: the body cap plus room for the chunk framing.
+size_t ChunkedWireLimit(size_t max_body) { return max_body + max_body / 8 + 4096; }
+
 }  // namespace
 
 // Holds what exists once the model is attached, and the in-flight request count for draining.
@@ -86,7 +111,7 @@ class OpenAIServer::Handlers {
 
 OpenAIServer::OpenAIServer(ServerOptions options)
     : options_(std::move(options)),
-      http_(std::make_unique<httplib::Server>()),
+      http_(nullptr),
       handlers_(std::make_unique<Handlers>()) {
   if (options_.served_model_names.empty()) options_.served_model_names.push_back("default");
 }
@@ -94,10 +119,25 @@ OpenAIServer::OpenAIServer(ServerOptions options)
 OpenAIServer::~OpenAIServer() { Stop(); }
 
 Status OpenAIServer::Bind() {
+  ConnectionLimits limits;
+  limits.read_timeout = options_.read_timeout;
+  limits.write_timeout = options_.write_timeout;
+  limits.keep_alive_timeout = options_.keep_alive_timeout;
+  limits.max_connections = std::max(1, options_.max_connections);
+  http_ = std::make_unique<ConnectionServer>(limits);
   httplib::Server& http = *http_;
+  // --http-threads are kept ready; a connection beyond them gets a thread of its own, so idle
+  // keep-alive connections cannot starve new ones (http_connection.h).
   int threads = options_.http_threads;
   if (threads <= 0) threads = 64;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  const int max_threads = limits.max_connections + 64;
+  http.new_task_queue = [threads, max_threads] { return new ElasticTaskQueue(threads, max_threads); };
+  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which let a second server bind the
+  // same port and silently take part of the traffic.
+  http.set_socket_options([](::socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   http.set_payload_max_length(options_.max_body_bytes);
   http.set_read_timeout(options_.read_timeout.count(), 0);
   http.set_write_timeout(options_.write_timeout.count(), 0);
@@ -105,20 +145,47 @@ Status OpenAIServer::Bind() {
   http.set_tcp_nodelay(true);
 
   const bool loopback_bind = IsLoopbackHost(options_.host);
-  // Runs before routing and before the body is read: Host check, auth, size check.
-  http.set_pre_routing_handler([this, loopback_bind](const httplib::Request& req,
-                                                     httplib::Response& res) {
-    if (loopback_bind) {
+  const bool any_host = Contains(options_.allowed_hosts, "*");
+  // Runs before routing and before the body is read: CORS, Host check, auth, size check.
+  http.set_pre_routing_handler([this, loopback_bind, any_host](const httplib::Request& req,
+                                                               httplib::Response& res) {
+    if (Connection* conn = CurrentConnection()) conn->MarkHeadersDone();
+    const std::string origin = req.get_header_value("Origin");
+    const bool cors = !origin.empty() && (Contains(options_.allowed_origins, "*") ||
+                                          Contains(options_.allowed_origins, origin));
+    if (cors) {
+      res.set_header("Access-Control-Allow-Origin",
+                     Contains(options_.allowed_origins, "*") ? "*" : origin);
+      res.set_header("Vary", "Origin");
+    }
+    if (!any_host && (loopback_bind || !options_.allowed_hosts.empty())) {
       std::string host = HostName(req.get_header_value("Host"));
-      if (!IsLoopbackHost(host)) {
+      const bool allowed = (loopback_bind && IsLoopbackHost(host)) ||
+                           ContainsIgnoreCase(options_.allowed_hosts, host);
+      if (!allowed) {
         ApiError e;
         e.status = 403;
         e.type = "permission_error";
-        e.message = "Host header not allowed for a loopback-bound server";
+        e.message = loopback_bind ? "Host header not allowed for a loopback-bound server "
+                                    "(see --allowed-hosts)"
+                                  : "Host header not allowed (see --allowed-hosts)";
         e.code = "host_not_allowed";
         SendError(res, e);
         return httplib::Server::HandlerResponse::Handled;
       }
+    }
+    // CORS preflight: browsers send it without credentials; answered here for every route.
+    if (req.method == "OPTIONS") {
+      res.status = 204;
+      res.set_header("Allow", "GET, POST, OPTIONS");
+      if (cors) {
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+        res.set_header("Access-Control-Allow-Headers",
+                       asked.empty() ? "Authorization, Content-Type" : asked);
+        res.set_header("Access-Control-Max-Age", "600");
+      }
+      return httplib::Server::HandlerResponse::Handled;
     }
     const bool is_public = req.path == "/health" || req.path == "/health/live" ||
                            (options_.webui && IsWebUiPath(req.path));
@@ -148,6 +215,11 @@ Status OpenAIServer::Bind() {
         return httplib::Server::HandlerResponse::Handled;
       }
     }
+    // httplib does not apply its payload limit to chunked bodies: cap the bytes read instead
+    // (the error handler turns the cut into a 413 and the connection is closed).
+    if (IsChunked(req)) {
+      if (Connection* conn = CurrentConnection()) conn->LimitBody(ChunkedWireLimit(options_.max_body_bytes));
+    }
     return httplib::Server::HandlerResponse::Unhandled;
   });
 
@@ -162,6 +234,9 @@ Status OpenAIServer::Bind() {
       e = known ? MethodNotAllowed() : NotFoundRoute();
     } else if (res.status == 413) {
       e = PayloadTooLarge(max_body);
+    } else if (Connection* conn = CurrentConnection(); conn && conn->body_too_large()) {
+      e = PayloadTooLarge(max_body);
+      res.set_header("Connection", "close");
     } else {
       e.status = res.status;
       e.message = "Bad request";
@@ -218,8 +293,15 @@ Status OpenAIServer::Bind() {
     Reply reply = handlers_->generation->Models(handlers_->context.model_created_unix);
     res.set_content(reply.body, "application/json");
   });
+  http.Get(R"(/v1/models/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    if (state_.load() == State::kLoading) return SendError(res, NotReady());
+    Reply reply = handlers_->generation->Model(req.matches[1].str(),
+                                               handlers_->context.model_created_unix);
+    res.status = reply.status;
+    res.set_content(reply.body, "application/json");
+  });
 
-  using Method = Reply (GenerationService::*)(const Json&);
+  using Method = Reply (GenerationService::*)(const Json&, const ClientAlive&);
   auto post = [this](const char* path, Method method) {
     http_->Post(path, [this, method](const httplib::Request& req, httplib::Response& res) {
       switch (state_.load()) {
@@ -234,7 +316,11 @@ Status OpenAIServer::Bind() {
       auto body = ParseRequestBody(req.body);
       if (auto* e = std::get_if<ApiError>(&body)) return SendError(res, *e);
       handlers_->Enter();
-      Reply reply = (handlers_->generation.get()->*method)(std::get<Json>(body));
+      // Non-streaming answers poll the connection so a client that hangs up cancels its work.
+      Connection* conn = CurrentConnection();
+      ClientAlive alive;
+      if (conn) alive = [conn] { return !conn->ClientGone(); };
+      Reply reply = (handlers_->generation.get()->*method)(std::get<Json>(body), alive);
       if (!reply.warning.empty()) res.set_header("Warning", "299 deepharness \"" + reply.warning + "\"");
       if (!reply.stream) {
         handlers_->Leave();
@@ -272,9 +358,14 @@ Status OpenAIServer::Bind() {
     RaiseListenBacklog(port_);
     return Status::Ok();
   }
+  errno = 0;
   if (!http.bind_to_port(options_.host, options_.port)) {
-    return IoError("cannot listen on {}:{} (address in use or not available)", options_.host,
-                   options_.port);
+    if (errno == EADDRINUSE) {
+      return IoError("--port {}: cannot listen on {}:{}: the address is already in use (is "
+                     "another server running there?)", options_.port, options_.host, options_.port);
+    }
+    return IoError("--host/--port: cannot listen on {}:{}: {}", options_.host, options_.port,
+                   errno != 0 ? std::strerror(errno) : "address not available");
   }
   port_ = options_.port;
   RaiseListenBacklog(port_);
@@ -301,7 +392,9 @@ void OpenAIServer::RaiseListenBacklog(int port) {
   }
 }
 
-void OpenAIServer::Run() { http_->listen_after_bind(); }
+void OpenAIServer::Run() {
+  if (http_) http_->listen_after_bind();
+}
 
 void OpenAIServer::Attach(ServingContext context) {
   handlers_->context = context;
@@ -326,11 +419,14 @@ bool OpenAIServer::WaitIdle(std::chrono::milliseconds timeout) {
 }
 
 void OpenAIServer::Stop() {
-  if (!http_) return;
+  // Once only: a second call (the destructor's) used to spin in the wait below for 1000 sleeps
+  // of 1 ms, several seconds on a loaded machine, delaying the process exit after SIGTERM.
+  if (!http_ || stopped_.exchange(true)) return;
   // Run() may not have entered its accept loop yet (a start-up failure right after Bind):
   // stop() before that would be lost and Run() would never return.
   for (int i = 0; i < 1000 && !http_->is_running() && port_ > 0; ++i)
     std::this_thread::sleep_for(1ms);
+  http_->StopConnections();  // idle keep-alive connections end now, not at their timeout
   http_->stop();
 }
 

@@ -1,12 +1,13 @@
 // OpenAIServer: the HTTP front of `deepharness serve` (cpp-httplib; see docs/server.md for the
 // choice). Routes: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize; GET
-// /v1/models, /health, /metrics. The server starts listening before the model is loaded
+// /v1/models, /v1/models/{id}, /health, /metrics; OPTIONS (CORS preflight) on every route. The server starts listening before the model is loaded
 // (/health answers 503 "loading"), serves once Attach() hands it an engine, and on BeginDrain()
 // refuses new work with 503 while in-flight requests finish.
 //
 // Security defaults (reliability.md): every route but /health needs the API key when one is
-// set; on a loopback bind only loopback Host headers are accepted (DNS rebinding); bodies are
-// size- and depth-limited; error messages never echo request content.
+// set; on a loopback bind only loopback Host headers (and --allowed-hosts) are accepted (DNS
+// rebinding); CORS only for --allowed-origins; bodies (chunked ones too) are size- and
+// depth-limited; error messages never echo request content. Connections: http_connection.h.
 #pragma once
 
 #include <atomic>
@@ -23,11 +24,9 @@
 #include "server/metrics.h"
 #include "server/openai_request.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace dh::server {
+
+class ConnectionServer;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -44,6 +43,13 @@ struct ServerOptions {
   std::chrono::seconds write_timeout{60};
   std::chrono::seconds keep_alive_timeout{30};
   bool webui = true;  // GET / (chat), /dashboard, /webui/* (server/webui.h)
+  // Open connections beyond this get 503 and are closed (each open connection holds a thread).
+  int max_connections = 4096;
+  // Browser origins allowed by CORS ("*": any); empty: no CORS headers, preflights get none.
+  std::vector<std::string> allowed_origins;
+  // Host header names accepted besides the loopback names of a loopback bind ("*": any).
+  // Non-empty also restricts a non-loopback bind to these names.
+  std::vector<std::string> allowed_hosts;
 };
 
 // What the server needs once the model is loaded. Pointers must outlive the server.
@@ -87,11 +93,12 @@ class OpenAIServer {
 
   class Handlers;
   ServerOptions options_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<ConnectionServer> http_;
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<Handlers> handlers_;
   std::atomic<State> state_{State::kLoading};
   int port_ = 0;
+  std::atomic<bool> stopped_{false};  // Stop() ran (the destructor's call is then a no-op)
 };
 
 }  // namespace dh::server

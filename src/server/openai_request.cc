@@ -307,7 +307,7 @@ Error ParseMessages(const Json& obj, bool allow_empty, std::vector<ChatMessage>*
 
 Error ParseModel(const Json& obj, std::string* out) {
   const Json* v = Field(obj, "model");
-  if (!v) return BadRequest("model", "'model' is required");
+  if (!v) return std::nullopt;  // optional: the server fills in its served model
   if (!v->is_string()) return TypeError("model", "a string");
   *out = v->get<std::string>();
   return std::nullopt;

@@ -141,6 +141,33 @@ struct PlannedRequest {
   std::vector<int32_t> prompt;
 };
 
+// The whole story of a failed connection ("Connection" alone says little).
+std::string ConnectionErrorText(httplib::Error error, const std::string& url) {
+  std::string what;
+  switch (error) {
+    case httplib::Error::Connection:
+      what = "could not connect (refused, unreachable or timed out)";
+      break;
+    case httplib::Error::Read:
+      what = "the connection failed or was closed while reading the response";
+      break;
+    case httplib::Error::Write:
+      what = "the connection failed or was closed while sending the request";
+      break;
+    case httplib::Error::BindIPAddress:
+      what = "could not bind the local address";
+      break;
+    case httplib::Error::Canceled:
+      what = "the request was cancelled";
+      break;
+    default:
+      what = "request failed";
+      break;
+  }
+  return fmt::format("connection error to {}: {} (httplib error {})", url, what,
+                     httplib::to_string(error));
+}
+
 RequestResult SendOne(httplib::Client& client, const std::string& path,
                       const BenchServeOptions& o, const std::string& model,
                       const PromptClass& cls, const PlannedRequest& plan) {
@@ -170,7 +197,7 @@ RequestResult SendOne(httplib::Client& client, const std::string& path,
   r.latency = std::chrono::duration<double>(Clock::now() - start).count();
   if (!res) {
     r.status = 0;
-    r.error = "connection error: " + httplib::to_string(res.error());
+    r.error = ConnectionErrorText(res.error(), o.url);
     return r;
   }
   r.status = res->status;
@@ -262,7 +289,7 @@ Result<BenchServeResult> RunBenchServe(const BenchServeOptions& o_in) {
     probe.set_connection_timeout(10);
     probe.set_read_timeout(30);
     auto res = probe.Get((target.prefix + "/v1/models").c_str(), AuthHeaders(o.api_key));
-    if (!res) return IoError("cannot reach {}: {}", o.url, httplib::to_string(res.error()));
+    if (!res) return IoError("cannot reach {}: {}", o.url, ConnectionErrorText(res.error(), o.url));
     if (res->status != 200) return IoError("GET /v1/models on {} answered HTTP {}", o.url, res->status);
     Json models = Json::parse(res->body, nullptr, false);
     if (models.is_discarded() || !models.contains("data") || !models["data"].is_array() ||

@@ -90,9 +90,9 @@ TEST_F(HttpErrorsTest, Row03WrongTypes) {
 }
 
 TEST_F(HttpErrorsTest, Row04MissingAndBadMessages) {
-  Json no_model = Chat();
-  no_model.erase("model");
-  EXPECT_EQ(Expect(server_->PostJson("/v1/chat/completions", no_model), 400, "no model"), "model");
+  // 'model' is optional since issue 20 (the served model is used): a wrong type is still 400.
+  Json bad_model = Chat({{"model", 3}});
+  EXPECT_EQ(Expect(server_->PostJson("/v1/chat/completions", bad_model), 400, "model 3"), "model");
   Json no_messages = Chat();
   no_messages.erase("messages");
   EXPECT_EQ(Expect(server_->PostJson("/v1/chat/completions", no_messages), 400, "no messages"), "messages");

@@ -94,9 +94,13 @@ TEST(ChatValidation, WrongTypesNameTheField) {
 }
 
 TEST(ChatValidation, MissingAndBadMessages) {
+  // 'model' is optional (the server fills in its served model, as vLLM and llama.cpp do).
   Json no_model = Chat();
   no_model.erase("model");
-  EXPECT_EQ(ChatParam(no_model), "model");
+  EXPECT_EQ(ChatParam(no_model), "OK");
+  auto parsed = ParseChatCompletionRequest(no_model, kLimits, kModel);
+  ASSERT_TRUE(std::holds_alternative<ChatCompletionRequest>(parsed));
+  EXPECT_EQ(std::get<ChatCompletionRequest>(parsed).model, "");
   Json no_messages = Chat();
   no_messages.erase("messages");
   EXPECT_EQ(ChatParam(no_messages), "messages");
