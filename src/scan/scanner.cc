@@ -431,7 +431,11 @@ void Summarize(ScanReport* report) {
       case CountMode::kPerFile: rt.units = rt.files; break;
       case CountMode::kOnce: rt.units = 1; break;
     }
-    rt.hours = rt.units * HoursForWeight(rule->weight);
+    // Weights are set for the catalogue's reference target (ascend); on another target a rule
+    // whose category is easier or harder there is scaled per category step.
+    static constexpr double kStep[5] = {0.1, 0.4, 1.0, 2.5, 6.0};  // -2 .. +2 steps
+    const int steps = static_cast<int>(rule->category[t]) - static_cast<int>(rule->category[0]);
+    rt.hours = rt.units * HoursForWeight(rule->weight) * kStep[steps + 2];
     rt.points = static_cast<int>(rt.units * rule->weight + 0.5);
     hours += rt.hours;
     if (rule->category[t] == Category::kCostly) costly += rt.hours;

@@ -64,7 +64,7 @@ TEST(ScanCliTest, ExitCodesAndBaseline) {
   for (const std::string& args :
        {std::string(" scan . --target tpu"), std::string(" scan /no/such/dir"),
         std::string(" scan . --format xml"), std::string(" scan . --fail-on sometimes")}) {
-    r = Shell(Bin() + args + " 2>&1 >/dev/null");
+    r = Shell("(" + Bin() + args + " 2>&1 >/dev/null)");
     EXPECT_EQ(r.status, 2) << args << ": " << r.out;
     EXPECT_EQ(r.out.rfind("error: ", 0), 0u) << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
