@@ -21,7 +21,7 @@ struct ModelOptions {
   std::string dtype = "auto";
   std::string quant = "none";
   bool quant_lm_head = false;
-  std::string policy;  // --policy (model/precision_policy.h)
+  std::string policy;  // --policy (weights/precision_policy.h)
   int threads = 0;
   // Weights are read into anonymous memory by default: mapped weights were evicted from the page
   // cache by other processes' file reading and decode fell 2-5x (docs/DESIGN.md "Traps").

@@ -1,5 +1,5 @@
 // WeightLoader's AWQ / GPTQ path: a projection stored as <base>.qweight (+ .qzeros, .scales,
-// GPTQ .g_idx) is converted exactly to kInt4 (model/packed_int4.h) and uploaded as is; --dtype,
+// GPTQ .g_idx) is converted exactly to kInt4 (weights/packed_int4.h) and uploaded as is; --dtype,
 // --quant and --policy do not re-quantize it. docs/quantized-checkpoints.md.
 #include <functional>
 #include <string_view>

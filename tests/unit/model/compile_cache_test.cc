@@ -1,8 +1,8 @@
-// Compile cache (model/compile_cache.h): logits from a cached load are bitwise equal to a
-// checkpoint load (dense, FP8, int4; Llama, Qwen2, DeepSeek with MLA's derived weights); a hit
-// reads no tensor data; a stale key (mtime, options, CPU target) or a damaged file (truncated,
-// bad magic, version, out-of-bounds regions, flipped bytes) is ignored with a reason and the
-// model loads from the checkpoint; concurrent writers leave one complete file.
+// Compile cache (weights/compile_cache*.h, model/load_model.cc): logits from a cached load are
+// bitwise equal to a checkpoint load (dense, FP8, int4; Llama, Qwen2, DeepSeek with MLA's derived
+// weights); a hit reads no tensor data; a stale key (mtime, options, CPU target) or a damaged file
+// (truncated, bad magic, version, out-of-bounds regions, flipped bytes) is ignored with a reason
+// and the model loads from the checkpoint; concurrent writers leave one complete file.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-// The FP8 (e4m3, 128x128 block scales) quantizer of model/quantize: exact on values the format
+// The FP8 (e4m3, 128x128 block scales) quantizer of weights/quantize: exact on values the format
 // represents, round-trip error within half an e4m3 step, and the kFp8Block layout the kernels
 // read.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// AWQ / GPTQ int4 -> kInt4 conversion (model/packed_int4): the tests pack random codes, zero
+// AWQ / GPTQ int4 -> kInt4 conversion (weights/packed_int4): the tests pack random codes, zero
 // points and f16 scales into each checkpoint layout, convert, and check that
 //  - the codes, scales and mins are the stored ones (min = -z * s),
 //  - every dequantized value q * scale + min equals (q - z) * s computed in double, bit for bit

@@ -1,4 +1,4 @@
-// Round-trip bounds and layout of the int8 / int4 quantizers in model/quantize.
+// Round-trip bounds and layout of the int8 / int4 quantizers in weights/quantize.
 #include "weights/quantize.h"
 
 #include <gtest/gtest.h>
