@@ -61,7 +61,8 @@ struct Engine::Impl {
   // ---- shared, guarded by mu ----
   std::mutex mu;
   std::condition_variable wake;     // engine thread: new work, cancel or stop
-  std::condition_variable drained;  // Drain(): unfinished reached 0
+  std::condition_variable drained;  // Drain(): unfinished reached 0, or Stop()
+  std::mutex join_mu;               // Stop(): one thread joins the engine thread
   std::deque<std::unique_ptr<ActiveRequest>> inbox;
   std::unordered_map<std::string, std::weak_ptr<internal::RequestChannel>> live;
   bool cancel_pending = false;
@@ -275,7 +276,9 @@ bool Engine::Drain(std::chrono::milliseconds timeout) {
   Impl& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);
   m.draining = true;
-  return m.drained.wait_for(lock, timeout, [&] { return m.unfinished == 0; });
+  // A Stop() from another thread (a second SIGTERM) ends the wait: what is left gets aborted.
+  m.drained.wait_for(lock, timeout, [&] { return m.unfinished == 0 || m.stopping; });
+  return m.unfinished == 0;
 }
 
 void Engine::Stop() {
@@ -286,6 +289,10 @@ void Engine::Stop() {
     m.draining = true;
   }
   m.wake.notify_all();
+  m.drained.notify_all();
+  // Several threads may call Stop (serve's signal watcher and its main thread): one joins, the
+  // others wait for that join instead of joining the same thread twice.
+  std::lock_guard<std::mutex> join_lock(m.join_mu);
   if (m.thread.joinable()) m.thread.join();
 }
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -412,6 +413,48 @@ TEST(EngineTest, DrainWaitsForShortRequests) {
   EXPECT_TRUE(h.engine->Drain(5s));
   EXPECT_EQ(a->WaitFinished().token_ids.size(), 5u);
   EXPECT_EQ(b->WaitFinished().token_ids.size(), 5u);
+}
+
+// serve's shutdown: the main thread waits in Drain while a second SIGTERM makes another thread
+// call Stop, and the main thread then calls Stop too. Drain must return promptly and both Stops
+// must return (one joins the engine thread, the other waits for that join).
+TEST(EngineTest, StopFromAnotherThreadEndsDrainAndStopIsIdempotent) {
+  EngineOptions o;
+  o.max_num_seqs = 1;
+  Harness h(o);
+  h.model->set_step_delay(2ms);
+  auto a = h.Submit(Prompt(8, 1), Sampled(1, 100000));
+  const auto start = std::chrono::steady_clock::now();
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(50ms);
+    h.engine->Stop();
+  });
+  h.engine->Drain(60s);  // its result depends on whether the abort already landed
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+  h.engine->Stop();
+  stopper.join();
+  EXPECT_EQ(a->WaitFinished().finish_reason, FinishReason::kAbort);
+  h.engine->Stop();  // a third call after the join is a no-op
+}
+
+// Two threads calling Stop at the same moment (before the fix both joined the engine thread:
+// undefined behaviour that crashed or hung the process).
+TEST(EngineTest, ConcurrentStopsJoinTheEngineThreadOnce) {
+  for (int round = 0; round < 20; ++round) {
+    Harness h(EngineOptions{});
+    h.model->set_step_delay(1ms);  // still running when the stops arrive
+    auto a = h.Submit(Prompt(8, round), Sampled(round, 100000));
+    std::atomic<int> ready{0};
+    auto stop = [&] {
+      ready.fetch_add(1);
+      while (ready.load() < 2) std::this_thread::yield();
+      h.engine->Stop();
+    };
+    std::thread t1(stop), t2(stop);
+    t1.join();
+    t2.join();
+    EXPECT_EQ(a->WaitFinished().finish_reason, FinishReason::kAbort);
+  }
 }
 
 }  // namespace
