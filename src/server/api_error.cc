@@ -63,9 +63,16 @@ ApiError FromStatus(const Status& status, std::optional<std::string> param) {
       return BadRequest(param.value_or(""), status.message());
     case StatusCode::kResourceExhausted:
       return Overloaded();
+    case StatusCode::kCancelled:  // the engine stopped (shutdown) while the request ran
+      return ShuttingDown();
     default:
       return InternalError("Internal error while processing the request");
   }
+}
+
+ApiError FromEngineError(const Status& status) {
+  if (status.code() == StatusCode::kCancelled) return ShuttingDown();
+  return InternalError("The engine failed while generating");
 }
 
 std::string ErrorBody(const ApiError& error) {

@@ -34,6 +34,9 @@ ApiError InternalError(std::string message);
 // Maps a Status from the engine/tokenizer to an ApiError (InvalidArgument/OutOfRange -> 400,
 // ResourceExhausted -> 503, Cancelled -> 499-style 400, everything else -> 500).
 ApiError FromStatus(const Status& status, std::optional<std::string> param = std::nullopt);
+// The error a request gets when the engine ended it with `status`: 503 server_shutting_down when
+// the engine stopped (kCancelled at shutdown), else 500.
+ApiError FromEngineError(const Status& status);
 
 // The JSON body text for `error` (never throws, whatever bytes the message holds).
 std::string ErrorBody(const ApiError& error);

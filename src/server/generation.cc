@@ -303,10 +303,11 @@ bool WaitAll(Job& job, const ClientAlive& client_alive) {
   return true;
 }
 
-bool AnyEngineError(const Job& job) {
+// The first choice's engine error, or null when every choice ended normally.
+const Status* FirstEngineError(const Job& job) {
   for (const ChoiceState& c : job.choices)
-    if (!c.last.error.ok()) return true;
-  return false;
+    if (!c.last.error.ok()) return &c.last.error;
+  return nullptr;
 }
 
 }  // namespace
@@ -352,7 +353,7 @@ Reply GenerationService::ChatCompletions(const Json& body, const ClientAlive& cl
     return reply;
   }
   if (!WaitAll(*job, client_alive)) return ClientGoneReply();
-  if (AnyEngineError(*job)) return Error(InternalError("The engine failed while generating"));
+  if (const Status* e = FirstEngineError(*job)) return Error(FromEngineError(*e));
   std::vector<ChatChoice> choices;
   for (ChoiceState& c : job->choices) {
     ChatChoice choice;
@@ -432,7 +433,7 @@ Reply GenerationService::Completions(const Json& body, const ClientAlive& client
     return reply;
   }
   if (!WaitAll(*job, client_alive)) return ClientGoneReply();
-  if (AnyEngineError(*job)) return Error(InternalError("The engine failed while generating"));
+  if (const Status* e = FirstEngineError(*job)) return Error(FromEngineError(*e));
   std::vector<CompletionChoice> choices;
   for (ChoiceState& c : job->choices) {
     CompletionChoice choice;

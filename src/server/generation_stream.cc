@@ -28,7 +28,7 @@ class StreamBase : public StreamJob {
         if (!out) continue;
         Absorb(c, RequestOutput(*out));
         if (!out->error.ok()) {
-          Send(SseEvent(Json::parse(ErrorBody(InternalError("The engine failed while generating")))));
+          Send(SseEvent(Json::parse(ErrorBody(FromEngineError(out->error)))));
           Send(kSseDone);
           return Abandon();
         }

@@ -33,6 +33,20 @@ TEST(ErrorBody, HasOpenAiShape) {
   EXPECT_EQ(PayloadTooLarge(10).status, 413);
 }
 
+TEST(ErrorBody, StatusCodesMapToOpenAiErrors) {
+  // A request aborted because the engine stopped (shutdown) is a 503 the client may retry
+  // elsewhere, not a 500.
+  const ApiError stopped = FromStatus(Status(StatusCode::kCancelled, "engine stopped"));
+  EXPECT_EQ(stopped.status, 503);
+  EXPECT_EQ(stopped.code, "server_shutting_down");
+  EXPECT_EQ(FromStatus(ResourceExhausted("queue full")).status, 503);
+  EXPECT_EQ(FromStatus(InvalidArgument("bad")).status, 400);
+  EXPECT_EQ(FromStatus(Internal("boom")).status, 500);
+  EXPECT_EQ(FromEngineError(Status(StatusCode::kCancelled, "engine stopped")).code,
+            "server_shutting_down");
+  EXPECT_EQ(FromEngineError(Internal("kernel failed")).status, 500);
+}
+
 TEST(SafeDump, InvalidUtf8NeverThrows) {
   std::string bad = "ok\xC3\x28\xED\xA0\x80\xF4\x90\x80\x80\xE6\xAD";
   Json j = {{"text", bad}};
