@@ -62,12 +62,21 @@ TEST(WebUiBrowserTest, ChatDashboardAndReportInHeadlessChromium) {
   ASSERT_EQ(status, 0) << bench;
   ASSERT_TRUE(fs::exists(report));
 
-  std::string out = RunShell("cd '" + dir.string() + "' && DH_BASE_URL=" + server.base_url() +
-                                 " DH_API_KEY=webui-key DH_CHROMIUM='" + browser + "' DH_REPORT='" +
-                                 report.string() + "' DH_OUT='" + out_dir.string() +
-                                 "' timeout 240 node webui_test.mjs",
-                             &status);
+  const std::string run_browser = "cd '" + dir.string() + "' && DH_BASE_URL=" + server.base_url() +
+                                  " DH_API_KEY=webui-key DH_CHROMIUM='" + browser + "' DH_REPORT='" +
+                                  report.string() + "' DH_OUT='" + out_dir.string() +
+                                  "' timeout 240 node webui_test.mjs";
+  std::string out = RunShell(run_browser, &status);
   std::printf("%s", out.c_str());
+  if (status != 0) {
+    // Twice on 2026-12-02 the chat and stop steps failed once and passed on the next run (cause
+    // not found yet). Print the failed attempt in full, then run the whole script once more: a
+    // second failure fails the test.
+    std::printf("first browser run failed (exit %d); its output is above. Retrying once.\n",
+                status);
+    out = RunShell(run_browser, &status);
+    std::printf("%s", out.c_str());
+  }
   EXPECT_EQ(status, 0) << out << "\nserver log:\n" << server.log();
   std::string state;
   EXPECT_TRUE(server.WaitPoolAtRest(std::chrono::seconds(5), &state)) << state;
