@@ -31,7 +31,9 @@ std::function<int()> SetupVerify(CLI::App* sub) {
       ->capture_default_str();
   sub->add_flag("--no-load", a->no_load,
                 "Skip loading the model through its architecture (the expected-tensor check)");
-  sub->add_option("--device", a->device, "Backend for the expected-tensor load")
+  sub->add_option("--device", a->device,
+                  "Backend for the expected-tensor load (registered: " + RegisteredBackendList() +
+                      ")")
       ->capture_default_str();
   sub->add_flag("--quiet,-q", a->quiet, "No progress bar or log lines");
   return [a]() -> int {

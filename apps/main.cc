@@ -1,9 +1,8 @@
-// The `deepharness` binary: registers the backends linked into this build and dispatches to the
-// subcommands registered by apps/cmd_*.cc.
+// The `deepharness` binary: dispatches to the subcommands registered by apps/cmd_*.cc. Backends
+// register themselves (backend/registry.h).
 #include <algorithm>
 #include <cstdio>
 
-#include "apps/backends.h"
 #include "apps/command.h"
 
 namespace dh::app {
@@ -15,7 +14,6 @@ std::vector<CommandSpec>& CommandRegistry() {
 
 int main(int argc, char** argv) {
   using namespace dh::app;
-  RegisterLinkedBackends();
   CLI::App app{"deepharness: DeepSeek-family models on any hardware, OpenAI-compatible serving",
                "deepharness"};
   app.require_subcommand(1);

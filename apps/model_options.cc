@@ -5,7 +5,6 @@
 #include <cstdio>
 
 #include "apps/command.h"
-#include "backend/cpu/cpu_kernels.h"
 #include "backend/registry.h"
 #include "base/log.h"
 
@@ -15,7 +14,9 @@ void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model) {
   auto* path = sub->add_option("--model-path,--model", o->model_path,
                                "Hugging Face model directory (config.json + *.safetensors)");
   if (require_model) path->required();
-  sub->add_option("--device", o->device, "Backend to run on: cpu (default) or reference");
+  sub->add_option("--device", o->device,
+                  "Backend to run on (default cpu); registered in this build: " +
+                      RegisteredBackendList());
   sub->add_option("--dtype", o->dtype,
                   "Weight dtype: auto (as stored, default), float32, bfloat16, float16");
   sub->add_option("--quant", o->quant,
@@ -67,7 +68,6 @@ Result<LoadedModel> LoadFromOptions(const ModelOptions& o) {
   }
   lo.compile_cache.write = o.compile_cache_write;
   lo.compile_cache.force = o.compile_cache_force;
-  if (o.device == "cpu") lo.compile_cache.cpu_features = cpu::DispatchedTargetName();
   lo.compile_cache.result = &loaded.compile_cache;
   const auto start = std::chrono::steady_clock::now();
   DH_ASSIGN_OR_RETURN(loaded.model, LoadModel(o.model_path, *loaded.backend, lo));

@@ -5,5 +5,5 @@
 file(GLOB_RECURSE kernel_test_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/kernels/*.cc)
 add_executable(kernel_tests ${kernel_test_srcs})
 target_include_directories(kernel_tests PRIVATE ${CMAKE_SOURCE_DIR}/tests)
-target_link_libraries(kernel_tests PRIVATE dh_backend_reference dh_backend_cpu hwy::hwy
+target_link_libraries(kernel_tests PRIVATE ${DH_BACKENDS} hwy::hwy
                       GTest::gtest GTest::gtest_main GTest::gmock)

@@ -98,6 +98,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // What makes this backend's prepared weights (PrepareWeight) and kernels differ between
+  // machines or builds of the same backend: e.g. the CPU's SIMD target and features, a GPU's
+  // compute capability. It enters the compile-cache key next to name(); "" when nothing does.
+  virtual std::string KernelTag() const { return ""; }
   // False where this backend would fall back to a slow path for the op (logged once).
   virtual bool Supports(const OpDesc& op) const = 0;
 
@@ -106,6 +110,9 @@ class Backend {
   // Copies dst.nbytes() bytes from host memory into a contiguous device tensor, and back.
   virtual void CopyToDevice(const Tensor& dst, const void* src) = 0;
   virtual void CopyToHost(void* dst, const Tensor& src) = 0;
+  // Waits until every op issued so far has finished. Ops may run asynchronously on a device
+  // (one stream per backend); CopyToHost waits for the ops before it by itself, and callers call
+  // Synchronize where results cross to the host otherwise (timing, the end of a step).
   virtual void Synchronize() {}
   // Makes a weight read from a checkpoint (host memory) usable by this backend's kernels:
   // uploads or repacks it. Host backends return it unchanged.

@@ -31,6 +31,8 @@ std::vector<std::string> RegisteredBackends() {
   return names;
 }
 
+std::string RegisteredBackendList() { return fmt::format("{}", fmt::join(RegisteredBackends(), ", ")); }
+
 Result<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
                                                const BackendOptions& options) {
   BackendFactory factory;
@@ -40,8 +42,8 @@ Result<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
     if (it != Registry().end()) factory = it->second;
   }
   if (!factory) {
-    return Unsupported("device '{}' is not available in this build; available: {}", name,
-                       fmt::join(RegisteredBackends(), ", "));
+    return Unsupported("--device: '{}' is not a backend of this build; registered backends: {}",
+                       name, RegisteredBackendList());
   }
   return factory(options);
 }

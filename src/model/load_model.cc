@@ -94,7 +94,7 @@ Result<ModelPtr> LoadWithCompileCache(const std::string& dir, const ModelConfig&
     return LoadFromCheckpoint(dir, config, factory, backend, options, plan, nullptr);
   }
   res.path = CompileCachePath(cc.dir, dir, options, backend.name());
-  auto key = CompileCacheKey(dir, options, backend.name());
+  auto key = CompileCacheKey(dir, options, backend.name(), backend.KernelTag());
   if (!key.ok()) {
     // The checkpoint load reports the real problem (a missing config, an unreadable shard).
     res.outcome = O::kNotUsed;

@@ -58,8 +58,8 @@ double Seconds(std::chrono::steady_clock::time_point start) {
 }
 
 // One prefill of `prompt` tokens for each of `batch` sequences in a single forward.
-Result<double> RunPrefill(Model& model, BatchCache& cache, std::mt19937_64& rng, int batch,
-                          int prompt) {
+Result<double> RunPrefill(Model& model, Backend& backend, BatchCache& cache, std::mt19937_64& rng,
+                          int batch, int prompt) {
   Batch b;
   const int64_t vocab = model.config().vocab_size;
   for (int s = 0; s < batch; ++s) {
@@ -69,12 +69,13 @@ Result<double> RunPrefill(Model& model, BatchCache& cache, std::mt19937_64& rng,
   std::vector<float> logits;
   const auto start = std::chrono::steady_clock::now();
   DH_RETURN_IF_ERROR(model.Forward(b, *cache.kv, &logits));
+  backend.Synchronize();  // a device backend may still be running the step
   return Seconds(start);
 }
 
 // `gen` decode steps from an empty cache; each step feeds one token of every sequence.
-Result<double> RunDecode(Model& model, BatchCache& cache, std::mt19937_64& rng, int batch,
-                         int gen) {
+Result<double> RunDecode(Model& model, Backend& backend, BatchCache& cache, std::mt19937_64& rng,
+                         int batch, int gen) {
   const int64_t vocab = model.config().vocab_size;
   std::vector<int32_t> tokens = RandomTokens(rng, vocab, batch * gen);
   std::vector<float> logits;
@@ -87,6 +88,7 @@ Result<double> RunDecode(Model& model, BatchCache& cache, std::mt19937_64& rng, 
     }
     DH_RETURN_IF_ERROR(model.Forward(b, *cache.kv, &logits));
   }
+  backend.Synchronize();
   return Seconds(start);
 }
 
@@ -158,8 +160,8 @@ Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend, const Mod
       const bool pp = t.kind[0] == 'p';
       std::vector<double> tps;
       for (int r = -o.warmup; r < o.repeat; ++r) {
-        Result<double> s = pp ? RunPrefill(model, cache, rng, batch, t.tokens)
-                              : RunDecode(model, cache, rng, batch, t.tokens);
+        Result<double> s = pp ? RunPrefill(model, backend, cache, rng, batch, t.tokens)
+                              : RunDecode(model, backend, cache, rng, batch, t.tokens);
         if (!s.ok()) return s.status();
         if (r >= 0) tps.push_back(static_cast<double>(t.tokens) * batch / std::max(*s, 1e-9));
       }

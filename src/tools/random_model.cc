@@ -38,6 +38,27 @@ json TinyLlama() {
           {"mlp_bias", false}};
 }
 
+// Llama-3.1-8B's shapes (GQA 32/8 heads, 128k vocabulary).
+json Llama8B() {
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"vocab_size", 128256},
+          {"hidden_size", 4096},
+          {"intermediate_size", 14336},
+          {"num_hidden_layers", 32},
+          {"num_attention_heads", 32},
+          {"num_key_value_heads", 8},
+          {"max_position_embeddings", 131072},
+          {"rms_norm_eps", 1e-5},
+          {"rope_theta", 500000.0},
+          {"tie_word_embeddings", false},
+          {"bos_token_id", 128000},
+          {"eos_token_id", 128001},
+          {"hidden_act", "silu"},
+          {"attention_bias", false},
+          {"mlp_bias", false}};
+}
+
 json Qwen2_1_5B() {
   return {{"architectures", {"Qwen2ForCausalLM"}},
           {"model_type", "qwen2"},
@@ -181,7 +202,7 @@ Status WriteTextFile(const std::string& path, const std::string& text) {
 }  // namespace
 
 std::vector<std::string> RandomModelPresets() {
-  return {"tiny-llama", "qwen2-1.5b", "v2-lite", "tiny-v3"};
+  return {"tiny-llama", "qwen2-1.5b", "llama-8b", "v2-lite", "tiny-v3"};
 }
 
 Result<json> RandomModelConfig(const RandomModelOptions& options) {
@@ -190,6 +211,8 @@ Result<json> RandomModelConfig(const RandomModelOptions& options) {
     c = TinyLlama();
   } else if (options.preset == "qwen2-1.5b") {
     c = Qwen2_1_5B();
+  } else if (options.preset == "llama-8b") {
+    c = Llama8B();
   } else if (options.preset == "v2-lite") {
     c = DeepSeekV2Lite();
   } else if (options.preset == "tiny-v3") {
@@ -197,7 +220,7 @@ Result<json> RandomModelConfig(const RandomModelOptions& options) {
   } else {
     return InvalidArgument(
         "--preset: unknown preset '{}' (expected tiny-llama, qwen2-1.5b, "
-        "v2-lite or tiny-v3)",
+        "llama-8b, v2-lite or tiny-v3)",
         options.preset);
   }
   if (options.layers < 0) {

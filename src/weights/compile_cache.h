@@ -16,8 +16,8 @@
 // The file is written to a temporary name in the same directory and renamed into place, so a
 // reader sees either the old file or the complete new one.
 //
-// The key covers: the format version, the deepharness build (ELF build id), the backend name, the
-// CPU's SIMD features, the options that change weights (dtype, quant, quant_lm_head, policy),
+// The key covers: the format version, the deepharness build (ELF build id), the backend name and
+// its KernelTag() (the CPU backend's SIMD target and CPU features), the options that change weights (dtype, quant, quant_lm_head, policy),
 // config.json's bytes, the index file's bytes, and each *.safetensors file's name, size, mtime
 // and header bytes. Tensor data is not hashed (that would read the whole checkpoint at every
 // start); a checkpoint rewritten in place with the same size, mtime and header would be missed.

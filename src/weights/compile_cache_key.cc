@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <link.h>
-#include <sys/auxv.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -101,13 +100,13 @@ Result<std::string> SafetensorsKeyLine(const std::string& path) {
 }  // namespace
 
 Result<std::string> CompileCacheKey(const std::string& model_dir, const LoadOptions& options,
-                                    const std::string& backend_name) {
+                                    const std::string& backend_name,
+                                    const std::string& kernel_tag) {
   std::string k = "deepharness compile cache\n";
   k += fmt::format("format={}\n", kCompileCacheVersion);
   k += fmt::format("build={}\n", BuildId());
   k += fmt::format("backend={}\n", backend_name);
-  k += fmt::format("cpu={}\n", CpuFeatureString());
-  k += fmt::format("target={}\n", options.compile_cache.cpu_features);
+  k += fmt::format("kernels={}\n", kernel_tag);
   k += WeightOptionLines(options);
   DH_ASSIGN_OR_RETURN(std::string config, ReadTextFile(model_dir + "/config.json"));
   k += fmt::format("config.json size={} xxh3={}\n", config.size(), HashHex(config));
@@ -168,36 +167,6 @@ std::string DefaultCompileCacheDir() {
     return std::string(home) + "/.cache/deepharness";
   }
   return "";
-}
-
-std::string CpuFeatureString() {
-  std::string s;
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  s = "x86";
-#define DH_CPU_FEATURE(name) \
-  if (__builtin_cpu_supports(name)) s += " " name;
-  DH_CPU_FEATURE("sse4.2")
-  DH_CPU_FEATURE("avx")
-  DH_CPU_FEATURE("avx2")
-  DH_CPU_FEATURE("fma")
-  DH_CPU_FEATURE("bmi2")
-  DH_CPU_FEATURE("avx512f")
-  DH_CPU_FEATURE("avx512vl")
-  DH_CPU_FEATURE("avx512dq")
-  DH_CPU_FEATURE("avx512bw")
-  DH_CPU_FEATURE("avx512vnni")
-  DH_CPU_FEATURE("avx512vbmi")
-  DH_CPU_FEATURE("avx512vbmi2")
-  DH_CPU_FEATURE("avx512bf16")
-  DH_CPU_FEATURE("avx512fp16")
-#undef DH_CPU_FEATURE
-#elif defined(__aarch64__)
-  s = fmt::format("aarch64 hwcap={:x} hwcap2={:x}", getauxval(AT_HWCAP), getauxval(AT_HWCAP2));
-#else
-  s = "unknown";
-#endif
-  return s;
 }
 
 std::string CompileCachePath(const std::string& cache_dir, const std::string& model_dir,

@@ -22,11 +22,10 @@ std::string CompileCachePath(const std::string& cache_dir, const std::string& mo
 
 // The key text a cache file must carry to be used: one "field=value" line per input (see the
 // file comment). Reads config.json, the index and each safetensors header, never tensor data.
+// `kernel_tag` is the backend's Backend::KernelTag() (its SIMD target, a GPU's architecture).
 Result<std::string> CompileCacheKey(const std::string& model_dir, const LoadOptions& options,
-                                    const std::string& backend_name);
-
-// The SIMD features of this CPU as the key records them (e.g. "avx2 fma avx512f ...").
-std::string CpuFeatureString();
+                                    const std::string& backend_name,
+                                    const std::string& kernel_tag);
 
 // The first line where two keys differ, for the log line saying why a file is stale.
 std::string KeyDifference(std::string_view file_key, std::string_view expected);

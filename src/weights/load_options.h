@@ -36,7 +36,6 @@ struct CompileCacheOptions {
   enum class Write { kNever, kReplaceStale, kAlways };
   Write write = Write::kReplaceStale;
   bool force = false;        // rebuild even a valid file (compile --force)
-  std::string cpu_features;  // extra key text, e.g. the SIMD target the backend dispatches to
   CompileCacheResult* result = nullptr;  // filled in when not null
 };
 

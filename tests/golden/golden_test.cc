@@ -1,12 +1,15 @@
 // Golden tests: every tests/golden/fixtures/<case>/ holds a tiny random checkpoint written by
 // pytorch/reference (an independent float32 PyTorch implementation), its logits for a prompt and a
-// 32-token greedy continuation. On every backend we check
+// 32-token greedy continuation. On every registered backend (backend/registry.h: cpu, reference,
+// cuda where built, and the simulated partial device backend of tests/sim_device) we check
 //   - full-prompt logits within 1e-4 of the logit scale (f32 weights; 2e-2 for bf16/fp8),
 //   - greedy continuation identical for 32 tokens (incremental decoding with the KV cache),
 //   - incremental decoding equal to the full forward at every position, and chunked prefill too.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -15,6 +18,8 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/quant_vnni.h"
 #include "backend/reference/reference_backend.h"
+#include "backend/registry.h"
+#include "sim_device/sim_device_backend.h"
 #include "io/npy.h"
 #include "model/sequence_runner.h"
 #include "weights/weight_plan.h"
@@ -47,6 +52,13 @@ std::unique_ptr<Backend> MakeBackend(const std::string& name) {
   o.num_threads = 2;
   if (name == "cpu") return std::make_unique<CpuBackend>(o);
   return std::make_unique<ReferenceBackend>(o);
+}
+
+// A registered backend by name, or the reason it cannot run here (e.g. cuda without a GPU).
+Result<std::unique_ptr<Backend>> MakeRegistered(const std::string& name) {
+  BackendOptions o;
+  o.num_threads = 2;
+  return CreateBackend(name, o);
 }
 
 struct Param {
@@ -82,7 +94,9 @@ TEST_P(GoldenTest, MatchesReference) {
     ~RestoreIntegerDot() { cpu::SetIntegerDotForTest(cpu::IntegerDot::kAuto); }
   } restore_integer_dot;
 
-  auto backend = MakeBackend(p.backend);
+  auto made = MakeRegistered(p.backend);
+  if (!made.ok()) GTEST_SKIP() << "backend " << p.backend << " unavailable: " << made.status().message();
+  std::unique_ptr<Backend> backend = std::move(*made);
   auto model = LoadModel(p.c.dir.string(), *backend, LoadOptions{});
   ASSERT_TRUE(model.ok()) << model.status().message();
   const int64_t vocab = (*model)->config().vocab_size;
@@ -143,7 +157,7 @@ TEST_P(GoldenTest, MatchesReference) {
 std::vector<Param> AllParams() {
   std::vector<Param> params;
   for (const auto& c : FindCases()) {
-    for (const char* b : {"reference", "cpu"}) params.push_back({c, b});
+    for (const std::string& b : RegisteredBackends()) params.push_back({c, b});
   }
   return params;
 }
@@ -151,10 +165,69 @@ std::vector<Param> AllParams() {
 void PrintTo(const Param& p, std::ostream* os) { *os << p.c.name << "/" << p.backend; }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(AllParams()),
-                         [](const auto& info) { return info.param.c.name + "_" + info.param.backend; });
+                         [](const auto& info) {
+                           std::string n = info.param.c.name + "_" + info.param.backend;
+                           for (char& ch : n) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return n;
+                         });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GoldenTest);
 
 TEST(Golden, FixturesArePresent) { EXPECT_GE(FindCases().size(), 5u); }
+
+TEST(Golden, EveryBackendIsRegistered) {
+  const auto names = RegisteredBackends();
+  for (const char* b : {"cpu", "reference", "sim-device"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), b), names.end()) << b;
+  }
+}
+
+// A backend that implements only memory and dense MatMul (tests/sim_device: device memory the
+// host cannot read) runs whole models through the reference fallback, and its logits equal the
+// reference backend's bit for bit, since the same loops run on the same numbers. Dense (f32, bf16)
+// and MoE/MLA fixtures; every fallen-back op is reported, and dense MatMul is not among them.
+TEST(Golden, PartialDeviceBackendEqualsReference) {
+  int checked = 0;
+  for (const auto& c : FindCases()) {
+    if (c.name != "llama_f32" && c.name != "llama_bf16_tied" && c.name != "ds_v3" &&
+        c.name != "ds_v3_fp8") continue;
+    std::ifstream in(c.dir / "expected.json");
+    const auto expected = nlohmann::json::parse(in);
+    const std::vector<int32_t> prompt = expected["input_ids"].get<std::vector<int32_t>>();
+    std::vector<std::vector<float>> results;
+    std::vector<std::string> fallen;
+    for (const char* name : {"reference", "sim-device"}) {
+      auto backend = MakeRegistered(name);
+      ASSERT_TRUE(backend.ok()) << backend.status().message();
+      auto model = LoadModel(c.dir.string(), **backend, LoadOptions{});
+      ASSERT_TRUE(model.ok()) << model.status().message();
+      auto runner = SequenceRunner::Create(**model, **backend, static_cast<int>(prompt.size()));
+      ASSERT_TRUE(runner.ok());
+      // Prefill all but the last token, then decode it: both paths through the KV cache.
+      ASSERT_TRUE((*runner)->Feed(std::span(prompt).first(prompt.size() - 1), false).ok());
+      auto logits = (*runner)->Feed(std::span(prompt).last(1), true);
+      ASSERT_TRUE(logits.ok()) << logits.status().message();
+      results.push_back(*logits);
+      if (auto* sim = dynamic_cast<test::SimDeviceBackend*>(backend->get())) {
+        fallen = sim->FallenBackOps();
+      }
+    }
+    ASSERT_EQ(results[0].size(), results[1].size());
+    EXPECT_EQ(std::memcmp(results[0].data(), results[1].data(), results[0].size() * 4), 0)
+        << c.name << ": sim-device logits differ from the reference backend's";
+    std::string list;
+    for (const auto& f : fallen) list += f + "; ";
+    for (const char* op : {"RmsNorm", "Attention", "KvWrite", "Embedding"}) {
+      bool found = false;
+      for (const auto& f : fallen) found |= f.rfind(op, 0) == 0;
+      EXPECT_TRUE(found) << c.name << ": " << op << " should have fallen back; got " << list;
+    }
+    for (const auto& f : fallen) EXPECT_NE(f.rfind("MatMul dense", 0), 0u) << c.name << ": " << f;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
+}
 
 // MLA's two attention paths — decompressing the latent through kv_b_proj, and attending over the
 // latent with kv_b_proj absorbed into the query and output — give the same logits everywhere.

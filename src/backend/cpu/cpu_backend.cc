@@ -20,6 +20,10 @@
 #include "base/log.h"
 #include "hwy/targets.h"
 
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
+
 namespace dh {
 namespace {
 
@@ -118,6 +122,37 @@ void ApplyCpuTierFromEnv() {
   (void)applied;
 }
 
+// The SIMD features of this CPU as the compile-cache key records them ("x86 avx2 fma ...").
+std::string CpuFeatureString() {
+  std::string s;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  s = "x86";
+#define DH_CPU_FEATURE(name) \
+  if (__builtin_cpu_supports(name)) s += " " name;
+  DH_CPU_FEATURE("sse4.2")
+  DH_CPU_FEATURE("avx")
+  DH_CPU_FEATURE("avx2")
+  DH_CPU_FEATURE("fma")
+  DH_CPU_FEATURE("bmi2")
+  DH_CPU_FEATURE("avx512f")
+  DH_CPU_FEATURE("avx512vl")
+  DH_CPU_FEATURE("avx512dq")
+  DH_CPU_FEATURE("avx512bw")
+  DH_CPU_FEATURE("avx512vnni")
+  DH_CPU_FEATURE("avx512vbmi")
+  DH_CPU_FEATURE("avx512vbmi2")
+  DH_CPU_FEATURE("avx512bf16")
+  DH_CPU_FEATURE("avx512fp16")
+#undef DH_CPU_FEATURE
+#elif defined(__aarch64__)
+  s = fmt::format("aarch64 hwcap={:x} hwcap2={:x}", getauxval(AT_HWCAP), getauxval(AT_HWCAP2));
+#else
+  s = "unknown";
+#endif
+  return s;
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(const BackendOptions& options)
@@ -128,6 +163,10 @@ CpuBackend::CpuBackend(const BackendOptions& options)
 }
 
 CpuBackend::~CpuBackend() = default;
+
+std::string CpuBackend::KernelTag() const {
+  return fmt::format("target={} cpu={}", cpu::DispatchedTargetName(), CpuFeatureString());
+}
 
 bool CpuBackend::Supports(const OpDesc& op) const {
   switch (op.op) {

@@ -18,6 +18,8 @@ class CpuBackend : public ReferenceBackend {
   ~CpuBackend() override;
 
   std::string name() const override { return "cpu"; }
+  // "target=<Highway target> cpu=<the CPU's SIMD features>" (compile-cache key).
+  std::string KernelTag() const override;
   bool Supports(const OpDesc& op) const override;
 
   ThreadPool& pool() { return *pool_; }

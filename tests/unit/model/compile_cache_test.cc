@@ -66,13 +66,23 @@ struct Opts {
   CompileCacheOptions::Write write = CompileCacheOptions::Write::kNever;
   bool force = false;
   bool mmap = false;
-  std::string cpu_features = "test-target";
+  std::string kernel_tag = "test-target";
+};
+
+// A CPU backend with a chosen KernelTag(), standing in for another machine's SIMD target.
+class TaggedCpuBackend : public CpuBackend {
+ public:
+  TaggedCpuBackend(const BackendOptions& o, std::string tag) : CpuBackend(o), tag_(std::move(tag)) {}
+  std::string KernelTag() const override { return tag_; }
+
+ private:
+  std::string tag_;
 };
 
 Result<Loaded> Load(const fs::path& model_dir, const Opts& opts) {
   BackendOptions bo;
   bo.num_threads = 2;
-  CpuBackend backend(bo);
+  TaggedCpuBackend backend(bo, opts.kernel_tag);
   Loaded out;
   LoadOptions o;
   o.quant = opts.quant;
@@ -82,7 +92,6 @@ Result<Loaded> Load(const fs::path& model_dir, const Opts& opts) {
   o.compile_cache.dir = opts.cache_dir;
   o.compile_cache.write = opts.write;
   o.compile_cache.force = opts.force;
-  o.compile_cache.cpu_features = opts.cpu_features;
   o.compile_cache.result = &out.cache;
   DH_ASSIGN_OR_RETURN(auto model, LoadModel(model_dir.string(), backend, o));
   out.info = model->info();
@@ -264,7 +273,7 @@ TEST(CompileCacheTest, StaleKeysAreNotUsed) {
 
   // Another SIMD target: same file name, other key.
   Opts other_target = read;
-  other_target.cpu_features = "another-target";
+  other_target.kernel_tag = "another-target";
   auto got = Load(model, other_target);
   ASSERT_TRUE(got.ok()) << got.status().message();
   EXPECT_EQ(got->cache.outcome, Outcome::kNotUsed);
@@ -280,8 +289,8 @@ TEST(CompileCacheTest, StaleKeysAreNotUsed) {
   // ... and the key itself differs, were the file renamed.
   LoadOptions a, b;
   b.quant = "int8";
-  auto ka = CompileCacheKey(model.string(), a, "cpu");
-  auto kb = CompileCacheKey(model.string(), b, "cpu");
+  auto ka = CompileCacheKey(model.string(), a, "cpu", "");
+  auto kb = CompileCacheKey(model.string(), b, "cpu", "");
   ASSERT_TRUE(ka.ok() && kb.ok());
   EXPECT_NE(*ka, *kb);
   EXPECT_NE(CompileCachePath("/c", model.string(), a, "cpu"),
@@ -488,7 +497,7 @@ TEST(CompileCacheTest, ConcurrentWritersLeaveOneCompleteFile) {
   }
   EXPECT_EQ(entries, 1) << "temporary files left behind";
   LoadOptions lo;
-  auto key = CompileCacheKey(model.string(), lo, "cpu");
+  auto key = CompileCacheKey(model.string(), lo, "cpu", "");
   ASSERT_TRUE(key.ok());
   auto checked = CheckCompileCacheFile(file.string(), "");
   EXPECT_TRUE(checked.ok()) << checked.status().message();
@@ -510,15 +519,14 @@ TEST(CompileCacheTest, UnwritableDirectoryStillLoads) {
 TEST(CompileCacheTest, KeyNamesItsInputs) {
   LoadOptions o;
   o.quant = "int4";
-  o.compile_cache.cpu_features = "AVX3";
-  auto key = CompileCacheKey((kFixtures / "qwen2_sharded").string(), o, "cpu");
+  auto key = CompileCacheKey((kFixtures / "qwen2_sharded").string(), o, "cpu", "target=AVX3");
   ASSERT_TRUE(key.ok()) << key.status().message();
-  for (const char* part : {"format=", "build=", "backend=cpu", "cpu=", "target=AVX3", "quant=int4",
+  for (const char* part : {"format=", "build=", "backend=cpu", "kernels=target=AVX3", "quant=int4",
                            "config.json size=", "model.safetensors.index.json size=",
                            "-of-", "mtime_ns=", "header_xxh3="}) {
     EXPECT_NE(key->find(part), std::string::npos) << part << " in\n" << *key;
   }
-  EXPECT_FALSE(CompileCacheKey((kFixtures / "no_such_model").string(), o, "cpu").ok());
+  EXPECT_FALSE(CompileCacheKey((kFixtures / "no_such_model").string(), o, "cpu", "").ok());
 }
 
 }  // namespace

@@ -1,0 +1,31 @@
+# The CUDA backend (docs/backends.md). DH_CUDA=auto builds it when nvcc and cuBLAS are found, on
+# requires them, off skips it. Targets sm_90 (H100/H200) plus compute_90 PTX, which newer GPUs
+# JIT-compile; override with -DCMAKE_CUDA_ARCHITECTURES=... .
+set(DH_CUDA auto CACHE STRING "Build the CUDA backend: auto (when nvcc and cuBLAS are found), on, off")
+set_property(CACHE DH_CUDA PROPERTY STRINGS auto on off)
+if(NOT DH_CUDA MATCHES "^(auto|on|off)$")
+  message(FATAL_ERROR "DH_CUDA=${DH_CUDA}: expected auto, on or off")
+endif()
+if(NOT DH_CUDA STREQUAL "off" AND (CMAKE_CROSSCOMPILING OR DH_KERNEL_TESTS_ONLY))
+  message(STATUS "CUDA backend: skipped in a cross or kernel-tests-only build")
+elseif(NOT DH_CUDA STREQUAL "off")
+  include(CheckLanguage)
+  check_language(CUDA)
+  find_package(CUDAToolkit QUIET)
+  if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND AND TARGET CUDA::cublas)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90-real 90-virtual)
+    endif()
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    dh_backend(cuda DEPS dh_backend_reference CUDA::cudart CUDA::cublas)
+    set_target_properties(dh_backend_cuda PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
+    # Roofline probe of the device check: device-to-device copy bandwidth and cuBLAS GEMM rate.
+    add_executable(dh_cuda_roofline ${CMAKE_CURRENT_LIST_DIR}/tools/cuda_roofline.cc)
+    target_link_libraries(dh_cuda_roofline PRIVATE CUDA::cudart CUDA::cublas)
+  elseif(DH_CUDA STREQUAL "on")
+    message(FATAL_ERROR "DH_CUDA=on, but nvcc (CMAKE_CUDA_COMPILER) or cuBLAS was not found; "
+                        "put the CUDA toolkit's bin/ on PATH or set CMAKE_CUDA_COMPILER")
+  endif()
+endif()
