@@ -10,10 +10,11 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/cpu_kernels.cc"
-#include "backend/cpu/weight_load-inl.h"
-#include "hwy/contrib/math/math-inl.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+
+#include "backend/cpu/weight_load-inl.h"  // after highway.h: per-target code
 
 HWY_BEFORE_NAMESPACE();
 namespace dh::cpu {

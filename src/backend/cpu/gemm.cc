@@ -11,9 +11,10 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/gemm.cc"
-#include "backend/cpu/weight_load-inl.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+
+#include "backend/cpu/weight_load-inl.h"  // after highway.h: per-target code
 
 HWY_BEFORE_NAMESPACE();
 namespace dh::cpu {
