@@ -133,14 +133,14 @@ void ThreadPool::ParallelFor(size_t n, size_t grain,
   // Chunk c is [c * n / num_chunks, (c + 1) * n / num_chunks): sizes differ by at most one and
   // are >= grain because num_chunks <= n / grain.
   std::atomic<size_t> next{0};
-  const std::function<void(int)> job = [&](int) {
+  auto job = [&](int) {
     for (;;) {
       const size_t c = next.fetch_add(1, std::memory_order_relaxed);
       if (c >= num_chunks) return;
       fn(c * n / num_chunks, (c + 1) * n / num_chunks);
     }
   };
-  impl_->Run(job);
+  impl_->Run(std::function<void(int)>(std::ref(job)));  // by reference: no heap copy
 }
 
 void ThreadPool::RunOnAll(const std::function<void(int)>& fn) { impl_->Run(fn); }

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <type_traits>
 
 namespace dh {
 
@@ -22,6 +23,13 @@ class ThreadPool {
   // Calls fn(begin, end) over disjoint chunks covering [0, n), on all threads, and returns when
   // every chunk is done. Chunks are at least `grain` long. Not reentrant.
   void ParallelFor(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn);
+  // The same for any callable (a lambda): passed on by reference, so no std::function copy of a
+  // large capture is made on the heap (a decode step allocates nothing; tests/alloc).
+  template <typename Fn>
+  requires(!std::is_same_v<std::decay_t<Fn>, std::function<void(size_t, size_t)>>) void ParallelFor(
+      size_t n, size_t grain, Fn&& fn) {
+    ParallelFor(n, grain, std::function<void(size_t, size_t)>(std::ref(fn)));
+  }
 
   // Calls fn(thread_index) once on each of num_threads() threads.
   void RunOnAll(const std::function<void(int)>& fn);

@@ -3,6 +3,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
@@ -179,7 +180,8 @@ bool CpuBackend::Supports(const OpDesc& op) const {
     case OpKind::kSiluMul:
     case OpKind::kAdd:
       return op.dtype == DType::kF32;
-    case OpKind::kMoeExperts:  // grouped over the accelerated MatMul and SiluMul
+    case OpKind::kMoeGate:
+    case OpKind::kMoeExperts:  // grouped over the accelerated MatMul and SiluMul (cpu_moe.cc)
       return true;
     default:
       return false;
@@ -199,10 +201,10 @@ void CpuBackend::Embedding(const Weight& table, const Tensor& ids, Tensor out) {
   const auto wtype = WTypeOf(table.data.dtype);
   if (table.format != WeightFormat::kDense || !wtype || !o || table.data.ndim != 2 ||
       table.data.stride[1] != 1 || o->rows != ids.numel() || o->cols != table.cols) {
-    Trace(fmt::format("embedding reference {}", WeightFormatName(table.format)));
+    Trace("embedding reference {}", WeightFormatName(table.format));
     return ReferenceBackend::Embedding(table, ids, out);
   }
-  Trace(fmt::format("embedding {} T={} H={}", DTypeName(table.data.dtype), o->rows, o->cols));
+  Trace("embedding {} T={} H={}", DTypeName(table.data.dtype), o->rows, o->cols);
   const size_t esize = DTypeSize(table.data.dtype);
   pool_->ParallelFor(o->rows, GrainFor(o->cols), [&](size_t b, size_t e) {
     for (size_t t = b; t < e; ++t) {
@@ -222,7 +224,7 @@ void CpuBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tenso
     Trace("rmsnorm reference");
     return ReferenceBackend::RmsNorm(x, weight, eps, out);
   }
-  Trace(fmt::format("rmsnorm T={} H={} w={}", xr->rows, xr->cols, DTypeName(weight.dtype)));
+  Trace("rmsnorm T={} H={} w={}", xr->rows, xr->cols, DTypeName(weight.dtype));
   const WType wtype = *WTypeOf(weight.dtype);
   pool_->ParallelFor(xr->rows, GrainFor(xr->cols), [&](size_t b, size_t e) {
     for (size_t r = b; r < e; ++r) {
@@ -241,7 +243,7 @@ void CpuBackend::AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weig
     Trace("add_rmsnorm reference");
     return ReferenceBackend::AddRmsNorm(residual, x, weight, eps, out);
   }
-  Trace(fmt::format("add_rmsnorm T={} H={} w={}", res->rows, res->cols, DTypeName(weight.dtype)));
+  Trace("add_rmsnorm T={} H={} w={}", res->rows, res->cols, DTypeName(weight.dtype));
   const WType wtype = *WTypeOf(weight.dtype);
   pool_->ParallelFor(res->rows, GrainFor(res->cols), [&](size_t b, size_t e) {
     for (size_t r = b; r < e; ++r) {
@@ -314,7 +316,7 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     const bool perm_ok = w.perm.dtype == DType::kI32 && w.perm.ndim == 1 &&
                          w.perm.shape[0] == w.cols && (w.perm.stride[0] == 1 || w.cols == 1);
     if (!xp || !perm_ok || xp->cols != w.cols) {
-      Trace(fmt::format("matmul reference permuted {}", WeightFormatName(w.format)));
+      Trace("matmul reference permuted {}", WeightFormatName(w.format));
       return ReferenceBackend::MatMul(x, w, bias, out);
     }
     const int64_t m = xp->rows, k = xp->cols;
@@ -346,8 +348,7 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
                          o->cols == w.rows && w.data.ndim == 2 &&
                          (w.data.stride[1] == 1 || w.cols == 1);
   if (!layout_ok || (dense && !wtype)) {
-    Trace(fmt::format("matmul reference {} {}", WeightFormatName(w.format),
-                      DTypeName(w.data.dtype)));
+    Trace("matmul reference {} {}", WeightFormatName(w.format), DTypeName(w.data.dtype));
     return ReferenceBackend::MatMul(x, w, bias, out);
   }
   const int64_t m = xr->rows, n = w.rows, k = w.cols;
@@ -365,11 +366,11 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     a.wtype = *wtype;
     a.w_stride = w.data.stride[0];
     if (m > cpu::kGemvMaxRows) {  // register- and cache-blocked GEMM (gemm.h)
-      Trace(fmt::format("matmul gemm-tiled {} M={} N={} K={}", DTypeName(w.data.dtype), m, n, k));
+      Trace("matmul gemm-tiled {} M={} N={} K={}", DTypeName(w.data.dtype), m, n, k);
       cpu::Gemm(GemmOver(a, n, nullptr), *pool_);
       return;
     }
-    Trace(fmt::format("matmul {} {} M={} N={} K={}", kind, DTypeName(w.data.dtype), m, n, k));
+    Trace("matmul {} {} M={} N={} K={}", kind, DTypeName(w.data.dtype), m, n, k);
     pool_->ParallelFor(n, GrainFor(m * k),
                        [&](size_t b, size_t e) { cpu::MatMulRange(a, b, e); });
     return;
@@ -398,8 +399,8 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
   }
   if (quant_kernel && cpu::UseIntegerDot(qa)) {
     // x quantized to int8 once per call, dot products in VNNI units (quant_vnni.h).
-    Trace(fmt::format("matmul {} {} g{} {} M={} N={} K={}", kind, WeightFormatName(w.format),
-                      w.group_size, cpu::IntegerDotName(), m, n, k));
+    Trace("matmul {} {} g{} {} M={} N={} K={}", kind, WeightFormatName(w.format), w.group_size,
+          cpu::IntegerDotName(), m, n, k);
     // This thread's buffers, reused across calls (assign() keeps their capacity). Named through
     // a reference: the pool's threads must read the caller's object, not their own.
     thread_local cpu::QuantizedActs tl_acts;
@@ -410,8 +411,8 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     return;
   }
   if (quant_kernel && m < 4) {
-    Trace(fmt::format("matmul gemv {} g{} f32 M={} N={} K={}", WeightFormatName(w.format),
-                      w.group_size, m, n, k));
+    Trace("matmul gemv {} g{} f32 M={} N={} K={}", WeightFormatName(w.format), w.group_size, m, n,
+          k);
     pool_->ParallelFor(n, GrainFor(m * k),
                        [&](size_t b, size_t e) { cpu::QuantMatMulRange(qa, b, e); });
     return;
@@ -435,8 +436,7 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     fa.out_stride = a.out_stride;
   }
   if (fp8_kernel && m < 4) {
-    Trace(fmt::format("matmul gemv fp8 b{}x{} f16-decode M={} N={} K={}", w.block_rows,
-                      w.block_cols, m, n, k));
+    Trace("matmul gemv fp8 b{}x{} f16-decode M={} N={} K={}", w.block_rows, w.block_cols, m, n, k);
     pool_->ParallelFor(n, GrainFor(m * k),
                        [&](size_t b, size_t e) { cpu::Fp8MatMulRange(fa, b, e); });
     return;
@@ -457,8 +457,8 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     // Prefill and batches: the tiled GEMM (gemm.h) pulls f32 panels through a callback. A panel
     // narrower than the row decodes the whole row and keeps its slice: decoding is a few
     // operations per weight, against 2*M flops per weight in the GEMM.
-    Trace(fmt::format("matmul gemm-tiled {} dequant{} M={} N={} K={}", WeightFormatName(w.format),
-                      fp8_kernel ? " f16-decode" : "", m, n, k));
+    Trace("matmul gemm-tiled {} dequant{} M={} N={} K={}", WeightFormatName(w.format),
+          fp8_kernel ? " f16-decode" : "", m, n, k);
     const cpu::WeightRowsFn rows_fn = [&](int64_t row_begin, int64_t count, int64_t col_begin,
                                           int64_t col_count, float* dst) {
       if (col_begin == 0 && col_count == k) return decode_rows(row_begin, count, dst);
@@ -474,8 +474,8 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
   }
   // Few rows of x without a fused kernel: dequantize a few rows at a time into a per-chunk f32
   // buffer and multiply that.
-  Trace(fmt::format("matmul {} {} dequant{} M={} N={} K={}", kind, WeightFormatName(w.format),
-                    fp8_kernel ? " f16-decode" : "", m, n, k));
+  Trace("matmul {} {} dequant{} M={} N={} K={}", kind, WeightFormatName(w.format),
+        fp8_kernel ? " f16-decode" : "", m, n, k);
   constexpr int64_t kRowsPerStep = 8;
   pool_->ParallelFor(n, GrainFor(m * k), [&](size_t b, size_t e) {
     std::vector<float> rows(kRowsPerStep * k);
@@ -508,21 +508,32 @@ void CpuBackend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor&
            "attention q {} k_cache {} v_cache {} out {}", q.ShapeString(), k_cache.ShapeString(),
            v_cache.ShapeString(), out.ShapeString());
   const int64_t t_count = q.shape[0];
-  Trace(fmt::format("attention T={} Hq={} Hkv={} Dk={} Dv={} seqs={}", t_count, hq, hkv, dk, dv,
-                    meta.num_seqs));
-  // Per sequence, the cache slot of every position; per query row, its sequence and position.
-  std::vector<std::vector<int64_t>> slots(meta.num_seqs);
-  std::vector<int32_t> row_seq(t_count, -1);
-  std::vector<int64_t> row_pos(t_count, 0);
+  Trace("attention T={} Hq={} Hkv={} Dk={} Dv={} seqs={}", t_count, hq, hkv, dk, dv, meta.num_seqs);
+  // Per sequence, the cache slot of every position (sequence s's from slot_start[s]); per query
+  // row, its sequence and position. Backend-owned scratch: a decode step allocates nothing.
+  std::vector<int64_t>& slots = attn_.slots;
+  std::vector<int64_t>& slot_start = attn_.slot_start;
+  std::vector<int32_t>& row_seq = attn_.row_seq;
+  std::vector<int64_t>& row_pos = attn_.row_pos;
+  // Capacity grows by doubling from 256 entries, so a growing sequence reallocates rarely.
+  int64_t total_slots = 0;
+  for (int s = 0; s < meta.num_seqs; ++s) total_slots += ref::GetSeqLayout(meta, s).seq_len;
+  slots.clear();
+  if (slots.capacity() < static_cast<size_t>(total_slots)) {
+    slots.reserve(std::max<size_t>(256, std::bit_ceil(static_cast<size_t>(total_slots))));
+  }
+  slot_start.assign(meta.num_seqs, 0);
+  row_seq.assign(t_count, -1);
+  row_pos.assign(t_count, 0);
   int64_t max_len = 0;
   for (int s = 0; s < meta.num_seqs; ++s) {
     const ref::SeqLayout seq = ref::GetSeqLayout(meta, s);
     DH_CHECK(seq.query_start >= 0 && seq.query_end <= t_count, "sequence {} rows [{}, {}) of {}",
              s, seq.query_start, seq.query_end, t_count);
-    slots[s].resize(seq.seq_len);
+    slot_start[s] = static_cast<int64_t>(slots.size());
     for (int64_t p = 0; p < seq.seq_len; ++p) {
-      slots[s][p] = ref::SlotOf(seq, meta.block_size, p);
-      DH_CHECK(slots[s][p] >= 0 && slots[s][p] < k_cache.shape[0], "slot {} of {}", slots[s][p],
+      slots.push_back(ref::SlotOf(seq, meta.block_size, p));
+      DH_CHECK(slots.back() >= 0 && slots.back() < k_cache.shape[0], "slot {} of {}", slots.back(),
                k_cache.shape[0]);
     }
     const int32_t num_queries = seq.query_end - seq.query_start;
@@ -538,7 +549,10 @@ void CpuBackend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor&
   const float* vd = v_cache.as<const float>();
   float* od = out.as<float>();
   pool_->ParallelFor(t_count * hq, 1, [&](size_t b, size_t e) {
-    std::vector<float> scores(max_len);
+    thread_local std::vector<float> scores;  // this thread's, grown by doubling
+    if (scores.size() < static_cast<size_t>(max_len)) {
+      scores.resize(std::max<size_t>(256, std::bit_ceil(static_cast<size_t>(max_len))));
+    }
     for (size_t item = b; item < e; ++item) {
       const int64_t t = item / hq, h = item % hq;
       if (row_seq[t] < 0) continue;  // a row no sequence owns
@@ -550,7 +564,7 @@ void CpuBackend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor&
       a.v_slot_stride = v_cache.stride[0];
       a.dk = dk;
       a.dv = dv;
-      a.slots = slots[row_seq[t]].data();
+      a.slots = slots.data() + slot_start[row_seq[t]];
       a.num_positions = row_pos[t] + 1;
       a.scale = scale;
       a.scores = scores.data();
@@ -566,7 +580,7 @@ void CpuBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor out) {
     Trace("silu_mul reference");
     return ReferenceBackend::SiluMul(gate, up, out);
   }
-  Trace(fmt::format("silu_mul T={} I={}", g->rows, g->cols));
+  Trace("silu_mul T={} I={}", g->rows, g->cols);
   ForEachElementChunk(*pool_, *g, *u, *o, cpu::SiluMulRow);
 }
 
@@ -576,7 +590,7 @@ void CpuBackend::Add(const Tensor& a, const Tensor& b, Tensor out) {
     Trace("add reference");
     return ReferenceBackend::Add(a, b, out);
   }
-  Trace(fmt::format("add T={} H={}", ar->rows, ar->cols));
+  Trace("add T={} H={}", ar->rows, ar->cols);
   ForEachElementChunk(*pool_, *ar, *br, *o, cpu::AddRow);
 }
 
@@ -611,26 +625,6 @@ void CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, Tensor out) {
                       x.ndim > 1 ? x.shape[1] : 0));
   }
   ReferenceBackend::GatherRows(x, rows, out);
-}
-
-void CpuBackend::MoeGate(const Tensor& logits, const Tensor& bias, const MoeGateParams& p,
-                         Tensor topk_ids, Tensor topk_weights) {
-  if (options().trace_kernels) {
-    Trace(fmt::format("moe_gate reference T={} E={} k={}", logits.ndim > 0 ? logits.shape[0] : 0,
-                      logits.ndim > 1 ? logits.shape[1] : 0,
-                      topk_ids.ndim > 1 ? topk_ids.shape[1] : 0));
-  }
-  ReferenceBackend::MoeGate(logits, bias, p, topk_ids, topk_weights);
-}
-
-void CpuBackend::MoeExperts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
-                            std::span<const ExpertWeights> experts, Tensor out) {
-  if (options().trace_kernels) {
-    Trace(fmt::format("moe_experts grouped T={} H={} experts={} k={}",
-                      x.ndim > 0 ? x.shape[0] : 0, x.ndim > 1 ? x.shape[1] : 0, experts.size(),
-                      topk_ids.ndim > 1 ? topk_ids.shape[1] : 0));
-  }
-  ReferenceBackend::MoeExperts(x, topk_ids, topk_weights, experts, out);
 }
 
 }  // namespace dh

@@ -6,6 +6,10 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "backend/reference/reference_backend.h"
 #include "base/thread_pool.h"
@@ -33,22 +37,52 @@ class CpuBackend : public ReferenceBackend {
                  const AttentionMeta& meta, float scale, Tensor out) override;
   void SiluMul(const Tensor& gate, const Tensor& up, Tensor out) override;
   void Add(const Tensor& a, const Tensor& b, Tensor out) override;
+  // The router, and the tokens grouped by expert with the expert FFNs through MatMul, over
+  // reusable scratch (cpu_moe.cc).
+  void MoeGate(const Tensor& logits, const Tensor& bias, const MoeGateParams& p, Tensor topk_ids,
+               Tensor topk_weights) override;
+  void MoeExperts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                  std::span<const ExpertWeights> experts, Tensor out) override;
   // Ops the reference backend's loops serve; overridden only so --trace-kernels names them.
   void Rope(Tensor x, const Tensor& positions, const RopeParams& p) override;
   void KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
                const Tensor& slot_mapping) override;
   void Copy(const Tensor& src, Tensor dst) override;
   void GatherRows(const Tensor& x, const Tensor& rows, Tensor out) override;
-  void MoeGate(const Tensor& logits, const Tensor& bias, const MoeGateParams& p, Tensor topk_ids,
-               Tensor topk_weights) override;
-  void MoeExperts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
-                  std::span<const ExpertWeights> experts, Tensor out) override;
 
  private:
   // With trace_kernels, logs `what` the first time it is seen.
   void Trace(const std::string& what);
+  // The same, formatted only when tracing: a decode step without --trace-kernels allocates
+  // nothing here (tests/alloc).
+  template <typename... Args>
+  void Trace(fmt::format_string<Args...> f, Args&&... args) {
+    if (options().trace_kernels) Trace(fmt::format(f, std::forward<Args>(args)...));
+  }
 
   std::unique_ptr<ThreadPool> pool_;
+  // MoeExperts' grouping and activations, grown to the largest step seen and reused.
+  struct MoeScratch {
+    std::vector<int32_t> start;         // [experts + 1]: first grouped row of each expert
+    std::vector<int32_t> fill;          // [experts]: rows placed so far (the sort's cursor)
+    std::vector<int32_t> row_of_pair;   // [T * k]: grouped row of pair t * k + i, or -1
+    std::vector<int32_t> token_of_row;  // [rows]: the token a grouped row comes from
+    std::vector<float> xs, gate, up, ys;
+  };
+  MoeScratch moe_;
+  // MoeGate's per-token work arrays.
+  struct GateScratch {
+    std::vector<float> scores, choice, group_scores;
+    std::vector<uint8_t> taken, group_taken;
+    std::vector<int> chosen;
+  };
+  GateScratch gate_;
+  // Attention's slot lists and row maps.
+  struct AttentionScratch {
+    std::vector<int64_t> slots, slot_start, row_pos;
+    std::vector<int32_t> row_seq;
+  };
+  AttentionScratch attn_;
   std::mutex trace_mu_;
   std::set<std::string> traced_;
 };

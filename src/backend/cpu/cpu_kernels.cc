@@ -14,6 +14,8 @@
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
 
+#include "backend/cpu/weight_load-inl.h"  // after highway.h: per-target code
+
 HWY_BEFORE_NAMESPACE();
 namespace dh::cpu {
 namespace HWY_NAMESPACE {
@@ -21,28 +23,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
-
-// Loads Lanes(df) weights starting at p as f32.
-HWY_INLINE VF LoadW(DF df, const float* HWY_RESTRICT p) { return hn::LoadU(df, p); }
-HWY_INLINE VF LoadW(DF df, const hwy::bfloat16_t* HWY_RESTRICT p) {
-  const hn::Rebind<hwy::bfloat16_t, DF> dbf;
-  return hn::PromoteTo(df, hn::LoadU(dbf, p));
-}
-HWY_INLINE VF LoadW(DF df, const hwy::float16_t* HWY_RESTRICT p) {
-  const hn::Rebind<hwy::float16_t, DF> dh16;
-  return hn::PromoteTo(df, hn::LoadU(dh16, p));
-}
-HWY_INLINE float ToF32(float v) { return v; }
-HWY_INLINE float ToF32(hwy::bfloat16_t v) {
-  uint16_t bits;
-  std::memcpy(&bits, &v, 2);
-  return BF16ToF32(bits);
-}
-HWY_INLINE float ToF32(hwy::float16_t v) {
-  uint16_t bits;
-  std::memcpy(&bits, &v, 2);
-  return F16ToF32(bits);
-}
 
 HWY_INLINE float Sum(DF df, VF v) { return hn::GetLane(hn::SumOfLanes(df, v)); }
 

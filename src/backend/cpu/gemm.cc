@@ -14,6 +14,8 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include "backend/cpu/weight_load-inl.h"  // after highway.h: per-target code
+
 HWY_BEFORE_NAMESPACE();
 namespace dh::cpu {
 namespace HWY_NAMESPACE {
@@ -43,27 +45,6 @@ HWY_INLINE GVF InRegister(GVF v) {
   return v;
 }
 
-HWY_INLINE GVF GemmLoadW(GDF df, const float* HWY_RESTRICT p) { return hn::LoadU(df, p); }
-HWY_INLINE GVF GemmLoadW(GDF df, const hwy::bfloat16_t* HWY_RESTRICT p) {
-  const hn::Rebind<hwy::bfloat16_t, GDF> dbf;
-  return hn::PromoteTo(df, hn::LoadU(dbf, p));
-}
-HWY_INLINE GVF GemmLoadW(GDF df, const hwy::float16_t* HWY_RESTRICT p) {
-  const hn::Rebind<hwy::float16_t, GDF> dh16;
-  return hn::PromoteTo(df, hn::LoadU(dh16, p));
-}
-HWY_INLINE float GemmToF32(float v) { return v; }
-HWY_INLINE float GemmToF32(hwy::bfloat16_t v) {
-  uint16_t bits;
-  std::memcpy(&bits, &v, 2);
-  return BF16ToF32(bits);
-}
-HWY_INLINE float GemmToF32(hwy::float16_t v) {
-  uint16_t bits;
-  std::memcpy(&bits, &v, 2);
-  return F16ToF32(bits);
-}
-
 // out[r * os + c] (=, or += when accumulate) dot(x row r, w row c) over kn columns for an
 // MR x NR tile; bias (indexed by c, may be null) is added when not accumulating.
 template <int MR, int NR, typename WT>
@@ -82,7 +63,7 @@ HWY_INLINE void GemmTile(const float* HWY_RESTRICT x, int64_t xs, const WT* HWY_
   for (; i + lanes <= kn; i += lanes) {
     GVF wv[NR];
     HWY_UNROLL(4)
-    for (int c = 0; c < NR; ++c) wv[c] = InRegister(GemmLoadW(df, w + c * ws + i));
+    for (int c = 0; c < NR; ++c) wv[c] = InRegister(LoadW(df, w + c * ws + i));
     HWY_UNROLL(8)
     for (int r = 0; r < MR; ++r) {
       const GVF xv = InRegister(hn::LoadU(df, x + r * xs + i));
@@ -95,7 +76,7 @@ HWY_INLINE void GemmTile(const float* HWY_RESTRICT x, int64_t xs, const WT* HWY_
     HWY_UNROLL(4)
     for (int c = 0; c < NR; ++c) {
       float s = hn::GetLane(hn::SumOfLanes(df, acc[r][c]));
-      for (int64_t j = i; j < kn; ++j) s += x[r * xs + j] * GemmToF32(w[c * ws + j]);
+      for (int64_t j = i; j < kn; ++j) s += x[r * xs + j] * ToF32(w[c * ws + j]);
       float& o = out[r * os + c];
       o = accumulate ? o + s : s + (bias ? bias[c] : 0.0f);
     }

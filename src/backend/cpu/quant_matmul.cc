@@ -28,11 +28,39 @@ HWY_INLINE VF LoadI8(DF df, const int8_t* HWY_RESTRICT p) {
   return hn::ConvertTo(df, hn::PromoteTo(DI(), hn::LoadU(d8, p)));
 }
 
-// sums[r] = dot(x row r, dequant(int8 row)) for MR rows of x (stride xs): each weight vector is
-// widened and scaled once, in registers, and used for all MR rows.
-template <int MR>
-HWY_INLINE void DotInt8(const int8_t* HWY_RESTRICT q, const float* HWY_RESTRICT s, int64_t k,
-                        int64_t g, const float* HWY_RESTRICT x, int64_t xs, float* sums) {
+// L e4m3 codes at p as f32 / 2^8 (quant_matmul.h): sign-extend to i16, shift the magnitude under
+// the f16 exponent (bit 14 cleared: it held a copy of the sign), widen f16 -> f32.
+HWY_INLINE VF LoadFp8(DF df, const uint8_t* HWY_RESTRICT p) {
+  const hn::Rebind<int8_t, DF> d8;
+  const hn::Rebind<int16_t, DF> d16;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  auto v = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(p)));
+  v = hn::And(hn::ShiftLeft<7>(v), hn::Set(d16, static_cast<int16_t>(0xBF80)));
+  return hn::PromoteTo(df, hn::BitCast(dh, v));
+}
+
+// The one-code-per-column formats with one scale per block of columns: how a vector and a single
+// code decode. Load(df, p) * (scale * kVectorScale) == One(*p) * scale.
+struct Int8Codes {
+  using Code = int8_t;
+  static constexpr float kVectorScale = 1.0f;
+  static HWY_INLINE VF Load(DF df, const int8_t* HWY_RESTRICT p) { return LoadI8(df, p); }
+  static HWY_INLINE float One(int8_t q) { return static_cast<float>(q); }
+};
+struct Fp8Codes {
+  using Code = uint8_t;
+  static constexpr float kVectorScale = 256.0f;  // LoadFp8 gives the value / 2^8
+  static HWY_INLINE VF Load(DF df, const uint8_t* HWY_RESTRICT p) { return LoadFp8(df, p); }
+  static HWY_INLINE float One(uint8_t q) { return F8E4M3ToF32(q); }
+};
+
+// sums[r] = dot(x row r, dequant(row q)) for MR rows of x (stride xs), the row's k codes scaled
+// by s[b] per block b of `block` columns: each weight vector is decoded and scaled once, in
+// registers, and used for all MR rows. The one accumulator skeleton of the int8 and FP8 kernels.
+template <int MR, class Codes>
+HWY_INLINE void DotBlocks(const typename Codes::Code* HWY_RESTRICT q, const float* HWY_RESTRICT s,
+                          int64_t k, int64_t block, const float* HWY_RESTRICT x, int64_t xs,
+                          float* sums) {
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
   VF acc0[MR], acc1[MR];
@@ -42,23 +70,24 @@ HWY_INLINE void DotInt8(const int8_t* HWY_RESTRICT q, const float* HWY_RESTRICT 
     acc1[r] = hn::Zero(df);
     tail[r] = 0.0f;
   }
-  for (int64_t g0 = 0, gi = 0; g0 < k; g0 += g, ++gi) {
-    const int64_t g1 = std::min(k, g0 + g);
-    const VF vs = hn::Set(df, s[gi]);
-    int64_t c = g0;
-    for (; c + 2 * L <= g1; c += 2 * L) {
-      const VF w0 = hn::Mul(LoadI8(df, q + c), vs), w1 = hn::Mul(LoadI8(df, q + c + L), vs);
+  for (int64_t c0 = 0, bi = 0; c0 < k; c0 += block, ++bi) {
+    const int64_t c1 = std::min(k, c0 + block);
+    const VF vs = hn::Set(df, s[bi] * Codes::kVectorScale);
+    int64_t c = c0;
+    for (; c + 2 * L <= c1; c += 2 * L) {
+      const VF w0 = hn::Mul(Codes::Load(df, q + c), vs);
+      const VF w1 = hn::Mul(Codes::Load(df, q + c + L), vs);
       for (int r = 0; r < MR; ++r) {
         acc0[r] = hn::MulAdd(w0, hn::LoadU(df, x + r * xs + c), acc0[r]);
         acc1[r] = hn::MulAdd(w1, hn::LoadU(df, x + r * xs + c + L), acc1[r]);
       }
     }
-    for (; c + L <= g1; c += L) {
-      const VF w0 = hn::Mul(LoadI8(df, q + c), vs);
+    for (; c + L <= c1; c += L) {
+      const VF w0 = hn::Mul(Codes::Load(df, q + c), vs);
       for (int r = 0; r < MR; ++r) acc0[r] = hn::MulAdd(w0, hn::LoadU(df, x + r * xs + c), acc0[r]);
     }
-    for (; c < g1; ++c) {
-      const float w = static_cast<float>(q[c]) * s[gi];
+    for (; c < c1; ++c) {
+      const float w = Codes::One(q[c]) * s[bi];
       for (int r = 0; r < MR; ++r) tail[r] += w * x[r * xs + c];
     }
   }
@@ -67,16 +96,19 @@ HWY_INLINE void DotInt8(const int8_t* HWY_RESTRICT q, const float* HWY_RESTRICT 
   }
 }
 
-HWY_INLINE void DequantInt8(const int8_t* HWY_RESTRICT q, const float* HWY_RESTRICT s, int64_t k,
-                            int64_t g, float* HWY_RESTRICT out) {
+// out[0, k) = the decoded row of DotBlocks.
+template <class Codes>
+HWY_INLINE void DequantBlocks(const typename Codes::Code* HWY_RESTRICT q,
+                              const float* HWY_RESTRICT s, int64_t k, int64_t block,
+                              float* HWY_RESTRICT out) {
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
-  for (int64_t g0 = 0, gi = 0; g0 < k; g0 += g, ++gi) {
-    const int64_t g1 = std::min(k, g0 + g);
-    const VF vs = hn::Set(df, s[gi]);
-    int64_t c = g0;
-    for (; c + L <= g1; c += L) hn::StoreU(hn::Mul(LoadI8(df, q + c), vs), df, out + c);
-    for (; c < g1; ++c) out[c] = static_cast<float>(q[c]) * s[gi];
+  for (int64_t c0 = 0, bi = 0; c0 < k; c0 += block, ++bi) {
+    const int64_t c1 = std::min(k, c0 + block);
+    const VF vs = hn::Set(df, s[bi] * Codes::kVectorScale);
+    int64_t c = c0;
+    for (; c + L <= c1; c += L) hn::StoreU(hn::Mul(Codes::Load(df, q + c), vs), df, out + c);
+    for (; c < c1; ++c) out[c] = Codes::One(q[c]) * s[bi];
   }
 }
 
@@ -165,7 +197,8 @@ HWY_INLINE void RowBlock(const QuantMatMulArgs& a, const float* x, int64_t xs, i
     if (a.int4) {
       DotInt4<MR>(qbase + j * a.q_stride, s, a.mins + j * a.min_stride, kb, gb, x, xs, sums);
     } else {
-      DotInt8<MR>(reinterpret_cast<const int8_t*>(qbase + j * a.q_stride), s, k, g, x, xs, sums);
+      DotBlocks<MR, Int8Codes>(reinterpret_cast<const int8_t*>(qbase + j * a.q_stride), s, k, g, x,
+                               xs, sums);
     }
     const float bias = a.bias ? a.bias[j] : 0.0f;
     for (int r = 0; r < MR; ++r) a.out[(r0 + r) * a.out_stride + j] = sums[r] + bias;
@@ -176,7 +209,7 @@ void QuantMatMulRangeImpl(const QuantMatMulArgs& a, int64_t n_begin, int64_t n_e
   const int64_t k = a.k;
   const float* x = a.x;
   int64_t xs = a.x_stride;
-  std::vector<float> split;
+  thread_local std::vector<float> split;  // grown once per thread, reused
   if (a.int4) {
     // Split each x row into even and odd columns, zero-padded to kb each.
     const int64_t kb = (k + 1) / 2;
@@ -212,13 +245,14 @@ void DequantizeRowsImpl(const QuantMatMulArgs& a, int64_t row_begin, int64_t cou
   const int64_t k = a.k, g = std::min(a.group_size, k);
   const uint8_t* qbase = static_cast<const uint8_t*>(a.q);
   const int64_t kb = (k + 1) / 2, gb = g >= k ? kb : g / 2;
-  std::vector<float> halves(a.int4 ? 2 * kb : 0);
+  thread_local std::vector<float> halves;  // grown once per thread, reused
+  halves.resize(a.int4 ? 2 * kb : 0);
   for (int64_t i = 0; i < count; ++i) {
     const int64_t j = row_begin + i;
     const float* s = a.scales + j * a.scale_stride;
     float* o = out + i * k;
     if (!a.int4) {
-      DequantInt8(reinterpret_cast<const int8_t*>(qbase + j * a.q_stride), s, k, g, o);
+      DequantBlocks<Int8Codes>(reinterpret_cast<const int8_t*>(qbase + j * a.q_stride), s, k, g, o);
       continue;
     }
     DequantInt4(qbase + j * a.q_stride, s, a.mins + j * a.min_stride, kb, gb, halves.data(),
@@ -227,62 +261,13 @@ void DequantizeRowsImpl(const QuantMatMulArgs& a, int64_t row_begin, int64_t cou
   }
 }
 
-// L e4m3 codes at p as f32 / 2^8 (quant_matmul.h): sign-extend to i16, shift the magnitude under
-// the f16 exponent (bit 14 cleared: it held a copy of the sign), widen f16 -> f32.
-HWY_INLINE VF LoadFp8(DF df, const uint8_t* HWY_RESTRICT p) {
-  const hn::Rebind<int8_t, DF> d8;
-  const hn::Rebind<int16_t, DF> d16;
-  const hn::Rebind<hwy::float16_t, DF> dh;
-  auto v = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(p)));
-  v = hn::And(hn::ShiftLeft<7>(v), hn::Set(d16, static_cast<int16_t>(0xBF80)));
-  return hn::PromoteTo(df, hn::BitCast(dh, v));
-}
-
-// sums[r] = dot(x row r, dequant(fp8 row)) for MR rows of x; s: the row's block scales.
-template <int MR>
-HWY_INLINE void DotFp8(const uint8_t* HWY_RESTRICT q, const float* HWY_RESTRICT s, int64_t k,
-                       int64_t bc, const float* HWY_RESTRICT x, int64_t xs, float* sums) {
-  const DF df;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
-  VF acc0[MR], acc1[MR];
-  float tail[MR];
-  for (int r = 0; r < MR; ++r) {
-    acc0[r] = hn::Zero(df);
-    acc1[r] = hn::Zero(df);
-    tail[r] = 0.0f;
-  }
-  for (int64_t c0 = 0, bi = 0; c0 < k; c0 += bc, ++bi) {
-    const int64_t c1 = std::min(k, c0 + bc);
-    const VF vs = hn::Set(df, s[bi] * 256.0f);
-    int64_t c = c0;
-    for (; c + 2 * L <= c1; c += 2 * L) {
-      const VF w0 = hn::Mul(LoadFp8(df, q + c), vs), w1 = hn::Mul(LoadFp8(df, q + c + L), vs);
-      for (int r = 0; r < MR; ++r) {
-        acc0[r] = hn::MulAdd(w0, hn::LoadU(df, x + r * xs + c), acc0[r]);
-        acc1[r] = hn::MulAdd(w1, hn::LoadU(df, x + r * xs + c + L), acc1[r]);
-      }
-    }
-    for (; c + L <= c1; c += L) {
-      const VF w0 = hn::Mul(LoadFp8(df, q + c), vs);
-      for (int r = 0; r < MR; ++r) acc0[r] = hn::MulAdd(w0, hn::LoadU(df, x + r * xs + c), acc0[r]);
-    }
-    for (; c < c1; ++c) {
-      const float w = F8E4M3ToF32(q[c]) * s[bi];
-      for (int r = 0; r < MR; ++r) tail[r] += w * x[r * xs + c];
-    }
-  }
-  for (int r = 0; r < MR; ++r) {
-    sums[r] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[r], acc1[r]))) + tail[r];
-  }
-}
-
 template <int MR>
 HWY_INLINE void Fp8RowBlock(const Fp8MatMulArgs& a, int64_t r0, int64_t n_begin, int64_t n_end) {
   float sums[MR];
   const float* x = a.x + r0 * a.x_stride;
   for (int64_t j = n_begin; j < n_end; ++j) {
-    DotFp8<MR>(a.q + j * a.q_stride, a.scales + (j / a.block_rows) * a.scale_stride, a.k,
-               a.block_cols, x, a.x_stride, sums);
+    DotBlocks<MR, Fp8Codes>(a.q + j * a.q_stride, a.scales + (j / a.block_rows) * a.scale_stride,
+                            a.k, a.block_cols, x, a.x_stride, sums);
     const float bias = a.bias ? a.bias[j] : 0.0f;
     for (int r = 0; r < MR; ++r) a.out[(r0 + r) * a.out_stride + j] = sums[r] + bias;
   }
@@ -299,22 +284,11 @@ void Fp8MatMulRangeImpl(const Fp8MatMulArgs& a, int64_t n_begin, int64_t n_end) 
   }
 }
 
-void Fp8DequantizeRowsImpl(const Fp8MatMulArgs& a, int64_t row_begin, int64_t count,
-                           float* out) {
-  const DF df;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+void Fp8DequantizeRowsImpl(const Fp8MatMulArgs& a, int64_t row_begin, int64_t count, float* out) {
   for (int64_t i = 0; i < count; ++i) {
     const int64_t j = row_begin + i;
-    const uint8_t* q = a.q + j * a.q_stride;
-    const float* s = a.scales + (j / a.block_rows) * a.scale_stride;
-    float* o = out + i * a.k;
-    for (int64_t c0 = 0, bi = 0; c0 < a.k; c0 += a.block_cols, ++bi) {
-      const int64_t c1 = std::min(a.k, c0 + a.block_cols);
-      const VF vs = hn::Set(df, s[bi] * 256.0f);
-      int64_t c = c0;
-      for (; c + L <= c1; c += L) hn::StoreU(hn::Mul(LoadFp8(df, q + c), vs), df, o + c);
-      for (; c < c1; ++c) o[c] = F8E4M3ToF32(q[c]) * s[bi];
-    }
+    DequantBlocks<Fp8Codes>(a.q + j * a.q_stride, a.scales + (j / a.block_rows) * a.scale_stride,
+                            a.k, a.block_cols, out + i * a.k);
   }
 }
 

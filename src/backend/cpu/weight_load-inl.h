@@ -1,0 +1,54 @@
+// Per-SIMD-target loads of f32 / bf16 / f16 weights as f32, shared by the kernels of
+// cpu_kernels.cc and gemm.cc. Included by a file compiled once per target (foreach_target.h),
+// so it uses Highway's per-target include guard instead of #pragma once.
+#if defined(DH_BACKEND_CPU_WEIGHT_LOAD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef DH_BACKEND_CPU_WEIGHT_LOAD_INL_H_
+#undef DH_BACKEND_CPU_WEIGHT_LOAD_INL_H_
+#else
+#define DH_BACKEND_CPU_WEIGHT_LOAD_INL_H_
+#endif
+
+#include <cstdint>
+#include <cstring>
+
+#include "hwy/highway.h"
+#include "tensor/dtype.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace dh::cpu {
+namespace HWY_NAMESPACE {
+
+// Loads Lanes(df) weights starting at p as f32.
+template <class DF>
+HWY_INLINE hwy::HWY_NAMESPACE::Vec<DF> LoadW(DF df, const float* HWY_RESTRICT p) {
+  return hwy::HWY_NAMESPACE::LoadU(df, p);
+}
+template <class DF>
+HWY_INLINE hwy::HWY_NAMESPACE::Vec<DF> LoadW(DF df, const hwy::bfloat16_t* HWY_RESTRICT p) {
+  const hwy::HWY_NAMESPACE::Rebind<hwy::bfloat16_t, DF> dbf;
+  return hwy::HWY_NAMESPACE::PromoteTo(df, hwy::HWY_NAMESPACE::LoadU(dbf, p));
+}
+template <class DF>
+HWY_INLINE hwy::HWY_NAMESPACE::Vec<DF> LoadW(DF df, const hwy::float16_t* HWY_RESTRICT p) {
+  const hwy::HWY_NAMESPACE::Rebind<hwy::float16_t, DF> dh16;
+  return hwy::HWY_NAMESPACE::PromoteTo(df, hwy::HWY_NAMESPACE::LoadU(dh16, p));
+}
+
+// One weight as f32 (the scalar tails of the same kernels).
+HWY_INLINE float ToF32(float v) { return v; }
+HWY_INLINE float ToF32(hwy::bfloat16_t v) {
+  uint16_t bits;
+  std::memcpy(&bits, &v, 2);
+  return BF16ToF32(bits);
+}
+HWY_INLINE float ToF32(hwy::float16_t v) {
+  uint16_t bits;
+  std::memcpy(&bits, &v, 2);
+  return F16ToF32(bits);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dh::cpu
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard
