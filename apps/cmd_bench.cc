@@ -141,7 +141,7 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
                     std::getenv("DH_INTEGER_DOT") ? std::getenv("DH_INTEGER_DOT") : "auto");
       }
     }
-    if (const comm::Communicator* comm = loaded->parallel.comm.get()) {
+    if (const comm::Communicator* comm = loaded->parallel.comm.get(); comm && IsLeadRank(*loaded)) {
       // --tp-size N: what rank 0 spent in collectives over the whole run (warm-ups included).
       const comm::CommStats& cs = comm->Stats();
       std::fprintf(stderr, "collectives (rank 0 of %d): %llu calls, %.1f MiB, %.3f s, %.1f us per "

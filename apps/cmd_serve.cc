@@ -229,6 +229,12 @@ int RunServe(ServeArgs& a) {
 
   auto model = LoadFromOptions(a.model);
   if (!model.ok()) return fail(model.status());
+  if (model->parallel.comm) {
+    // Rank 0 leads: each engine step goes to the follower ranks first; whatever ends this
+    // function (an error below, or the drain) destroys the model, which stops them.
+    model->model = MakeStepLeader(std::move(model->model), *model->parallel.comm,
+                                  std::chrono::seconds(a.rank_timeout));
+  }
   auto tokenizer = Tokenizer::Load(a.model.model_path);
   if (!tokenizer.ok()) return fail(tokenizer.status().WithContext(a.model.model_path));
   auto renderer = server::LoadChatRenderer(a.model.model_path, a.chat_template);
@@ -248,10 +254,6 @@ int RunServe(ServeArgs& a) {
   eo.num_kv_blocks = a.num_kv_blocks;
   eo.enable_prefix_caching = !a.no_prefix_caching;
   eo.kv_cache_memory = a.kv_cache_bytes;
-  if (model->parallel.comm) {
-    model->model = MakeStepLeader(std::move(model->model), *model->parallel.comm,
-                                  std::chrono::seconds(a.rank_timeout));
-  }
   Engine engine(eo, std::move(model->model), *model->backend, tokenizer->get());
   if (Status st = engine.Start(); !st.ok()) return fail(st);
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -39,6 +40,32 @@ std::vector<std::string> OwnArguments() {
     }
   }
   return args;
+}
+
+// The pid of rank 0 among mpirun's children (its environment says OMPI_COMM_WORLD_RANK=0), or
+// `mpirun` itself when it is not found.
+pid_t RankZeroOf(pid_t mpirun) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    int ppid = 0;
+    if (std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) != 2 || ppid != mpirun) {
+      continue;
+    }
+    std::ifstream env(e.path() / "environ", std::ios::binary);
+    std::string var;
+    while (std::getline(env, var, '\0')) {
+      if (var == "OMPI_COMM_WORLD_RANK=0") return static_cast<pid_t>(std::stoi(name));
+    }
+  }
+  return mpirun;
 }
 
 // Runs `mpirun -np N /proc/self/exe ARGS...` and exits with its status.
@@ -72,7 +99,8 @@ Status LaunchUnderMpirun(int ranks) {
                  ranks, std::strerror(errno));
     std::_Exit(kExitBadInput);
   }
-  // SIGTERM / SIGINT sent to this process go on to mpirun, which hands them to the ranks.
+  // SIGTERM / SIGINT sent to this process go to rank 0, which drains, stops the other ranks and
+  // exits 0 (mpirun itself would end the job at once, with a failure status).
   std::thread([pid] {
     sigset_t set;
     sigemptyset(&set);
@@ -80,7 +108,7 @@ Status LaunchUnderMpirun(int ranks) {
     sigaddset(&set, SIGINT);
     while (true) {
       int sig = 0;
-      if (::sigwait(&set, &sig) == 0) ::kill(pid, sig);
+      if (::sigwait(&set, &sig) == 0) ::kill(RankZeroOf(pid), sig);
     }
   }).detach();
   int status = 0;
