@@ -93,7 +93,7 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
     if (a->json) a->model.quiet = true;
     auto loaded = LoadFromOptions(a->model);
     if (!loaded.ok()) return ReportError(loaded.status());
-    const int threads = a->model.threads > 0 ? a->model.threads : AvailableCpus();
+    const int threads = loaded->parallel.threads > 0 ? loaded->parallel.threads : AvailableCpus();
     if (a->membw_mib > 0) {
       ThreadPool pool(threads);
       a->bench.bandwidth_gbs =
@@ -140,6 +140,14 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
                     simd.c_str(), int_dot.c_str(),
                     std::getenv("DH_INTEGER_DOT") ? std::getenv("DH_INTEGER_DOT") : "auto");
       }
+    }
+    if (const comm::Communicator* comm = loaded->parallel.comm.get(); comm && IsLeadRank(*loaded)) {
+      // --tp-size N: what rank 0 spent in collectives over the whole run (warm-ups included).
+      const comm::CommStats& cs = comm->Stats();
+      std::fprintf(stderr, "collectives (rank 0 of %d): %llu calls, %.1f MiB, %.3f s, %.1f us per "
+                   "call\n", comm->Size(), static_cast<unsigned long long>(cs.calls),
+                   cs.bytes / 1048576.0, cs.seconds,
+                   cs.calls > 0 ? 1e6 * cs.seconds / static_cast<double>(cs.calls) : 0.0);
     }
     return kExitOk;
   };

@@ -51,6 +51,7 @@ std::function<int()> SetupLogits(CLI::App* sub) {
     if (!logits.ok()) return ReportError(logits.status());
     const int64_t shape[] = {static_cast<int64_t>(ids->size()),
                              loaded->model->config().vocab_size};
+    if (!IsLeadRank(*loaded)) return kExitOk;  // every rank has the same logits
     Status st = WriteNpy(a->output, DType::kF32, logits->data(), shape);
     if (!st.ok()) return ReportError(st);
     return kExitOk;
@@ -187,6 +188,17 @@ std::function<int()> SetupInfo(CLI::App* sub) {
         {"vocab_size", c.vocab_size},
         {"load_seconds", loaded->load_seconds},
     };
+    // With --tp-size N the figures above are rank 0's; the weights of every rank, gathered.
+    std::vector<uint64_t> rank_bytes{info.weight_bytes};
+    if (comm::Communicator* comm = loaded->parallel.comm.get()) {
+      rank_bytes.resize(static_cast<size_t>(comm->Size()));
+      const uint64_t mine = info.weight_bytes;
+      if (Status st = comm->AllGather(&mine, sizeof(mine), rank_bytes.data()); !st.ok()) {
+        return ReportError(st);
+      }
+      j["tp_size"] = comm->Size();
+      j["weight_bytes_per_rank"] = rank_bytes;
+    }
     if (a->json) {
       std::printf("%s\n", j.dump(2).c_str());
       return kExitOk;
@@ -206,6 +218,13 @@ std::function<int()> SetupInfo(CLI::App* sub) {
                 gib(static_cast<double>(info.active_weight_bytes_per_token)));
     std::printf("kv cache           %zu bytes per token, %.3f GiB per %lld-token sequence\n",
                 info.kv_bytes_per_token, gib(kv_per_seq), static_cast<long long>(ctx));
+    if (rank_bytes.size() > 1) {
+      std::printf("tensor parallel    %zu ranks; figures above are rank 0's\n", rank_bytes.size());
+      for (size_t r = 0; r < rank_bytes.size(); ++r) {
+        std::printf("weights rank %-5zu %.3f GiB (%.1f MiB)\n", r,
+                    gib(static_cast<double>(rank_bytes[r])), rank_bytes[r] / 1048576.0);
+      }
+    }
     return kExitOk;
   };
 }

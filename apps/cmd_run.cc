@@ -9,6 +9,7 @@
 #include "apps/command.h"
 #include "apps/default_model.h"
 #include "apps/model_options.h"
+#include "apps/serve_parallel.h"
 #include "base/mapped_file.h"
 #include "chat/chat_template.h"
 #include "engine/engine.h"
@@ -69,6 +70,8 @@ int Run(RunArgs& a) {
   if (!gen.ok()) return ReportError(gen.status());
   auto loaded = LoadFromOptions(a.model);
   if (!loaded.ok()) return ReportError(loaded.status());
+  // --tp-size N under mpirun: rank 0 runs the engine, the other ranks follow its steps.
+  if (auto done = LeadOrFollow(*loaded, std::chrono::seconds(600))) return *done;
 
   SamplingParams sp;
   sp.temperature = static_cast<float>(a.temperature.value_or(gen->temperature.value_or(1.0)));

@@ -21,10 +21,12 @@
 #include "apps/default_model.h"
 #include "apps/memory_plan.h"
 #include "apps/model_options.h"
+#include "apps/serve_parallel.h"
 #include "backend/registry.h"
 #include "base/log.h"
 #include "base/memory_info.h"
 #include "engine/engine.h"
+#include "model/step_broadcast.h"
 #include "server/http_server.h"
 #include "server/tool_calls.h"
 #include "server/template_renderer.h"
@@ -36,7 +38,6 @@ namespace {
 struct ServeArgs {
   ModelOptions model;
   int max_seq_len = 0;
-  int tp_size = 1;
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
@@ -60,6 +61,7 @@ struct ServeArgs {
   int max_connections = 4096;
   uint64_t kv_cache_bytes = 0;  // parsed --kv-cache-memory
   bool no_memory_check = false;
+  int rank_timeout = 30;  // --rank-timeout: seconds a tensor-parallel step may take
 };
 
 // "8GiB", "512MiB", "1.5G", "1000000" -> bytes, checked against the memory this process may
@@ -80,10 +82,8 @@ Result<uint64_t> ParseKvCacheMemory(const std::string& text) {
 }
 
 Status ValidateArgs(ServeArgs& a) {
-  if (a.tp_size != 1) {
-    return Unsupported("--tp-size/--tensor-parallel-size {}: tensor parallelism is not "
-                       "implemented yet; only 1 is supported", a.tp_size);
-  }
+  if (a.model.tp_size < 1) return InvalidArgument("--tp-size: expected >= 1, got {}", a.model.tp_size);
+  if (a.rank_timeout < 1) return InvalidArgument("--rank-timeout: expected >= 1 second, got {}", a.rank_timeout);
   if (a.port < 0 || a.port > 65535) return InvalidArgument("--port: expected 0-65535, got {}", a.port);
   if (a.max_num_seqs < 1) return InvalidArgument("--max-num-seqs: expected >= 1, got {}", a.max_num_seqs);
   if (a.max_num_batched_tokens < 1)
@@ -162,8 +162,14 @@ class SignalWaiter {
 };
 
 int RunServe(ServeArgs& a) {
-  SignalWaiter signals;
+  SignalWaiter signals;  // the follower ranks never wait: they stop when rank 0 stops
   if (Status st = ValidateArgs(a); !st.ok()) return ReportError(st);
+  if (a.model.tp_size > 1) {
+    // Tensor parallelism: start the ranks (serve_parallel.cc); ranks other than 0 follow.
+    auto role = StartServeRanks(a.model);
+    if (!role.ok()) return ReportError(role.status());
+    if (*role != ServeRole::kLeader) return *role == ServeRole::kFollower ? FollowLeader(a.model) : kExitOk;
+  }
   if (!a.no_memory_check) {
     // Refuse what cannot fit before binding or loading anything (apps/memory_plan.h).
     PlanInputs in;
@@ -223,6 +229,12 @@ int RunServe(ServeArgs& a) {
 
   auto model = LoadFromOptions(a.model);
   if (!model.ok()) return fail(model.status());
+  if (model->parallel.comm) {
+    // Rank 0 leads: each engine step goes to the follower ranks first; whatever ends this
+    // function (an error below, or the drain) destroys the model, which stops them.
+    model->model = MakeStepLeader(std::move(model->model), *model->parallel.comm,
+                                  std::chrono::seconds(a.rank_timeout));
+  }
   auto tokenizer = Tokenizer::Load(a.model.model_path);
   if (!tokenizer.ok()) return fail(tokenizer.status().WithContext(a.model.model_path));
   auto renderer = server::LoadChatRenderer(a.model.model_path, a.chat_template);
@@ -297,8 +309,9 @@ std::function<int()> SetupServe(CLI::App* sub) {
   sub->add_option("--max-seq-len,--max-model-len", a->max_seq_len,
                   "Longest sequence, prompt + output (default: the model's "
                   "max_position_embeddings, capped by the KV pool)");
-  sub->add_option("--tp-size,--tensor-parallel-size", a->tp_size,
-                  "Tensor-parallel degree (only 1 is supported for now)");
+  sub->add_option("--rank-timeout", a->rank_timeout,
+                  "With --tp-size: seconds one engine step may take before rank 0 decides a "
+                  "rank died or hangs and exits with status 1 (default 30)");
   sub->add_option("--host", a->host, "Address to listen on (default 127.0.0.1)");
   sub->add_option("--port", a->port, "Port to listen on (default 8000; 0 picks a free one)");
   sub->add_option("--api-key", a->api_key,

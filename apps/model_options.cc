@@ -43,16 +43,23 @@ void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model) {
   sub->add_flag("--no-compile-cache", o->no_compile_cache,
                 "Load from the checkpoint even when a compiled weight cache exists");
   sub->add_flag("--trace-kernels", o->trace_kernels, "Log the kernel chosen for each op and shape");
+  sub->add_option("--tp-size,--tensor-parallel-size", o->tp_size,
+                  "Tensor-parallel ranks: split the model over N processes started by "
+                  "`mpirun -np N` (default 1; docs/parallel.md)");
+  sub->add_option("--ep-size", o->ep_size,
+                  "Expert-parallel ranks for MoE models: the --tp-size (default: routed experts "
+                  "distributed over the ranks) or 1 (every expert split like a dense MLP)");
   sub->add_flag("--quiet,-q", o->quiet, "Only print errors on stderr");
 }
 
 Result<LoadedModel> LoadFromOptions(const ModelOptions& o) {
   if (o.quiet) SetLogLevel(LogLevel::kError);
   if (o.threads < 0) return InvalidArgument("--threads: expected >= 0, got {}", o.threads);
-  BackendOptions bo;
-  bo.num_threads = o.threads;
-  bo.trace_kernels = o.trace_kernels;
   LoadedModel loaded;
+  DH_ASSIGN_OR_RETURN(loaded.parallel, StartParallel(o.tp_size, o.ep_size, o.threads));
+  BackendOptions bo;
+  bo.num_threads = loaded.parallel.threads;
+  bo.trace_kernels = o.trace_kernels;
   DH_ASSIGN_OR_RETURN(loaded.backend, CreateBackend(o.device, bo));
   LoadOptions lo;
   lo.dtype = o.dtype;
@@ -61,7 +68,11 @@ Result<LoadedModel> LoadFromOptions(const ModelOptions& o) {
   lo.policy = o.policy;
   lo.file.use_mmap = o.mmap && !o.no_mmap;
   lo.file.mlock = o.mlock;
-  lo.show_progress = !o.quiet;
+  lo.show_progress = !o.quiet && IsLeadRank(loaded);
+  lo.parallel = loaded.parallel.options;
+  // Each rank copies only its slices out of the mapped files (replicated tensors stay mapped),
+  // so a rank's resident weights are about 1/N of the split parts.
+  if (o.tp_size > 1) lo.file.use_mmap = true;
   if (!o.no_compile_cache) {
     lo.compile_cache.dir =
         o.compile_cache_dir.empty() ? DefaultCompileCacheDir() : o.compile_cache_dir;

@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "apps/parallel.h"
 #include "backend/backend.h"
 #include "model/model.h"
 #include "weights/compile_cache.h"
@@ -36,12 +37,16 @@ struct ModelOptions {
   bool no_compile_cache = false;
   CompileCacheOptions::Write compile_cache_write = CompileCacheOptions::Write::kReplaceStale;
   bool compile_cache_force = false;
+  // Tensor / expert parallelism (apps/parallel.h, docs/parallel.md); > 1 needs mpirun -np N.
+  int tp_size = 1;
+  int ep_size = 0;  // 0: = tp_size
 };
 
 // Adds the flags; `require_model` makes --model-path mandatory.
 void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model = true);
 
 struct LoadedModel {
+  ParallelRun parallel;  // first: the communicator outlives the model and the backend
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
   double load_seconds = 0;
@@ -49,6 +54,9 @@ struct LoadedModel {
 };
 
 Result<LoadedModel> LoadFromOptions(const ModelOptions& o);
+
+// True on the rank that prints and writes files (always with --tp-size 1).
+inline bool IsLeadRank(const LoadedModel& m) { return m.parallel.options.rank == 0; }
 
 // Parses "1,2,3" (spaces allowed). Errors name the flag and the offending item.
 Result<std::vector<int32_t>> ParseIdList(const std::string& text, const std::string& flag);

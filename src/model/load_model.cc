@@ -11,6 +11,7 @@
 
 #include "base/log.h"
 #include "io/safetensors.h"
+#include "model/layers/parallel.h"
 #include "model/model.h"
 #include "weights/compile_cache.h"
 #include "weights/compile_cache_reader.h"
@@ -185,6 +186,14 @@ Result<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend& backen
   }
   // The weight-changing options, parsed once: a bad --dtype / --quant / --policy fails here.
   DH_ASSIGN_OR_RETURN(WeightPlan plan, MakeWeightPlan(options));
+  DH_RETURN_IF_ERROR(ValidateParallel(options.parallel));
+  if (options.parallel.size > 1 && !options.compile_cache.dir.empty()) {
+    // A compile cache file holds one rank's weights of one partition: not built (issue 13).
+    DH_LOG(Info, "compile cache: not used with --tp-size {}", options.parallel.size);
+    LoadOptions uncached = options;
+    uncached.compile_cache.dir.clear();
+    return LoadWithCompileCache(dir, config, factory, backend, uncached, plan);
+  }
   return LoadWithCompileCache(dir, config, factory, backend, options, plan);
 }
 

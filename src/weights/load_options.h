@@ -11,6 +11,22 @@
 
 namespace dh {
 
+namespace comm {
+class Communicator;  // comm/communicator.h; the weights layer only carries the pointer
+}
+
+// Tensor and expert parallelism (docs/parallel.md): this process is rank `rank` of `size`, and
+// loads only its slice of the weights that are split over ranks. `comm` (not owned) carries the
+// collectives the model makes; null when size is 1. `ep_size`: ranks the routed experts are
+// distributed over (0: the same as size; 1: every rank holds every expert, split like a dense
+// MLP).
+struct ParallelOptions {
+  int rank = 0;
+  int size = 1;
+  int ep_size = 0;
+  comm::Communicator* comm = nullptr;
+};
+
 // What happened to the compile cache during one LoadModel (LoadOptions::compile_cache.result).
 struct CompileCacheResult {
   enum class Outcome {
@@ -61,6 +77,7 @@ struct LoadOptions {
   // A field that changes the loaded weights must also enter the compile cache key
   // (WeightOptionLines in weights/compile_cache_key.cc).
   CompileCacheOptions compile_cache;
+  ParallelOptions parallel;  // --tp-size / --ep-size under mpirun
 };
 
 struct ModelInfo {

@@ -2,6 +2,7 @@
 #include "weights/weight_loader.h"
 
 #include <cstring>
+#include <iterator>
 
 #include <fmt/ranges.h>
 
@@ -151,22 +152,11 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
                                          : quantize ? std::nullopt
                                                     : plan_.dtype;
   if (t->dtype == DType::kF8E4M3) {
-    const std::string base = name.substr(0, name.size() - std::string(".weight").size());
-    const std::string scale_name = base + ".weight_scale_inv";
     const auto& q = config_.quantization;
     const int br = q.block_rows > 0 ? q.block_rows : 128;
     const int bc = q.block_cols > 0 ? q.block_cols : 128;
-    DH_ASSIGN_OR_RETURN(const TensorInfo* s, Find(scale_name));
-    const int64_t srows = (rows + br - 1) / br, scols = (cols + bc - 1) / bc;
-    if (!ShapeIs(*s, {srows, scols})) {
-      return InvalidArgument("{}: scale tensor '{}' has shape {}, expected {} ({}x{} blocks of {})",
-                             s->file, scale_name, s->ShapeString(), DimsString({srows, scols}), br,
-                             bc, DimsString({rows, cols}));
-    }
-    if (s->dtype != DType::kF32 && s->dtype != DType::kBF16 && s->dtype != DType::kF16) {
-      return InvalidArgument("{}: scale tensor '{}' has dtype {}, expected F32/BF16", s->file,
-                             scale_name, SafetensorsDTypeName(s->dtype));
-    }
+    DH_ASSIGN_OR_RETURN(const TensorInfo* s, FindFp8Scale(name, rows, cols));
+    const std::string& scale_name = s->name;
     w.format = WeightFormat::kFp8Block;
     w.block_rows = br;
     w.block_cols = bc;
@@ -210,6 +200,27 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
   }
   w = Weight::Dense(data);
   return backend_.PrepareWeight(w);
+}
+
+Result<const TensorInfo*> WeightLoader::FindFp8Scale(const std::string& name, int64_t rows,
+                                                      int64_t cols) {
+  const std::string scale_name =
+      name.substr(0, name.size() - std::string(".weight").size()) + ".weight_scale_inv";
+  const auto& q = config_.quantization;
+  const int br = q.block_rows > 0 ? q.block_rows : 128;
+  const int bc = q.block_cols > 0 ? q.block_cols : 128;
+  DH_ASSIGN_OR_RETURN(const TensorInfo* s, Find(scale_name));
+  const int64_t srows = (rows + br - 1) / br, scols = (cols + bc - 1) / bc;
+  if (!ShapeIs(*s, {srows, scols})) {
+    return InvalidArgument("{}: scale tensor '{}' has shape {}, expected {} ({}x{} blocks of {})",
+                           s->file, scale_name, s->ShapeString(), DimsString({srows, scols}), br,
+                           bc, DimsString({rows, cols}));
+  }
+  if (s->dtype != DType::kF32 && s->dtype != DType::kBF16 && s->dtype != DType::kF16) {
+    return InvalidArgument("{}: scale tensor '{}' has dtype {}, expected F32/BF16", s->file,
+                           scale_name, SafetensorsDTypeName(s->dtype));
+  }
+  return s;
 }
 
 Result<std::vector<float>> WeightLoader::HostMatrixF32(const std::string& name, int64_t rows,
@@ -275,6 +286,90 @@ Result<std::vector<Weight>> WeightLoader::DerivedMatrices(
   return out;
 }
 
+Result<Weight> WeightLoader::MatrixPart(const std::string& name, int64_t rows, int64_t cols,
+                                        const MatrixSlice& slice) {
+  if (slice.whole()) return Matrix(name, rows, cols);
+  const bool by_rows = slice.axis == MatrixSlice::Axis::kRows;
+  const int64_t extent = by_rows ? rows : cols;
+  if (slice.begin < 0 || slice.count <= 0 || slice.begin + slice.count > extent) {
+    return Internal("tensor '{}': slice [{}, {}) outside its {} {}", name, slice.begin,
+                    slice.begin + slice.count, extent, by_rows ? "rows" : "columns");
+  }
+  if (!PackedInt4Base(name).empty()) {
+    return Unsupported("tensor '{}': AWQ/GPTQ int4 weights cannot be split over tensor-parallel "
+                       "ranks; use --tp-size 1", name);
+  }
+  DH_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name));
+  if (!ShapeIs(*t, {rows, cols})) {
+    return InvalidArgument("{}: tensor '{}' has shape {}, expected {} for this config", t->file,
+                           name, t->ShapeString(), DimsString({rows, cols}));
+  }
+  num_parameters_ += rows * cols;
+  const int64_t part_rows = by_rows ? slice.count : rows;
+  const int64_t part_cols = by_rows ? cols : slice.count;
+  const int64_t row0 = by_rows ? slice.begin : 0, col0 = by_rows ? 0 : slice.begin;
+  // The slice on the host in a float dtype: as stored, or f32 from dequantized FP8 blocks.
+  DType host_dtype = t->dtype, dense_dtype = t->dtype;
+  const uint8_t* src = t->data;
+  std::vector<float> dequantized;
+  if (t->dtype == DType::kF8E4M3) {
+    DH_ASSIGN_OR_RETURN(const TensorInfo* s, FindFp8Scale(name, rows, cols));
+    const auto& q = config_.quantization;
+    dequantized = DequantizeFp8(*t, *s, rows, cols, q.block_rows > 0 ? q.block_rows : 128,
+                                q.block_cols > 0 ? q.block_cols : 128);
+    loaded_as_[s->name] = {"", 0};
+    src = reinterpret_cast<const uint8_t*>(dequantized.data());
+    host_dtype = DType::kF32;
+    dense_dtype = PolicyDenseDType(name, DType::kBF16);
+  } else if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
+    return InvalidArgument("{}: tensor '{}' has dtype {}, expected F32, BF16, F16 or F8_E4M3",
+                           t->file, name, SafetensorsDTypeName(t->dtype));
+  }
+  const size_t elem = DTypeSize(host_dtype);
+  std::vector<uint8_t> part(static_cast<size_t>(part_rows * part_cols) * elem);
+  for (int64_t r = 0; r < part_rows; ++r) {
+    std::memcpy(part.data() + r * part_cols * elem, src + ((row0 + r) * cols + col0) * elem,
+                part_cols * elem);
+  }
+  Tensor host(part.data(), host_dtype, {part_rows, part_cols});
+  const PrecisionFormat target = plan_.policy.FormatFor(name);
+  if (target.kind == PrecisionFormat::Kind::kQuant) {
+    std::vector<float> f32(static_cast<size_t>(part_rows * part_cols));
+    ToF32(host, f32.data());
+    return UploadQuantized(f32, part_rows, part_cols, name, target.quant);
+  }
+  const DType dtype = target.kind == PrecisionFormat::Kind::kDense ? target.dtype
+                                                                   : plan_.dtype.value_or(dense_dtype);
+  DH_ASSIGN_OR_RETURN(Tensor data, Upload(host, dtype));
+  loaded_as_[name] = {std::string(DTypeName(dtype)), data.nbytes()};
+  return backend_.PrepareWeight(Weight::Dense(data));
+}
+
+Result<Tensor> WeightLoader::VectorPart(const std::string& name, int64_t n, int64_t begin,
+                                        int64_t count) {
+  if (begin == 0 && count == n) return Vector(name, n);
+  DH_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name));
+  if (!ShapeIs(*t, {n})) {
+    return InvalidArgument("{}: tensor '{}' has shape {}, expected {} for this config", t->file,
+                           name, t->ShapeString(), DimsString({n}));
+  }
+  if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
+    return InvalidArgument("{}: tensor '{}' has dtype {}, expected F32, BF16 or F16", t->file,
+                           name, SafetensorsDTypeName(t->dtype));
+  }
+  if (begin < 0 || count <= 0 || begin + count > n) {
+    return Internal("tensor '{}': slice [{}, {}) outside its {} elements", name, begin,
+                    begin + count, n);
+  }
+  num_parameters_ += n;
+  const Tensor part(const_cast<uint8_t*>(t->data) + begin * DTypeSize(t->dtype), t->dtype,
+                    {count});
+  DH_ASSIGN_OR_RETURN(Tensor out, Upload(part, DType::kF32));
+  // Counted like Vector's: the stored dtype's bytes, of the slice only.
+  loaded_as_[name] = {std::string(DTypeName(t->dtype)), part.nbytes()};
+  return out;
+}
+
 Result<Tensor> WeightLoader::Vector(const std::string& name, int64_t n) {
   DH_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name));
   if (!ShapeIs(*t, {n})) {
@@ -306,6 +401,11 @@ Status WeightLoader::Finish(ModelInfo* info) {
     for (const auto& p : skipped_prefixes_) skipped = skipped || t->name.rfind(p, 0) == 0;
     if (skipped) {
       ++info->skipped_tensors;
+      continue;
+    }
+    // The greatest prefix not above the name is the only one that can start it (prefix-free).
+    if (auto it = other_rank_prefixes_.upper_bound(t->name); it != other_rank_prefixes_.begin() &&
+                                                             t->name.rfind(*std::prev(it), 0) == 0) {
       continue;
     }
     if (!used_.count(t->name)) {

@@ -23,6 +23,18 @@
 
 namespace dh {
 
+// The part of a checkpoint matrix [rows, cols] one tensor-parallel rank loads: rows or columns
+// [begin, begin + count), or the whole matrix (kWhole).
+struct MatrixSlice {
+  enum class Axis : uint8_t { kWhole, kRows, kCols };
+  Axis axis = Axis::kWhole;
+  int64_t begin = 0, count = 0;
+
+  static MatrixSlice Rows(int64_t begin, int64_t count) { return {Axis::kRows, begin, count}; }
+  static MatrixSlice Cols(int64_t begin, int64_t count) { return {Axis::kCols, begin, count}; }
+  bool whole() const { return axis == Axis::kWhole; }
+};
+
 class WeightLoader {
  public:
   // `plan` is MakeWeightPlan(options), parsed once by the caller.
@@ -35,6 +47,13 @@ class WeightLoader {
   // A matrix [rows, cols] named `name` (".weight" is not appended). FP8 tensors take their
   // `<name minus .weight>.weight_scale_inv` block scales. Dense weights may be f32/f16/bf16.
   virtual Result<Weight> Matrix(const std::string& name, int64_t rows, int64_t cols);
+  // Part of matrix `name` (stored as [rows, cols]): a copy of the slice in backend memory, in the
+  // format Matrix would give (FP8 blocks are dequantized to the policy's dense dtype, bf16 by
+  // default). A whole slice is Matrix(name, rows, cols).
+  Result<Weight> MatrixPart(const std::string& name, int64_t rows, int64_t cols,
+                            const MatrixSlice& slice);
+  // Elements [begin, begin + count) of vector `name` [n], as f32 (a split bias).
+  Result<Tensor> VectorPart(const std::string& name, int64_t n, int64_t begin, int64_t count);
   // A vector [n] (norm weight, bias, router bias) as f32 on the backend.
   virtual Result<Tensor> Vector(const std::string& name, int64_t n);
   // Like Vector, but an absent tensor gives an empty Tensor.
@@ -58,6 +77,10 @@ class WeightLoader {
 
   // Tensors whose name starts with `prefix` are accepted as present but unused (e.g. MTP layers).
   void Skip(const std::string& prefix) { skipped_prefixes_.push_back(prefix); }
+  // Tensors whose name starts with `prefix` belong to another tensor-parallel rank (routed
+  // experts under expert parallelism): accepted as present, not loaded, not counted. No such
+  // prefix may be a prefix of another (each ends with ".").
+  void SkipOtherRank(const std::string& prefix) { other_rank_prefixes_.insert(prefix); }
   // Fills info with counts and lists; error if a checkpoint tensor was neither used nor skipped.
   virtual Status Finish(ModelInfo* info);
 
@@ -75,6 +98,8 @@ class WeightLoader {
 
  private:
   Result<const TensorInfo*> Find(const std::string& name);
+  // The validated block-scale tensor of FP8 matrix `name` [rows, cols].
+  Result<const TensorInfo*> FindFp8Scale(const std::string& name, int64_t rows, int64_t cols);
   Result<Tensor> Upload(const Tensor& host, DType dtype);
   // The dense dtype for copies the architecture derives from matrix `name` (HostMatrixF32): the
   // policy's dense format, bf16 when the policy quantizes it, else `fallback`.
@@ -104,6 +129,7 @@ class WeightLoader {
   LoadOptions options_;
   std::set<std::string> used_;
   std::vector<std::string> skipped_prefixes_;
+  std::set<std::string> other_rank_prefixes_;  // thousands under expert parallelism
   std::vector<std::unique_ptr<Buffer>> owned_;
   int64_t num_parameters_ = 0;
   std::unique_ptr<ProgressBar> progress_;

@@ -299,8 +299,8 @@ TEST(HttpLifecycleTest, SigtermDrainsStreamsAndExitsZero) {
 
 TEST(HttpCliTest, UnknownDeviceAndTensorParallelAreClearErrors) {
   for (const std::vector<std::string>& extra :
-       {std::vector<std::string>{"--device", "npu"}, std::vector<std::string>{"--tp-size", "2"},
-        std::vector<std::string>{"--tensor-parallel-size", "4"}}) {
+       {std::vector<std::string>{"--device", "npu"}, std::vector<std::string>{"--tp-size", "0"},
+        std::vector<std::string>{"--tensor-parallel-size", "-1"}}) {
     std::string cmd = std::string(DH_BINARY) + " serve --model-path " + TestModelDir();
     for (const std::string& e : extra) cmd += " " + e;
     cmd += " 2>&1";

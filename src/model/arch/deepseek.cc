@@ -5,12 +5,14 @@
 // query and the output (§2.1.2) and attends over the latent directly. FFNs are dense for the
 // first `first_k_dense_replace` layers, then MoE with shared experts. Every variant is config;
 // see docs/reference/deepseek-semantics.md for the details that are easy to get wrong.
+#include <algorithm>
 #include <cmath>
 
 #include "model/arch/architectures.h"
 #include "model/layers/attention.h"
 #include "model/layers/decoder.h"
 #include "model/layers/moe.h"
+#include "model/layers/parallel.h"
 
 namespace dh {
 namespace {
@@ -41,7 +43,12 @@ struct MlaAttention {
 Result<MlaAttention> MlaAttention::Load(WeightLoader& w, const std::string& p,
                                         const ModelConfig& c) {
   MlaAttention m;
-  m.heads = c.num_attention_heads;
+  // Tensor parallelism: this rank's heads of q_b/q_proj, kv_b and o_proj; the latent
+  // projections (q_a, kv_a) and the cache stay whole on every rank.
+  const int64_t all_heads = c.num_attention_heads;
+  DH_ASSIGN_OR_RETURN(const PartRange hp,
+                      TensorParallel::From(w.options()).Split(all_heads, "num_attention_heads"));
+  m.heads = hp.count;
   m.nope = c.qk_nope_head_dim;
   m.rope = c.qk_rope_head_dim;
   m.vdim = c.v_head_dim;
@@ -52,17 +59,21 @@ Result<MlaAttention> MlaAttention::Load(WeightLoader& w, const std::string& p,
     const int64_t r = *c.q_lora_rank;
     DH_ASSIGN_OR_RETURN(m.q_a, Linear::Load(w, p + ".q_a_proj", r, H, c.attention_bias));
     DH_ASSIGN_OR_RETURN(m.q_a_norm, w.Vector(p + ".q_a_layernorm.weight", r));
-    DH_ASSIGN_OR_RETURN(m.q_b, Linear::Load(w, p + ".q_b_proj", m.heads * qk, r, false));
+    DH_ASSIGN_OR_RETURN(m.q_b, Linear::Load(w, p + ".q_b_proj", all_heads * qk, r, false,
+                                            TensorParallel::Rows(hp, qk, all_heads)));
   } else {
-    DH_ASSIGN_OR_RETURN(m.q_proj, Linear::Load(w, p + ".q_proj", m.heads * qk, H, false));
+    DH_ASSIGN_OR_RETURN(m.q_proj, Linear::Load(w, p + ".q_proj", all_heads * qk, H, false,
+                                               TensorParallel::Rows(hp, qk, all_heads)));
   }
   DH_ASSIGN_OR_RETURN(m.kv_a, Linear::Load(w, p + ".kv_a_proj_with_mqa", m.kv_lora + m.rope, H,
                                            c.attention_bias));
   DH_ASSIGN_OR_RETURN(m.kv_a_norm, w.Vector(p + ".kv_a_layernorm.weight", m.kv_lora));
   const std::string kv_b_name = p + ".kv_b_proj.weight";
-  DH_ASSIGN_OR_RETURN(m.kv_b, Linear::Load(w, p + ".kv_b_proj", m.heads * (m.nope + m.vdim),
-                                           m.kv_lora, false));
-  DH_ASSIGN_OR_RETURN(m.o, Linear::Load(w, p + ".o_proj", H, m.heads * m.vdim, c.attention_bias));
+  DH_ASSIGN_OR_RETURN(m.kv_b, Linear::Load(w, p + ".kv_b_proj", all_heads * (m.nope + m.vdim),
+                                           m.kv_lora, false,
+                                           TensorParallel::Rows(hp, m.nope + m.vdim, all_heads)));
+  DH_ASSIGN_OR_RETURN(m.o, Linear::Load(w, p + ".o_proj", H, all_heads * m.vdim, c.attention_bias,
+                                        TensorParallel::Cols(hp, m.vdim, all_heads)));
 
   // Absorbed copies of kv_b_proj, split per head: rows [h*(nope+v), +nope) are W_uk[h],
   // the next vdim rows W_uv[h]. Derived weights: a compile cache serves them without kv_b.
@@ -74,11 +85,11 @@ Result<MlaAttention> MlaAttention::Load(WeightLoader& w, const std::string& p,
   auto absorb = [&]() -> Result<std::vector<Weight>> {
     DType dtype;
     DH_ASSIGN_OR_RETURN(std::vector<float> kv_b,
-                        w.HostMatrixF32(kv_b_name, m.heads * (m.nope + m.vdim), m.kv_lora, &dtype));
+                        w.HostMatrixF32(kv_b_name, all_heads * (m.nope + m.vdim), m.kv_lora, &dtype));
     std::vector<Weight> out;
     std::vector<float> tmp;
     for (int64_t h = 0; h < m.heads; ++h) {
-      const float* base = kv_b.data() + h * (m.nope + m.vdim) * m.kv_lora;
+      const float* base = kv_b.data() + (hp.first + h) * (m.nope + m.vdim) * m.kv_lora;
       tmp.assign(static_cast<size_t>(m.kv_lora * m.nope), 0.0f);
       for (int64_t i = 0; i < m.nope; ++i) {
         for (int64_t j = 0; j < m.kv_lora; ++j) tmp[j * m.nope + i] = base[i * m.kv_lora + j];
@@ -220,7 +231,11 @@ class MoeBlock final : public FfnBlock {
     if (experts.empty()) return 0;
     const uint64_t per_expert =
         experts[0].gate.nbytes() + experts[0].up.nbytes() + experts[0].down.nbytes();
-    return per_expert * (experts.size() - moe_.gate_params.top_k);
+    // Of this rank's experts (all of them without expert parallelism), a token routes to
+    // top_k * local / total on average.
+    const uint64_t local = experts.size(), total = static_cast<uint64_t>(moe_.gate.rows);
+    const uint64_t active = std::min<uint64_t>(local, moe_.gate_params.top_k * local / total);
+    return per_expert * (local - active);
   }
 
  private:

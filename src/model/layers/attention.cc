@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/layers/parallel.h"
+
 namespace dh {
 
 Result<RotaryEmbedding> RotaryEmbedding::Create(Backend& backend, const ModelConfig& config,
@@ -36,14 +38,22 @@ RopeParams RotaryEmbedding::ForStep(Backend& backend, Arena& arena, int32_t max_
 Result<GqaAttention> GqaAttention::Load(WeightLoader& loader, const std::string& prefix,
                                         const ModelConfig& c, bool qkv_bias, bool o_bias) {
   GqaAttention a;
-  a.num_heads = c.num_attention_heads;
-  a.num_kv_heads = c.num_key_value_heads;
-  a.head_dim = c.head_dim;
-  const int64_t q_dim = a.num_heads * a.head_dim, kv_dim = a.num_kv_heads * a.head_dim;
-  DH_ASSIGN_OR_RETURN(a.q, Linear::Load(loader, prefix + ".q_proj", q_dim, c.hidden_size, qkv_bias));
-  DH_ASSIGN_OR_RETURN(a.k, Linear::Load(loader, prefix + ".k_proj", kv_dim, c.hidden_size, qkv_bias));
-  DH_ASSIGN_OR_RETURN(a.v, Linear::Load(loader, prefix + ".v_proj", kv_dim, c.hidden_size, qkv_bias));
-  DH_ASSIGN_OR_RETURN(a.o, Linear::Load(loader, prefix + ".o_proj", c.hidden_size, q_dim, o_bias));
+  // With tensor parallelism this rank holds its query heads and the kv heads they read.
+  const TensorParallel tp = TensorParallel::From(loader.options());
+  const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, d = c.head_dim;
+  DH_ASSIGN_OR_RETURN(const PartRange q_part, tp.Split(heads, "num_attention_heads"));
+  DH_ASSIGN_OR_RETURN(const PartRange kv_part, tp.KvHeads(kv_heads, heads));
+  a.num_heads = q_part.count;
+  a.num_kv_heads = kv_part.count;
+  a.head_dim = d;
+  const int64_t q_dim = heads * d, kv_dim = kv_heads * d;
+  const MatrixSlice q_rows = TensorParallel::Rows(q_part, d, heads);
+  const MatrixSlice kv_rows = TensorParallel::Rows(kv_part, d, kv_heads);
+  DH_ASSIGN_OR_RETURN(a.q, Linear::Load(loader, prefix + ".q_proj", q_dim, c.hidden_size, qkv_bias, q_rows));
+  DH_ASSIGN_OR_RETURN(a.k, Linear::Load(loader, prefix + ".k_proj", kv_dim, c.hidden_size, qkv_bias, kv_rows));
+  DH_ASSIGN_OR_RETURN(a.v, Linear::Load(loader, prefix + ".v_proj", kv_dim, c.hidden_size, qkv_bias, kv_rows));
+  DH_ASSIGN_OR_RETURN(a.o, Linear::Load(loader, prefix + ".o_proj", c.hidden_size, q_dim, o_bias,
+                                        TensorParallel::Cols(q_part, d, heads)));
   return a;
 }
 

@@ -1,14 +1,25 @@
 // Shared layers and per-step input preparation.
 #include "model/layers/common.h"
 
+#include "model/layers/parallel.h"
+
 namespace dh {
 
 Result<Linear> Linear::Load(WeightLoader& loader, const std::string& prefix, int64_t out_features,
-                            int64_t in_features, bool bias) {
+                            int64_t in_features, bool bias, const MatrixSlice& slice) {
   Linear l;
-  DH_ASSIGN_OR_RETURN(l.weight, loader.Matrix(prefix + ".weight", out_features, in_features));
-  if (bias) {
+  DH_ASSIGN_OR_RETURN(l.weight,
+                      loader.MatrixPart(prefix + ".weight", out_features, in_features, slice));
+  if (!bias) return l;
+  if (slice.axis == MatrixSlice::Axis::kRows) {
+    DH_ASSIGN_OR_RETURN(l.bias,
+                        loader.VectorPart(prefix + ".bias", out_features, slice.begin, slice.count));
+  } else {
     DH_ASSIGN_OR_RETURN(l.bias, loader.Vector(prefix + ".bias", out_features));
+    // Column-split outputs are partial sums: the bias is added once, by rank 0.
+    if (slice.axis == MatrixSlice::Axis::kCols && loader.options().parallel.rank != 0) {
+      l.bias = Tensor();
+    }
   }
   return l;
 }
@@ -20,11 +31,18 @@ Tensor Linear::Forward(Backend& backend, Arena& arena, const Tensor& x) const {
 }
 
 Result<Mlp> Mlp::Load(WeightLoader& loader, const std::string& prefix, int64_t hidden,
-                      int64_t intermediate) {
+                      int64_t intermediate, bool split) {
   Mlp m;
-  DH_ASSIGN_OR_RETURN(m.gate, Linear::Load(loader, prefix + ".gate_proj", intermediate, hidden, false));
-  DH_ASSIGN_OR_RETURN(m.up, Linear::Load(loader, prefix + ".up_proj", intermediate, hidden, false));
-  DH_ASSIGN_OR_RETURN(m.down, Linear::Load(loader, prefix + ".down_proj", hidden, intermediate, false));
+  const TensorParallel tp = TensorParallel::From(loader.options());
+  PartRange part{0, intermediate};
+  if (split) {
+    DH_ASSIGN_OR_RETURN(part, tp.Split(intermediate, "intermediate size of " + prefix));
+  }
+  const MatrixSlice rows = TensorParallel::Rows(part, 1, intermediate);
+  const MatrixSlice cols = TensorParallel::Cols(part, 1, intermediate);
+  DH_ASSIGN_OR_RETURN(m.gate, Linear::Load(loader, prefix + ".gate_proj", intermediate, hidden, false, rows));
+  DH_ASSIGN_OR_RETURN(m.up, Linear::Load(loader, prefix + ".up_proj", intermediate, hidden, false, rows));
+  DH_ASSIGN_OR_RETURN(m.down, Linear::Load(loader, prefix + ".down_proj", hidden, intermediate, false, cols));
   return m;
 }
 

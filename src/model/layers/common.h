@@ -17,9 +17,11 @@ struct Linear {
   Weight weight;
   Tensor bias;  // empty: none
 
-  // `prefix` is the HF module name ("model.layers.0.self_attn.q_proj").
+  // `prefix` is the HF module name ("model.layers.0.self_attn.q_proj"); the features are the
+  // checkpoint's. A row slice (tensor parallelism) takes the matching part of the bias; a column
+  // slice gives partial sums, so only rank 0 (`bias_rank0`) adds the bias.
   static Result<Linear> Load(WeightLoader& loader, const std::string& prefix, int64_t out_features,
-                             int64_t in_features, bool bias);
+                             int64_t in_features, bool bias, const MatrixSlice& slice = {});
   // out: [T, out_features]
   Tensor Forward(Backend& backend, Arena& arena, const Tensor& x) const;
 };
@@ -27,8 +29,10 @@ struct Linear {
 // down(silu(gate(x)) * up(x))
 struct Mlp {
   Linear gate, up, down;
+  // `split`: with tensor parallelism, this rank loads its share of the intermediate columns
+  // (gate/up rows, down columns) and Forward returns a partial sum; else every rank loads it all.
   static Result<Mlp> Load(WeightLoader& loader, const std::string& prefix, int64_t hidden,
-                          int64_t intermediate);
+                          int64_t intermediate, bool split = true);
   Tensor Forward(Backend& backend, Arena& arena, const Tensor& x) const;
 };
 

@@ -8,7 +8,18 @@ namespace dh {
 Result<std::unique_ptr<Model>> Decoder::Load(const ModelConfig& c, WeightLoader& w,
                                              Backend& backend, KvCacheSpec kv_spec,
                                              RopeSpec rope, const LayerBlocksLoader& load_blocks) {
+  const TensorParallel tp = TensorParallel::From(w.options());
+  if (tp.enabled()) {
+    // Each rank caches the kv heads of its query heads (MLA's one latent head stays whole).
+    DH_ASSIGN_OR_RETURN(PartRange k, tp.KvHeads(kv_spec.k_heads, c.num_attention_heads));
+    kv_spec.k_heads = k.count;
+    if (kv_spec.v_heads > 0) {
+      DH_ASSIGN_OR_RETURN(PartRange v, tp.KvHeads(kv_spec.v_heads, c.num_attention_heads));
+      kv_spec.v_heads = v.count;
+    }
+  }
   std::unique_ptr<Decoder> m(new Decoder(c, backend, kv_spec));
+  m->tp_ = tp;
   DH_ASSIGN_OR_RETURN(m->embed_, w.Matrix("model.embed_tokens.weight", c.vocab_size,
                                           c.hidden_size));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -61,8 +72,10 @@ Status Decoder::Forward(const Batch& batch, KvStorage& kv, std::vector<float>* l
     }
     arena_.Rewind(layer_mark);  // the previous layer's activations are consumed
     x = layer.attn->Forward(backend_, arena_, step, rope, kv, static_cast<int>(l), h);
+    DH_RETURN_IF_ERROR(tp_.AllReduce(backend_, x, &comm_staging_));
     backend_.AddRmsNorm(residual, x, layer.post_attention_norm, eps, h);
     x = layer.ffn->Forward(backend_, arena_, h);
+    DH_RETURN_IF_ERROR(tp_.AllReduce(backend_, x, &comm_staging_));
   }
   return ComputeLogits(backend_, arena_, step, residual, x, norm_, eps, lm_head_, logits);
 }

@@ -12,6 +12,7 @@
 
 #include "model/layers/attention.h"
 #include "model/layers/common.h"
+#include "model/layers/parallel.h"
 
 namespace dh {
 
@@ -78,7 +79,10 @@ class Decoder final : public Model {
  public:
   // Loads, in this order: the embedding, each layer (norms, then `load_blocks`), the final norm,
   // lm_head (tied to the embedding when the config says so and the checkpoint has none), then
-  // the rope tables; finishes the loader and fills info().
+  // the rope tables; finishes the loader and fills info(). With tensor parallelism
+  // (LoadOptions::parallel) the blocks load their slices and return partial sums, which Forward
+  // all-reduces after each attention and each FFN; `kv_spec` is the whole model's and is cut
+  // to this rank's kv heads here.
   static Result<std::unique_ptr<Model>> Load(const ModelConfig& config, WeightLoader& w,
                                              Backend& backend, KvCacheSpec kv_spec,
                                              RopeSpec rope, const LayerBlocksLoader& load_blocks);
@@ -97,6 +101,8 @@ class Decoder final : public Model {
   Arena arena_;
   KvCacheSpec kv_spec_;
   ModelInfo info_;
+  TensorParallel tp_;
+  std::vector<float> comm_staging_;  // host buffer of the all-reduce
   Weight embed_, lm_head_;
   Tensor norm_;
   std::vector<DecoderLayer> layers_;

@@ -1,7 +1,21 @@
 // MoE FFN loading and forward.
 #include "model/layers/moe.h"
 
+#include "model/layers/parallel.h"
+
 namespace dh {
+namespace {
+
+// Expert parallelism: ids of experts this rank holds become indices into its own experts; the
+// rest become -1 (a slot MoeExperts skips).
+void KeepLocalExperts(Backend& b, const Tensor& ids, int64_t first, int64_t count) {
+  std::vector<int32_t> host(static_cast<size_t>(ids.numel()));
+  b.CopyToHost(host.data(), ids);
+  for (int32_t& e : host) e = (e >= first && e < first + count) ? e - first : -1;
+  b.CopyToDevice(ids, host.data());
+}
+
+}  // namespace
 
 Status ValidateMoeConfig(const ModelConfig& c) {
   if (c.n_routed_experts == 0) return Status::Ok();
@@ -42,12 +56,27 @@ Result<MoeFfn> MoeFfn::Load(WeightLoader& w, const std::string& p, const ModelCo
   if (c.topk_method == "noaux_tc") {
     DH_ASSIGN_OR_RETURN(m.gate_bias, w.Vector(p + ".gate.e_score_correction_bias", E));
   }
+  // Expert parallelism (--ep-size = --tp-size): this rank's experts, whole. --ep-size 1 with
+  // tensor parallelism: every expert, each split over the ranks like a dense MLP.
+  const TensorParallel tp = TensorParallel::From(w.options());
+  DH_ASSIGN_OR_RETURN(const PartRange mine, tp.Experts(E));
+  PartRange cols{0, I};
+  if (tp.ep_size == 1) {
+    DH_ASSIGN_OR_RETURN(cols, tp.Split(I, "moe_intermediate_size"));
+  }
+  const MatrixSlice rows_part = TensorParallel::Rows(cols, 1, I);
+  const MatrixSlice cols_part = TensorParallel::Cols(cols, 1, I);
+  m.first_expert = mine.first;
   for (int64_t e = 0; e < E; ++e) {
     const std::string ep = fmt::format("{}.experts.{}", p, e);
+    if (e < mine.first || e >= mine.first + mine.count) {
+      w.SkipOtherRank(ep + ".");
+      continue;
+    }
     ExpertWeights ew;
-    DH_ASSIGN_OR_RETURN(ew.gate, w.Matrix(ep + ".gate_proj.weight", I, H));
-    DH_ASSIGN_OR_RETURN(ew.up, w.Matrix(ep + ".up_proj.weight", I, H));
-    DH_ASSIGN_OR_RETURN(ew.down, w.Matrix(ep + ".down_proj.weight", H, I));
+    DH_ASSIGN_OR_RETURN(ew.gate, w.MatrixPart(ep + ".gate_proj.weight", I, H, rows_part));
+    DH_ASSIGN_OR_RETURN(ew.up, w.MatrixPart(ep + ".up_proj.weight", I, H, rows_part));
+    DH_ASSIGN_OR_RETURN(ew.down, w.MatrixPart(ep + ".down_proj.weight", H, I, cols_part));
     m.experts.push_back(ew);
   }
   if (c.n_shared_experts > 0) {
@@ -76,6 +105,9 @@ Tensor MoeFfn::Forward(Backend& b, Arena& a, const Tensor& h) const {
   Tensor ids = a.Alloc(DType::kI32, {T, k});
   Tensor weights = a.Alloc(DType::kF32, {T, k});
   b.MoeGate(logits, gate_bias, gate_params, ids, weights);
+  if (static_cast<int64_t>(experts.size()) != E) {
+    KeepLocalExperts(b, ids, first_expert, static_cast<int64_t>(experts.size()));
+  }
   Tensor out = a.Alloc(DType::kF32, {T, H});
   b.MoeExperts(h, ids, weights, experts, out);
   if (shared) b.Add(out, shared->Forward(b, a, h), out);

@@ -12,7 +12,11 @@ namespace dh {
 struct MoeFfn {
   Weight gate;       // [n_routed_experts, hidden]
   Tensor gate_bias;  // [n_routed_experts] e_score_correction_bias (noaux_tc), else empty
+  // Routed experts [first_expert, first_expert + experts.size()): all of them, or with expert
+  // parallelism this rank's share (the router still scores all; Forward then returns this
+  // rank's partial sum, and the decoder all-reduces it).
   std::vector<ExpertWeights> experts;
+  int64_t first_expert = 0;
   std::optional<Mlp> shared;
   MoeGateParams gate_params;
 

@@ -1,0 +1,154 @@
+// Rank roles of `serve --tp-size N` (serve_parallel.h).
+#include "apps/serve_parallel.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "apps/command.h"
+#include "base/log.h"
+#include "model/step_broadcast.h"
+#ifdef DH_HAVE_MPI
+#include "comm/mpi/mpi_communicator.h"
+#endif
+
+namespace dh::app {
+namespace {
+
+// This process's own arguments, from /proc/self/cmdline.
+std::vector<std::string> OwnArguments() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  size_t start = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i] == '\0') {
+      args.push_back(all.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return args;
+}
+
+// The pid of rank 0 among mpirun's children (its environment says OMPI_COMM_WORLD_RANK=0), or
+// `mpirun` itself when it is not found.
+pid_t RankZeroOf(pid_t mpirun) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    int ppid = 0;
+    if (std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) != 2 || ppid != mpirun) {
+      continue;
+    }
+    std::ifstream env(e.path() / "environ", std::ios::binary);
+    std::string var;
+    while (std::getline(env, var, '\0')) {
+      if (var == "OMPI_COMM_WORLD_RANK=0") return static_cast<pid_t>(std::stoi(name));
+    }
+  }
+  return mpirun;
+}
+
+// Runs `mpirun -np N /proc/self/exe ARGS...` and exits with its status.
+Status LaunchUnderMpirun(int ranks) {
+  std::vector<std::string> args = {"mpirun", "-np", std::to_string(ranks), "--oversubscribe"};
+  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+  std::vector<std::string> own = OwnArguments();
+  if (own.empty()) return Internal("cannot read /proc/self/cmdline to start the ranks");
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) return Internal("cannot read /proc/self/exe to start the ranks");
+  own[0] = std::string(exe, static_cast<size_t>(n));
+  args.insert(args.end(), own.begin(), own.end());
+  std::vector<char*> argv;
+  for (std::string& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  DH_LOG(Info, "--tp-size {}: starting the ranks with mpirun -np {}", ranks, ranks);
+  const pid_t pid = ::fork();
+  if (pid < 0) return Internal("fork failed while starting mpirun");
+  if (pid == 0) {
+    // serve blocks SIGTERM/SIGINT for its signal thread and ignores SIGPIPE; mpirun must not
+    // inherit that.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    ::execvp("mpirun", argv.data());
+    std::fprintf(stderr, "error: --tp-size %d: cannot run mpirun (install openmpi-bin): %s\n",
+                 ranks, std::strerror(errno));
+    std::_Exit(kExitBadInput);
+  }
+  // SIGTERM / SIGINT sent to this process go to rank 0, which drains, stops the other ranks and
+  // exits 0 (mpirun itself would end the job at once, with a failure status).
+  std::thread([pid] {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    while (true) {
+      int sig = 0;
+      if (::sigwait(&set, &sig) == 0) ::kill(RankZeroOf(pid), sig);
+    }
+  }).detach();
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  std::exit(WIFEXITED(status) ? WEXITSTATUS(status) : kExitFailure);
+}
+
+}  // namespace
+
+Result<ServeRole> StartServeRanks(const ModelOptions& model) {
+#ifdef DH_HAVE_MPI
+  if (!comm::LaunchedByMpi()) {
+    DH_RETURN_IF_ERROR(LaunchUnderMpirun(model.tp_size));
+    return ServeRole::kLauncherDone;
+  }
+  DH_ASSIGN_OR_RETURN(ParallelRun run, StartParallel(model.tp_size, model.ep_size, model.threads));
+  return run.options.rank == 0 ? ServeRole::kLeader : ServeRole::kFollower;
+#else
+  return Unsupported("--tp-size {}: this build has no MPI (install libopenmpi-dev and rebuild)",
+                     model.tp_size);
+#endif
+}
+
+int FollowLeader(const ModelOptions& model) {
+  auto loaded = LoadFromOptions(model);
+  if (!loaded.ok()) return ReportError(loaded.status());
+  Status st = FollowSteps(*loaded->model, *loaded->backend, *loaded->parallel.comm);
+  return st.ok() ? kExitOk : ReportError(st);
+}
+
+std::optional<int> LeadOrFollow(LoadedModel& loaded, std::chrono::seconds step_timeout) {
+  comm::Communicator* comm = loaded.parallel.comm.get();
+  if (comm == nullptr) return std::nullopt;
+  if (IsLeadRank(loaded)) {
+    loaded.model = MakeStepLeader(std::move(loaded.model), *comm, step_timeout);
+    return std::nullopt;
+  }
+  Status st = FollowSteps(*loaded.model, *loaded.backend, *comm);
+  return st.ok() ? kExitOk : ReportError(st);
+}
+
+}  // namespace dh::app

@@ -1,0 +1,95 @@
+#!/bin/bash
+# `serve --tp-size 2` end to end (ctest serve_tp_np2): started WITHOUT mpirun, so serve launches
+# `mpirun -np 2` itself; rank 0 serves and rank 1 follows its steps. Checks:
+#   1. greedy completions equal those of a --tp-size 1 server (same prompts, temperature 0);
+#   2. SIGTERM to the launcher ends every rank with status 0;
+#   3. a rank that hangs (SIGSTOP) mid-request: rank 0 reports the timed-out step and the job
+#      exits non-zero within --rank-timeout plus a margin, leaving no process behind.
+# Usage: serve_tp_test.sh DEEPHARNESS MODEL_DIR. Exit 77 (skip) without mpirun or curl.
+set -u
+BIN=$1
+MODEL=$2
+command -v mpirun >/dev/null || { echo "skip: mpirun not found (openmpi-bin)"; exit 77; }
+command -v curl >/dev/null || { echo "skip: curl not found"; exit 77; }
+[ -f "$MODEL/config.json" ] || { echo "skip: no model at $MODEL"; exit 77; }
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; for f in "$TMP"/*.log; do echo "--- $f"; tail -30 "$f"; done; exit 1; }
+
+# start NAME ARGS...: starts a server in the background, sets PORT_<NAME> and PID_<NAME>.
+start() {
+  local name=$1; shift
+  "$BIN" serve --model-path "$MODEL" --port 0 --threads 1 --num-kv-blocks 64 -q "$@" \
+    2>"$TMP/$name.log" &
+  local pid=$!
+  PIDS+=("$pid")
+  for _ in $(seq 1 240); do
+    local port
+    port=$(grep -o 'ready on http://127.0.0.1:[0-9]*' "$TMP/$name.log" | grep -o '[0-9]*$' | head -1)
+    if [ -n "$port" ]; then eval "PORT_$name=$port; PID_$name=$pid"; return 0; fi
+    kill -0 "$pid" 2>/dev/null || fail "$name exited before it was ready"
+    sleep 0.5
+  done
+  fail "$name not ready after 120 s"
+}
+complete() {  # complete PORT PROMPT -> the completion text (JSON string)
+  curl -s --max-time 120 "http://127.0.0.1:$1/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"prompt\": \"$2\", \"max_tokens\": 24, \"temperature\": 0}" | grep -o '"text":"[^"]*"'
+}
+# The descendants of a pid (the launcher's mpirun and the ranks).
+descendants() {
+  local kids
+  kids=$(ps -o pid= --ppid "$1" 2>/dev/null)
+  for k in $kids; do echo "$k"; descendants "$k"; done
+}
+
+start one --tp-size 1
+start two --tp-size 2
+for prompt in "ROMEO:" "JULIET: O" "To be, or not"; do
+  a=$(complete "$PORT_one" "$prompt")
+  b=$(complete "$PORT_two" "$prompt")
+  [ -n "$a" ] || fail "tp 1 gave no completion for '$prompt'"
+  [ "$a" = "$b" ] || fail "'$prompt': tp 1 $a, tp 2 $b"
+  echo "ok: '$prompt' -> $b (tp 1 and tp 2)"
+done
+RANKS=$(descendants "$PID_two")
+kill -TERM "$PID_two"
+for _ in $(seq 1 120); do kill -0 "$PID_two" 2>/dev/null || break; sleep 0.5; done
+kill -0 "$PID_two" 2>/dev/null && fail "tp 2 still running 60 s after SIGTERM"
+wait "$PID_two"; status=$?
+[ "$status" = 0 ] || fail "tp 2 exited with $status after SIGTERM"
+for p in $RANKS; do kill -0 "$p" 2>/dev/null && fail "process $p of the tp 2 job left behind"; done
+echo "ok: SIGTERM ended every rank with status 0"
+
+start hang --tp-size 2 --rank-timeout 5
+follower=""
+for p in $(descendants "$PID_hang"); do
+  if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then
+    follower=$p
+  fi
+done
+[ -n "$follower" ] || fail "rank 1 of the job not found"
+RANKS=$(descendants "$PID_hang")
+kill -STOP "$follower"
+complete "$PORT_hang" "ROMEO:" >/dev/null &
+PIDS+=($!)
+start_s=$SECONDS
+for _ in $(seq 1 120); do kill -0 "$PID_hang" 2>/dev/null || break; sleep 0.5; done
+kill -0 "$PID_hang" 2>/dev/null && fail "the job still runs 60 s after rank 1 hung"
+wait "$PID_hang"; status=$?
+[ "$status" != 0 ] || fail "the job exited 0 after rank 1 hung"
+grep -q "timed out" "$TMP/hang.log" || fail "rank 0 did not report the timed-out step"
+for p in $RANKS; do kill -CONT "$p" 2>/dev/null; done
+for _ in $(seq 1 40); do  # mpirun ends the rest of the job; give it up to 20 s on a loaded machine
+  left=""
+  for p in $RANKS; do kill -0 "$p" 2>/dev/null && left="$left $p"; done
+  [ -z "$left" ] && break
+  sleep 0.5
+done
+[ -z "$left" ] || fail "processes$left left behind after the failure"
+echo "ok: a hung rank ended the job in $((SECONDS - start_s)) s with status $status"
