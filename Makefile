@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: setup build run test clean format sanitize tsan
+.PHONY: setup build run test clean format sanitize tsan fuzz
 
 setup:
 	./scripts/setup.sh
@@ -39,6 +39,17 @@ tsan: setup
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest --output-on-failure -j $(JOBS) --timeout 1800 \
 	  -R '^(ThreadPoolTest|EngineTest|SchedulerTest|SamplerTest|Http[A-Za-z]*Test|Reliability[A-Za-z]*|LoadTest|ChatValidation|CompletionValidation|Sse|Responses|Metrics)\.'
+
+# libFuzzer targets (clang-14, ASan + UBSan) in build-fuzz/: fuzz_<target> per tests/fuzz/*_fuzz.cc.
+# Only the parsing layers are compiled (DH_FUZZ_ONLY). Run them with scripts/fuzz.sh
+# (docs/reliability.md "Fuzzing"); the normal build replays the corpora in ctest (fuzz_replay_*).
+FUZZ_FLAGS = -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer \
+  -fno-sanitize-recover=undefined
+fuzz: setup
+	cmake -S . -B build-fuzz -G Ninja -DDH_FUZZ_ONLY=ON -DCMAKE_BUILD_TYPE=Fuzz \
+	  -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_CXX_FLAGS_FUZZ="-O1 -g" \
+	  -DCMAKE_CXX_FLAGS="$(FUZZ_FLAGS)"
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_all
 
 format:
 	find src apps tests bench -name '*.cc' -o -name '*.h' | xargs clang-format -i

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -17,10 +18,13 @@
 #include <mutex>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "apps/command.h"
 #include "apps/default_model.h"
 #include "apps/memory_plan.h"
 #include "apps/model_options.h"
+#include "apps/self_check.h"
 #include "apps/serve_parallel.h"
 #include "backend/registry.h"
 #include "base/log.h"
@@ -62,6 +66,9 @@ struct ServeArgs {
   uint64_t kv_cache_bytes = 0;  // parsed --kv-cache-memory
   bool no_memory_check = false;
   int rank_timeout = 30;  // --rank-timeout: seconds a tensor-parallel step may take
+  std::string self_check = "auto";  // --self-check (apps/self_check.h)
+  bool no_self_check = false;
+  SelfCheckMode self_check_mode = SelfCheckMode::kAuto;
 };
 
 // "8GiB", "512MiB", "1.5G", "1000000" -> bytes, checked against the memory this process may
@@ -96,6 +103,11 @@ Status ValidateArgs(ServeArgs& a) {
     auto bytes = ParseKvCacheMemory(a.kv_cache_memory);
     if (!bytes.ok()) return bytes.status();
     a.kv_cache_bytes = *bytes;
+  }
+  {
+    auto mode = ParseSelfCheckMode(a.self_check);
+    if (!mode.ok()) return mode.status();
+    a.self_check_mode = a.no_self_check ? SelfCheckMode::kOff : *mode;
   }
   if (!(a.shutdown_timeout >= 0)) return InvalidArgument("--shutdown-timeout: expected >= 0 seconds");
   if (a.metrics_prefix.empty() || a.metrics_prefix.back() != ':')
@@ -227,8 +239,46 @@ int RunServe(ServeArgs& a) {
   });
   signal_thread.detach();
 
-  auto model = LoadFromOptions(a.model);
+  CheckingBackend* checker = nullptr;
+  BackendWrapper wrap;
+  if (a.self_check_mode != SelfCheckMode::kOff) {
+    wrap = [&checker](std::unique_ptr<Backend> inner) -> std::unique_ptr<Backend> {
+      auto c = std::make_unique<CheckingBackend>(std::move(inner));
+      checker = c.get();
+      return c;
+    };
+  }
+  auto model = LoadFromOptions(a.model, wrap);
   if (!model.ok()) return fail(model.status());
+  std::string self_check_json;
+  if (checker && model->parallel.comm) {
+    // The check runs the model on rank 0 alone, which the other ranks' collectives would wait
+    // on: not run with --tp-size > 1.
+    self_check_json = nlohmann::json({{"state", "skipped"}, {"reason", "tensor parallel"}}).dump();
+  } else if (checker) {
+    // Before any request: a few tokens through the chosen and the reference backend.
+    const SelfCheckReport r = RunSelfCheck(*model->model, *checker, a.self_check_mode,
+                                           model->model->info().weight_bytes);
+    if (r.state == "failed") {
+      return fail(Unsupported("{}; the {} backend computes wrong results on this machine: serve "
+                              "with --device reference, or --no-self-check to start anyway",
+                              r.message, checker->inner().name()));
+    }
+    nlohmann::json j = {{"state", r.state}};
+    if (r.state == "passed") {
+      j["scope"] = r.scope;
+      j["ops_checked"] = r.ops_checked;
+      j["steps"] = r.steps;
+      j["seconds"] = std::round(r.seconds * 1000) / 1000;
+      std::fprintf(stderr, "deepharness serve: self-check passed (%s, %lld ops over %d steps "
+                   "agree with the reference backend, %.2f s)\n", r.scope.c_str(),
+                   static_cast<long long>(r.ops_checked), r.steps, r.seconds);
+    } else {
+      j["reason"] = r.message;
+      std::fprintf(stderr, "deepharness serve: self-check skipped (%s)\n", r.message.c_str());
+    }
+    self_check_json = j.dump();
+  }
   if (model->parallel.comm) {
     // Rank 0 leads: each engine step goes to the follower ranks first; whatever ends this
     // function (an error below, or the drain) destroys the model, which stops them.
@@ -264,6 +314,7 @@ int RunServe(ServeArgs& a) {
   ctx.chat_renderer = renderer->get();
   ctx.model_load_seconds = model->load_seconds;
   ctx.model_created_unix = std::time(nullptr);
+  ctx.self_check_json = self_check_json;
   http.SetReasoningParser(reasoning == "deepseek_r1" ? "deepseek_r1" : "");
   http.Attach(ctx);
   loaded.store(true);
@@ -359,6 +410,12 @@ std::function<int()> SetupServe(CLI::App* sub) {
                   "bind (behind a proxy), or * for any (default: none)");
   sub->add_flag("--no-memory-check", a->no_memory_check,
                 "Start even when the memory plan (`info --plan`) says the model does not fit");
+  sub->add_option("--self-check", a->self_check,
+                  "Before serving, run a few tokens with every op compared against the reference "
+                  "backend; refuse to start (exit 2) naming the op that differs: auto (default: "
+                  "all layers when the weights are <= 256 MiB, else the first 2), full, first, off")
+      ->expected(0, 1);
+  sub->add_flag("--no-self-check", a->no_self_check, "Skip the start-up self-check");
   sub->add_option("--max-connections", a->max_connections,
                   "Open connections at most; more get 503 and are closed (default 4096)");
   return [a]() -> int { return RunServe(*a); };

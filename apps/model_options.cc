@@ -52,7 +52,7 @@ void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model) {
   sub->add_flag("--quiet,-q", o->quiet, "Only print errors on stderr");
 }
 
-Result<LoadedModel> LoadFromOptions(const ModelOptions& o) {
+Result<LoadedModel> LoadFromOptions(const ModelOptions& o, const BackendWrapper& wrap) {
   if (o.quiet) SetLogLevel(LogLevel::kError);
   if (o.threads < 0) return InvalidArgument("--threads: expected >= 0, got {}", o.threads);
   LoadedModel loaded;
@@ -61,6 +61,7 @@ Result<LoadedModel> LoadFromOptions(const ModelOptions& o) {
   bo.num_threads = loaded.parallel.threads;
   bo.trace_kernels = o.trace_kernels;
   DH_ASSIGN_OR_RETURN(loaded.backend, CreateBackend(o.device, bo));
+  if (wrap) loaded.backend = wrap(std::move(loaded.backend));
   LoadOptions lo;
   lo.dtype = o.dtype;
   lo.quant = o.quant;

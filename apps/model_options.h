@@ -3,6 +3,7 @@
 // backend + model.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,7 +54,10 @@ struct LoadedModel {
   CompileCacheResult compile_cache;  // whether the weights came from a compiled cache
 };
 
-Result<LoadedModel> LoadFromOptions(const ModelOptions& o);
+// `wrap` (optional) replaces the created backend before the model is loaded on it, e.g. with
+// the self-check's CheckingBackend (apps/self_check.h).
+using BackendWrapper = std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>;
+Result<LoadedModel> LoadFromOptions(const ModelOptions& o, const BackendWrapper& wrap = {});
 
 // True on the rank that prints and writes files (always with --tp-size 1).
 inline bool IsLeadRank(const LoadedModel& m) { return m.parallel.options.rank == 0; }

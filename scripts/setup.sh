@@ -14,6 +14,8 @@ if ! command -v node >/dev/null 2>&1; then PACKAGES+=(nodejs); fi
 if ! command -v npm >/dev/null 2>&1; then PACKAGES+=(npm); fi
 # Headless chromium for the web UI browser tests (driven by playwright-core from npm).
 PACKAGES+=(chromium)
+# `make fuzz`: clang-14 with libFuzzer and the sanitizer runtimes (docs/reliability.md).
+PACKAGES+=(clang-14 libclang-rt-14-dev)
 # Optional: the PyTorch reference under pytorch/ (run by hand, never in CI).
 if [[ "${DH_WITH_TORCH:-0}" == "1" ]]; then PACKAGES+=(python3-torch python3-numpy); fi
 

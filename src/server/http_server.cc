@@ -250,9 +250,13 @@ Status OpenAIServer::Bind() {
 
   auto health = [this](const httplib::Request&, httplib::Response& res) {
     switch (state_.load()) {
-      case State::kServing:
-        res.set_content("{\"status\":\"ok\"}", "application/json");
+      case State::kServing: {
+        const std::string& check = handlers_->context.self_check_json;
+        res.set_content(check.empty() ? std::string("{\"status\":\"ok\"}")
+                                      : "{\"status\":\"ok\",\"self_check\":" + check + "}",
+                        "application/json");
         return;
+      }
       case State::kLoading:
         SendError(res, NotReady());
         return;

@@ -59,6 +59,8 @@ struct ServingContext {
   const ChatPromptRenderer* chat_renderer = nullptr;
   double model_load_seconds = 0;
   int64_t model_created_unix = 0;
+  // The start-up self-check's result as a JSON object, shown by /health (empty: not run).
+  std::string self_check_json;
 };
 
 class OpenAIServer {

@@ -1,0 +1,102 @@
+// Start-up self-check (docs/reliability.md "Start-up self-check"): before `serve` accepts
+// requests, a few tokens go through the loaded model while CheckingBackend re-runs every op on the
+// reference backend with the same inputs and compares the outputs within the golden tolerances.
+// The first op that differs is named (kind, layer, step, shapes) and the server refuses to start.
+//
+// CheckingBackend forwards everything to the chosen backend; it compares only between BeginCheck
+// and EndCheck, so serving afterwards costs one extra virtual call per op. It reads op tensors
+// in host memory, so it checks host backends (cpu) only.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/reference/reference_backend.h"
+#include "model/model.h"
+
+namespace dh::app {
+
+// --self-check: auto (full when the weights are small, else first layers), full, first, off.
+enum class SelfCheckMode { kAuto, kFull, kFirstLayers, kOff };
+Result<SelfCheckMode> ParseSelfCheckMode(const std::string& text);
+
+class CheckingBackend : public Backend {
+ public:
+  explicit CheckingBackend(std::unique_ptr<Backend> inner);
+
+  // Compares ops from now on; max_layers < 0 compares every op, else only the ops of decoder
+  // layers [0, max_layers) (layers are counted from the decoder's norm calls, see .cc).
+  void BeginCheck(int max_layers);
+  // Marks the start of a forward step (for layer counting and messages).
+  void BeginStep();
+  // Stops comparing; the first difference found (OK when none).
+  Status EndCheck();
+  int64_t ops_checked() const { return ops_checked_; }
+  Backend& inner() { return *inner_; }
+
+  std::string name() const override { return inner_->name(); }
+  bool Supports(const OpDesc& op) const override { return inner_->Supports(op); }
+  std::unique_ptr<Buffer> Allocate(size_t bytes) override { return inner_->Allocate(bytes); }
+  void CopyToDevice(const Tensor& dst, const void* src) override { inner_->CopyToDevice(dst, src); }
+  void CopyToHost(void* dst, const Tensor& src) override { inner_->CopyToHost(dst, src); }
+  void Synchronize() override { inner_->Synchronize(); }
+  Result<Weight> PrepareWeight(const Weight& w) override { return inner_->PrepareWeight(w); }
+
+  void Embedding(const Weight& table, const Tensor& ids, Tensor out) override;
+  void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override;
+  void AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
+                  Tensor out) override;
+  void MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) override;
+  void Rope(Tensor x, const Tensor& positions, const RopeParams& p) override;
+  void KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
+               const Tensor& slot_mapping) override;
+  void Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                 const AttentionMeta& meta, float scale, Tensor out) override;
+  void SiluMul(const Tensor& gate, const Tensor& up, Tensor out) override;
+  void Add(const Tensor& a, const Tensor& b, Tensor out) override;
+  void Copy(const Tensor& src, Tensor dst) override;
+  void GatherRows(const Tensor& x, const Tensor& rows, Tensor out) override;
+  void MoeGate(const Tensor& logits, const Tensor& bias, const MoeGateParams& p,
+               Tensor topk_ids, Tensor topk_weights) override;
+  void MoeExperts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                  std::span<const ExpertWeights> experts, Tensor out) override;
+
+ private:
+  // True when this op is to be compared (checking, no difference found yet, layer in range).
+  bool Checking(OpKind op);
+  // Compares `got` (the chosen backend's output) with `want` (the reference's); records the
+  // first difference beyond rtol * max(1, max|want|).
+  void Compare(OpKind op, const char* what, const Tensor& got, const Tensor& want, float rtol,
+               const std::string& detail);
+  // Test hook (DEEPHARNESS_TEST_SELF_CHECK_PERTURB=<Op>): shifts the chosen backend's output of
+  // that op while checking only, so it can make the check fail but never changes served output.
+  void MaybePerturb(OpKind op, Tensor out);
+
+  std::unique_ptr<Backend> inner_;
+  ReferenceBackend reference_;
+  bool checking_ = false;
+  int max_layers_ = -1;
+  int step_ = 0;
+  int op_in_step_ = 0;
+  int norms_in_step_ = 0;  // AddRmsNorm calls so far in this step
+  int64_t ops_checked_ = 0;
+  std::string perturb_op_;
+  Status first_difference_;
+};
+
+struct SelfCheckReport {
+  std::string state = "off";  // "off", "passed", "failed", "skipped"
+  std::string scope;          // "all layers" or "first N layers"
+  int64_t ops_checked = 0;
+  int steps = 0;
+  double seconds = 0;
+  std::string message;        // why skipped / what differed
+};
+
+// Feeds a short prompt and a few greedy decode steps through `model` (loaded on `checker`).
+// `weight_bytes` decides kAuto. A failure is in report.state == "failed" with the message.
+SelfCheckReport RunSelfCheck(Model& model, CheckingBackend& checker, SelfCheckMode mode,
+                             uint64_t weight_bytes);
+
+}  // namespace dh::app
