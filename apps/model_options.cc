@@ -45,19 +45,21 @@ void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model) {
   sub->add_flag("--quiet,-q", o->quiet, "Only print errors on stderr");
 }
 
+WeightFlags WeightFlagsOf(const ModelOptions& o) {
+  return {.dtype = o.dtype, .quant = o.quant, .quant_lm_head = o.quant_lm_head, .policy = o.policy};
+}
+
 Result<LoadedModel> LoadFromOptions(const ModelOptions& o) {
   if (o.quiet) SetLogLevel(LogLevel::kError);
   if (o.threads < 0) return InvalidArgument("--threads: expected >= 0, got {}", o.threads);
+  LoadOptions lo;
+  // The one parse of the weight flags; nothing below sees the strings.
+  DH_ASSIGN_OR_RETURN(lo.plan, ParseWeightPlan(WeightFlagsOf(o)));
   BackendOptions bo;
   bo.num_threads = o.threads;
   bo.trace_kernels = o.trace_kernels;
   LoadedModel loaded;
   DH_ASSIGN_OR_RETURN(loaded.backend, CreateBackend(o.device, bo));
-  LoadOptions lo;
-  lo.dtype = o.dtype;
-  lo.quant = o.quant;
-  lo.quant_lm_head = o.quant_lm_head;
-  lo.policy = o.policy;
   lo.file.use_mmap = o.mmap && !o.no_mmap;
   lo.file.mlock = o.mlock;
   lo.show_progress = !o.quiet;

@@ -48,7 +48,12 @@ struct LoadedModel {
   CompileCacheResult compile_cache;  // whether the weights came from a compiled cache
 };
 
+// Parses the weight flags (ParseWeightPlan) before anything else, then creates the backend and
+// loads the model.
 Result<LoadedModel> LoadFromOptions(const ModelOptions& o);
+
+// The weight flags as given (--dtype, --quant, --quant-lm-head, --policy), for ParseWeightPlan.
+WeightFlags WeightFlagsOf(const ModelOptions& o);
 
 // Parses "1,2,3" (spaces allowed). Errors name the flag and the offending item.
 Result<std::vector<int32_t>> ParseIdList(const std::string& text, const std::string& flag);

@@ -100,7 +100,7 @@ Result<MlaAttention> MlaAttention::Load(WeightLoader& w, const std::string& p,
   // Softmax scale over the whole score, times YaRN's mscale^2 (DeepSeek's convention).
   m.softmax_scale = 1.0f / std::sqrt(static_cast<float>(qk));
   const RopeScaling& rs = c.rope_scaling;
-  if (rs.type == "yarn" && rs.mscale_all_dim != 0.0) {
+  if (rs.type == RopeType::kYarn && rs.mscale_all_dim != 0.0) {
     const double ms = YarnMscale(rs.factor, rs.mscale_all_dim);
     m.softmax_scale = static_cast<float>(m.softmax_scale * ms * ms);
   }

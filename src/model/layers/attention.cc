@@ -21,7 +21,7 @@ Result<RotaryEmbedding> RotaryEmbedding::Create(Backend& backend, const ModelCon
 }
 
 RopeParams RotaryEmbedding::ForStep(Backend& backend, Arena& arena, int32_t max_position) const {
-  if (config_->rope_scaling.type != "dynamic" ||
+  if (config_->rope_scaling.type != RopeType::kDynamic ||
       max_position + 1 <= config_->max_position_embeddings) {
     return params_;
   }
