@@ -140,7 +140,8 @@ bool CpuBackend::Supports(const OpDesc& op) const {
     case OpKind::kSiluMul:
     case OpKind::kAdd:
       return op.dtype == DType::kF32;
-    case OpKind::kMoeExperts:  // grouped over the accelerated MatMul and SiluMul
+    case OpKind::kBatchedMatMul:  // the GEMV kernel over all heads, or MatMul per head
+    case OpKind::kMoeExperts:     // grouped over the accelerated MatMul and SiluMul
       return true;
     default:
       return false;
@@ -216,6 +217,10 @@ void CpuBackend::AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weig
 
 namespace {
 
+// Which kernel family a MatMul takes by the rows of x: GEMV kernels for up to kGemvMaxRows rows
+// (decode), tiled GEMM above (prefill, batches).
+enum class MatMulPath : uint8_t { kGemv, kGemm };
+
 // Whether quant_matmul's kernels take weight w: int8 / int4 codes with contiguous rows and
 // f32 scales (and mins) laid out [rows, groups].
 bool QuantKernelApplies(const Weight& w) {
@@ -247,11 +252,8 @@ bool Fp8KernelApplies(const Weight& w) {
 // a's dense rows, or the f32 rows rows_fn supplies when it is not null.
 cpu::GemmArgs GemmOver(const cpu::MatMulArgs& a, int64_t n, const cpu::WeightRowsFn* rows_fn) {
   cpu::GemmArgs g;
-  g.x = a.x;
-  g.x_stride = a.x_stride;
-  g.m = a.m;
+  static_cast<cpu::ActivationArgs&>(g) = a;
   g.n = n;
-  g.k = a.k;
   if (rows_fn != nullptr) {
     g.rows_fn = rows_fn;
   } else {
@@ -259,11 +261,214 @@ cpu::GemmArgs GemmOver(const cpu::MatMulArgs& a, int64_t n, const cpu::WeightRow
     g.wtype = a.wtype;
     g.w_stride = a.w_stride;
   }
-  g.bias = a.bias;
-  g.out = a.out;
-  g.out_stride = a.out_stride;
   return g;
 }
+
+// One MatMul call's operands, decoded once: the activation rows (ActivationArgs, shared by
+// every kernel's arguments) and the weight's layout for each kernel family that accepts it.
+struct MatMulCall {
+  explicit MatMulCall(const Weight& weight) : w(weight) {}
+  const Weight& w;
+  cpu::MatMulArgs dense;       // activations; weight fields set for dense weights
+  cpu::QuantMatMulArgs quant;  // valid when quant_ok
+  cpu::Fp8MatMulArgs fp8;      // valid when fp8_ok
+  bool quant_ok = false, fp8_ok = false;
+  MatMulPath path = MatMulPath::kGemv;
+
+  int64_t m() const { return dense.m; }
+  int64_t n() const { return w.rows; }
+  int64_t k() const { return dense.k; }
+  // "gemv" for few rows of x, "gemm" for more (the names --trace-kernels prints).
+  const char* kind() const { return m() >= 4 ? "gemm" : "gemv"; }
+
+  // Fills the weight side of every argument struct that takes w (dense.x..out_stride are set).
+  void Prepare() {
+    path = m() > cpu::kGemvMaxRows ? MatMulPath::kGemm : MatMulPath::kGemv;
+    if (w.format == WeightFormat::kDense) {
+      dense.w = w.data.data;
+      dense.wtype = *WTypeOf(w.data.dtype);
+      dense.w_stride = w.data.stride[0];
+    }
+    quant_ok = QuantKernelApplies(w);
+    if (quant_ok) {
+      static_cast<cpu::ActivationArgs&>(quant) = dense;
+      quant.int4 = w.format == WeightFormat::kInt4;
+      quant.q = w.data.data;
+      quant.q_stride = w.data.stride[0];
+      quant.scales = w.scales.as<const float>();
+      quant.scale_stride = w.scales.stride[0];
+      if (quant.int4) {
+        quant.mins = w.mins.as<const float>();
+        quant.min_stride = w.mins.stride[0];
+      }
+      quant.group_size = w.group_size;
+    }
+    fp8_ok = Fp8KernelApplies(w);
+    if (fp8_ok) {
+      static_cast<cpu::ActivationArgs&>(fp8) = dense;
+      fp8.q = w.data.as<const uint8_t>();
+      fp8.q_stride = w.data.stride[0];
+      fp8.scales = w.scales.as<const float>();
+      fp8.scale_stride = w.scales.stride[0];
+      fp8.block_rows = w.block_rows;
+      fp8.block_cols = w.block_cols;
+    }
+  }
+
+  // Decodes weight rows [j0, j0 + nb) to f32, k floats each: the fused kernels' decoders where
+  // they take the layout, else the reference decoder (e.g. non-f32 scales, odd int4 groups).
+  void DecodeRows(int64_t j0, int64_t nb, float* rows) const {
+    if (quant_ok) {
+      cpu::DequantizeRows(quant, j0, nb, rows);
+    } else if (fp8_ok) {
+      cpu::Fp8DequantizeRows(fp8, j0, nb, rows);
+    } else {
+      for (int64_t j = 0; j < nb; ++j) ref::DecodeWeightRow(w, j0 + j, rows + j * k());
+    }
+  }
+};
+
+void DenseGemm(const MatMulCall& c, ThreadPool& pool) {
+  cpu::Gemm(GemmOver(c.dense, c.n(), nullptr), pool);
+}
+
+void DenseGemv(const MatMulCall& c, ThreadPool& pool) {
+  pool.ParallelFor(c.n(), GrainFor(c.m() * c.k()),
+                   [&](size_t b, size_t e) { cpu::MatMulRange(c.dense, b, e); });
+}
+
+// x quantized to int8 once per call, dot products in VNNI units (quant_vnni.h).
+void QuantIntegerDot(const MatMulCall& c, ThreadPool& pool) {
+  // This thread's buffers, reused across calls (assign() keeps their capacity). Named through
+  // a reference: the pool's threads must read the caller's object, not their own.
+  thread_local cpu::QuantizedActs tl_acts;
+  cpu::QuantizedActs& acts = tl_acts;
+  cpu::QuantizeActs(c.quant, &acts);
+  pool.ParallelFor(c.n(), GrainFor(c.m() * c.k()),
+                   [&](size_t b, size_t e) { cpu::IntegerDotRange(c.quant, acts, b, e); });
+}
+
+// int8 / int4 with few rows of x (decode): dequantized in registers (quant_matmul.h).
+void QuantGemv(const MatMulCall& c, ThreadPool& pool) {
+  pool.ParallelFor(c.n(), GrainFor(c.m() * c.k()),
+                   [&](size_t b, size_t e) { cpu::QuantMatMulRange(c.quant, b, e); });
+}
+
+// FP8 blocks with few rows of x: decoded in registers through f16 (quant_matmul.h).
+void Fp8Gemv(const MatMulCall& c, ThreadPool& pool) {
+  pool.ParallelFor(c.n(), GrainFor(c.m() * c.k()),
+                   [&](size_t b, size_t e) { cpu::Fp8MatMulRange(c.fp8, b, e); });
+}
+
+// Prefill and batches over a non-dense weight: the tiled GEMM (gemm.h) pulls f32 panels through
+// a callback. A panel narrower than the row decodes the whole row and keeps its slice: decoding
+// is a few operations per weight, against 2*M flops per weight in the GEMM.
+void DequantGemm(const MatMulCall& c, ThreadPool& pool) {
+  const int64_t k = c.k();
+  const cpu::WeightRowsFn rows_fn = [&](int64_t row_begin, int64_t count, int64_t col_begin,
+                                        int64_t col_count, float* dst) {
+    if (col_begin == 0 && col_count == k) return c.DecodeRows(row_begin, count, dst);
+    thread_local std::vector<float> full;
+    if (full.size() < static_cast<size_t>(count * k)) full.resize(count * k);
+    c.DecodeRows(row_begin, count, full.data());
+    for (int64_t j = 0; j < count; ++j) {
+      std::copy_n(full.data() + j * k + col_begin, col_count, dst + j * col_count);
+    }
+  };
+  cpu::Gemm(GemmOver(c.dense, c.n(), &rows_fn), pool);
+}
+
+// Few rows of x without a fused kernel: dequantize a few rows at a time into a per-chunk f32
+// buffer and multiply that.
+void DequantGemv(const MatMulCall& c, ThreadPool& pool) {
+  constexpr int64_t kRowsPerStep = 8;
+  const int64_t k = c.k();
+  pool.ParallelFor(c.n(), GrainFor(c.m() * k), [&](size_t b, size_t e) {
+    std::vector<float> rows(kRowsPerStep * k);
+    for (int64_t j0 = b; j0 < static_cast<int64_t>(e); j0 += kRowsPerStep) {
+      const int64_t nb = std::min<int64_t>(kRowsPerStep, e - j0);
+      c.DecodeRows(j0, nb, rows.data());
+      cpu::MatMulArgs step = c.dense;
+      step.w = rows.data();
+      step.wtype = WType::kF32;
+      step.w_stride = k;
+      step.out = c.dense.out + j0;
+      step.bias = c.dense.bias ? c.dense.bias + j0 : nullptr;
+      cpu::MatMulRange(step, 0, nb);
+    }
+  });
+}
+
+constexpr uint32_t FormatBit(WeightFormat f) { return 1u << static_cast<int>(f); }
+constexpr uint32_t kDenseOnly = FormatBit(WeightFormat::kDense);
+constexpr uint32_t kIntFormats = FormatBit(WeightFormat::kInt8) | FormatBit(WeightFormat::kInt4);
+constexpr uint32_t kFp8Only = FormatBit(WeightFormat::kFp8Block);
+constexpr uint32_t kNotDense = kIntFormats | kFp8Only;
+constexpr uint8_t kAnyPath = 0x3;
+constexpr uint8_t PathBit(MatMulPath p) { return static_cast<uint8_t>(1u << static_cast<int>(p)); }
+
+// MatMul's kernels by weight format x path (and the weight's dtype / layout, which `fits`
+// checks); the first entry that takes a call runs it. `describe` gives the --trace-kernels line.
+struct MatMulKernel {
+  uint32_t formats;  // FormatBit mask
+  uint8_t paths;     // PathBit mask
+  bool (*fits)(const MatMulCall&);
+  std::string (*describe)(const MatMulCall&);
+  void (*run)(const MatMulCall&, ThreadPool&);
+
+  bool Takes(const MatMulCall& c) const {
+    return (formats & FormatBit(c.w.format)) != 0 && (paths & PathBit(c.path)) != 0 && fits(c);
+  }
+};
+
+const MatMulKernel kMatMulKernels[] = {
+    {kDenseOnly, PathBit(MatMulPath::kGemm), [](const MatMulCall&) { return true; },
+     [](const MatMulCall& c) {
+       return fmt::format("matmul gemm-tiled {} M={} N={} K={}", DTypeName(c.w.data.dtype),
+                          c.m(), c.n(), c.k());
+     },
+     DenseGemm},
+    {kDenseOnly, PathBit(MatMulPath::kGemv), [](const MatMulCall&) { return true; },
+     [](const MatMulCall& c) {
+       return fmt::format("matmul {} {} M={} N={} K={}", c.kind(), DTypeName(c.w.data.dtype),
+                          c.m(), c.n(), c.k());
+     },
+     DenseGemv},
+    {kIntFormats, kAnyPath,
+     [](const MatMulCall& c) { return c.quant_ok && cpu::UseIntegerDot(c.quant); },
+     [](const MatMulCall& c) {
+       return fmt::format("matmul {} {} g{} {} M={} N={} K={}", c.kind(),
+                          WeightFormatName(c.w.format), c.w.group_size, cpu::IntegerDotName(),
+                          c.m(), c.n(), c.k());
+     },
+     QuantIntegerDot},
+    {kIntFormats, PathBit(MatMulPath::kGemv), [](const MatMulCall& c) { return c.quant_ok; },
+     [](const MatMulCall& c) {
+       return fmt::format("matmul gemv {} g{} f32 M={} N={} K={}", WeightFormatName(c.w.format),
+                          c.w.group_size, c.m(), c.n(), c.k());
+     },
+     QuantGemv},
+    {kFp8Only, PathBit(MatMulPath::kGemv), [](const MatMulCall& c) { return c.fp8_ok; },
+     [](const MatMulCall& c) {
+       return fmt::format("matmul gemv fp8 b{}x{} f16-decode M={} N={} K={}", c.w.block_rows,
+                          c.w.block_cols, c.m(), c.n(), c.k());
+     },
+     Fp8Gemv},
+    {kNotDense, PathBit(MatMulPath::kGemm), [](const MatMulCall&) { return true; },
+     [](const MatMulCall& c) {
+       return fmt::format("matmul gemm-tiled {} dequant{} M={} N={} K={}",
+                          WeightFormatName(c.w.format), c.fp8_ok ? " f16-decode" : "", c.m(),
+                          c.n(), c.k());
+     },
+     DequantGemm},
+    {kNotDense, PathBit(MatMulPath::kGemv), [](const MatMulCall&) { return true; },
+     [](const MatMulCall& c) {
+       return fmt::format("matmul {} {} dequant{} M={} N={} K={}", c.kind(),
+                          WeightFormatName(c.w.format), c.fp8_ok ? " f16-decode" : "", c.m(),
+                          c.n(), c.k());
+     },
+     DequantGemv},
+};
 
 }  // namespace
 
@@ -311,145 +516,71 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
                       DTypeName(w.data.dtype)));
     return ReferenceBackend::MatMul(x, w, bias, out);
   }
-  const int64_t m = xr->rows, n = w.rows, k = w.cols;
-  cpu::MatMulArgs a;
+  MatMulCall c(w);
+  cpu::MatMulArgs& a = c.dense;
   a.x = xr->row(0);
   a.x_stride = xr->stride;
-  a.m = m;
-  a.k = k;
+  a.m = xr->rows;
+  a.k = w.cols;
   a.bias = bias.empty() ? nullptr : bias.as<const float>();
   a.out = o->row(0);
   a.out_stride = o->stride;
-  const char* kind = m >= 4 ? "gemm" : "gemv";
-  if (dense) {
-    a.w = w.data.data;
-    a.wtype = *wtype;
-    a.w_stride = w.data.stride[0];
-    if (m > cpu::kGemvMaxRows) {  // register- and cache-blocked GEMM (gemm.h)
-      Trace(fmt::format("matmul gemm-tiled {} M={} N={} K={}", DTypeName(w.data.dtype), m, n, k));
-      cpu::Gemm(GemmOver(a, n, nullptr), *pool_);
+  c.Prepare();
+  for (const MatMulKernel& kernel : kMatMulKernels) {
+    if (kernel.Takes(c)) {
+      Trace(kernel.describe(c));
+      kernel.run(c, *pool_);
       return;
     }
-    Trace(fmt::format("matmul {} {} M={} N={} K={}", kind, DTypeName(w.data.dtype), m, n, k));
-    pool_->ParallelFor(n, GrainFor(m * k),
-                       [&](size_t b, size_t e) { cpu::MatMulRange(a, b, e); });
+  }
+  DH_CHECK(false, "no matmul kernel for {} {}", WeightFormatName(w.format),
+           DTypeName(w.data.dtype));
+}
+
+void CpuBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) {
+  const int64_t heads = static_cast<int64_t>(w.size());
+  DH_CHECK(x.ndim == 3 && out.ndim == 3 && x.dim(1) == heads && out.dim(1) == heads &&
+               out.dim(0) == x.dim(0) && heads > 0,
+           "batched matmul x {} out {} with {} weights", x.ShapeString(), out.ShapeString(), heads);
+  const int64_t m = x.dim(0), k = x.dim(2), n = out.dim(2);
+  // The fused path: dense weights of one supported type and shape, f32 rows with contiguous
+  // last dims, and few rows (the GEMV regime, where one head's rows are too little work to
+  // spread over the threads on their own).
+  const auto wtype = WTypeOf(w[0].data.dtype);
+  bool fused = m <= cpu::kGemvMaxRows && wtype && x.dtype == DType::kF32 &&
+               out.dtype == DType::kF32 && (x.stride[2] == 1 || k == 1) &&
+               (out.stride[2] == 1 || n == 1);
+  for (const Weight& wh : w) {
+    fused = fused && wh.format == WeightFormat::kDense && wh.data.dtype == w[0].data.dtype &&
+            wh.rows == n && wh.cols == k && wh.perm.empty() && wh.data.ndim == 2 &&
+            (wh.data.stride[1] == 1 || k == 1);
+  }
+  if (!fused) {
+    for (int64_t h = 0; h < heads; ++h) MatMul(x.Select(1, h), w[h], Tensor(), out.Select(1, h));
     return;
   }
-  // int8 / int4 with few rows of x (decode): dequantize in registers (quant_matmul.h).
-  const bool quant_kernel = QuantKernelApplies(w);
-  cpu::QuantMatMulArgs qa;
-  if (quant_kernel) {
-    qa.x = a.x;
-    qa.x_stride = a.x_stride;
-    qa.m = m;
-    qa.int4 = w.format == WeightFormat::kInt4;
-    qa.q = w.data.data;
-    qa.q_stride = w.data.stride[0];
-    qa.scales = w.scales.as<const float>();
-    qa.scale_stride = w.scales.stride[0];
-    if (qa.int4) {
-      qa.mins = w.mins.as<const float>();
-      qa.min_stride = w.mins.stride[0];
-    }
-    qa.k = k;
-    qa.group_size = w.group_size;
-    qa.bias = a.bias;
-    qa.out = a.out;
-    qa.out_stride = a.out_stride;
+  Trace(fmt::format("batched_matmul gemv {} H={} M={} N={} K={}", DTypeName(w[0].data.dtype),
+                    heads, m, n, k));
+  std::vector<cpu::MatMulArgs> args(static_cast<size_t>(heads));
+  for (int64_t h = 0; h < heads; ++h) {
+    cpu::MatMulArgs& a = args[static_cast<size_t>(h)];
+    a.x = x.Select(1, h).as<const float>();
+    a.x_stride = x.stride[0];
+    a.m = m;
+    a.w = w[h].data.data;
+    a.wtype = *wtype;
+    a.w_stride = w[h].data.stride[0];
+    a.k = k;
+    a.out = out.Select(1, h).as<float>();
+    a.out_stride = out.stride[0];
   }
-  if (quant_kernel && cpu::UseIntegerDot(qa)) {
-    // x quantized to int8 once per call, dot products in VNNI units (quant_vnni.h).
-    Trace(fmt::format("matmul {} {} g{} {} M={} N={} K={}", kind, WeightFormatName(w.format),
-                      w.group_size, cpu::IntegerDotName(), m, n, k));
-    // This thread's buffers, reused across calls (assign() keeps their capacity). Named through
-    // a reference: the pool's threads must read the caller's object, not their own.
-    thread_local cpu::QuantizedActs tl_acts;
-    cpu::QuantizedActs& acts = tl_acts;
-    cpu::QuantizeActs(qa, &acts);
-    pool_->ParallelFor(n, GrainFor(m * k),
-                       [&](size_t b, size_t e) { cpu::IntegerDotRange(qa, acts, b, e); });
-    return;
-  }
-  if (quant_kernel && m < 4) {
-    Trace(fmt::format("matmul gemv {} g{} f32 M={} N={} K={}", WeightFormatName(w.format),
-                      w.group_size, m, n, k));
-    pool_->ParallelFor(n, GrainFor(m * k),
-                       [&](size_t b, size_t e) { cpu::QuantMatMulRange(qa, b, e); });
-    return;
-  }
-  // FP8 blocks: decoded in registers through f16 (quant_matmul.h).
-  const bool fp8_kernel = Fp8KernelApplies(w);
-  cpu::Fp8MatMulArgs fa;
-  if (fp8_kernel) {
-    fa.x = a.x;
-    fa.x_stride = a.x_stride;
-    fa.m = m;
-    fa.q = w.data.as<const uint8_t>();
-    fa.q_stride = w.data.stride[0];
-    fa.scales = w.scales.as<const float>();
-    fa.scale_stride = w.scales.stride[0];
-    fa.block_rows = w.block_rows;
-    fa.block_cols = w.block_cols;
-    fa.k = k;
-    fa.bias = a.bias;
-    fa.out = a.out;
-    fa.out_stride = a.out_stride;
-  }
-  if (fp8_kernel && m < 4) {
-    Trace(fmt::format("matmul gemv fp8 b{}x{} f16-decode M={} N={} K={}", w.block_rows,
-                      w.block_cols, m, n, k));
-    pool_->ParallelFor(n, GrainFor(m * k),
-                       [&](size_t b, size_t e) { cpu::Fp8MatMulRange(fa, b, e); });
-    return;
-  }
-  // Decodes weight rows [j0, j0 + nb) to f32, k floats each.
-  auto decode_rows = [&](int64_t j0, int64_t nb, float* rows) {
-    if (quant_kernel) {
-      cpu::DequantizeRows(qa, j0, nb, rows);
-    } else if (fp8_kernel) {
-      cpu::Fp8DequantizeRows(fa, j0, nb, rows);
-    } else {
-      // Layouts the fused kernels refuse (e.g. non-f32 scales, odd int4 groups): the
-      // reference decoder.
-      for (int64_t j = 0; j < nb; ++j) ref::DecodeWeightRow(w, j0 + j, rows + j * k);
-    }
-  };
-  if (m > cpu::kGemvMaxRows) {
-    // Prefill and batches: the tiled GEMM (gemm.h) pulls f32 panels through a callback. A panel
-    // narrower than the row decodes the whole row and keeps its slice: decoding is a few
-    // operations per weight, against 2*M flops per weight in the GEMM.
-    Trace(fmt::format("matmul gemm-tiled {} dequant{} M={} N={} K={}", WeightFormatName(w.format),
-                      fp8_kernel ? " f16-decode" : "", m, n, k));
-    const cpu::WeightRowsFn rows_fn = [&](int64_t row_begin, int64_t count, int64_t col_begin,
-                                          int64_t col_count, float* dst) {
-      if (col_begin == 0 && col_count == k) return decode_rows(row_begin, count, dst);
-      thread_local std::vector<float> full;
-      if (full.size() < static_cast<size_t>(count * k)) full.resize(count * k);
-      decode_rows(row_begin, count, full.data());
-      for (int64_t j = 0; j < count; ++j) {
-        std::copy_n(full.data() + j * k + col_begin, col_count, dst + j * col_count);
-      }
-    };
-    cpu::Gemm(GemmOver(a, n, &rows_fn), *pool_);
-    return;
-  }
-  // Few rows of x without a fused kernel: dequantize a few rows at a time into a per-chunk f32
-  // buffer and multiply that.
-  Trace(fmt::format("matmul {} {} dequant{} M={} N={} K={}", kind, WeightFormatName(w.format),
-                    fp8_kernel ? " f16-decode" : "", m, n, k));
-  constexpr int64_t kRowsPerStep = 8;
-  pool_->ParallelFor(n, GrainFor(m * k), [&](size_t b, size_t e) {
-    std::vector<float> rows(kRowsPerStep * k);
-    for (int64_t j0 = b; j0 < static_cast<int64_t>(e); j0 += kRowsPerStep) {
-      const int64_t nb = std::min<int64_t>(kRowsPerStep, e - j0);
-      decode_rows(j0, nb, rows.data());
-      cpu::MatMulArgs step = a;
-      step.w = rows.data();
-      step.wtype = WType::kF32;
-      step.w_stride = k;
-      step.out = a.out + j0;
-      step.bias = a.bias ? a.bias + j0 : nullptr;
-      cpu::MatMulRange(step, 0, nb);
+  // Items are (head, output row) pairs, head-major; a chunk may span heads.
+  pool_->ParallelFor(heads * n, GrainFor(m * k), [&](size_t b, size_t e) {
+    for (size_t i = b; i < e;) {
+      const int64_t h = static_cast<int64_t>(i) / n, r = static_cast<int64_t>(i) % n;
+      const int64_t stop = std::min<int64_t>(n, r + static_cast<int64_t>(e - i));
+      cpu::MatMulRange(args[static_cast<size_t>(h)], r, stop);
+      i += static_cast<size_t>(stop - r);
     }
   });
 }

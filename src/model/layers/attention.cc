@@ -93,12 +93,4 @@ void GatherPagedCache(Backend& b, Arena& a, const AttentionMeta& m, const Tensor
   out->meta.host_block_tables = tables;
 }
 
-Tensor BroadcastOverHeads(const Tensor& x, int64_t heads) {
-  Tensor v = x;
-  v.ndim = 3;
-  v.shape = {x.shape[0], heads, x.shape[1], 0};
-  v.stride = {x.stride[0], 0, x.stride[1], 0};
-  return v;
-}
-
 }  // namespace dh
