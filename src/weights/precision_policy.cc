@@ -277,8 +277,9 @@ Result<PrecisionPolicy> PolicyFromFlags(std::string_view quant, bool quant_lm_he
     // to that dense dtype, lm_head only with --quant-lm-head, like the quantized formats.
     if (auto dense = ParsePrecisionFormat(quant);
         dense.ok() && dense->kind == PrecisionFormat::Kind::kDense) {
-      return PrecisionPolicy::Parse(quant_lm_head ? fmt::format("static:{}", quant)
-                                                  : fmt::format("custom:default={},lm_head=auto", quant));
+      return PrecisionPolicy::Parse(quant_lm_head
+                                        ? fmt::format("static:{}", quant)
+                                        : fmt::format("custom:default={},lm_head=auto", quant));
     }
     DH_ASSIGN_OR_RETURN(QuantSpec q, ParseQuantSpec(quant));
     return PrecisionPolicy::FromQuant(q, quant_lm_head);

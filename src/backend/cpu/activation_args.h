@@ -1,7 +1,7 @@
 // The activation side every CPU matmul kernel shares (dense GEMV, tiled GEMM, int8/int4 and FP8
-// GEMV): m rows of k f32 values (x), the f32 output rows and an optional bias. Each kernel's argument
-// struct derives from it and adds only its weight's layout, so CpuBackend::MatMul fills these
-// fields once per call.
+// GEMV): m rows of k f32 values (x), the f32 output rows and an optional bias. Each kernel's
+// argument struct derives from it and adds only its weight's layout, so CpuBackend::MatMul
+// fills these fields once per call.
 #pragma once
 
 #include <cstdint>

@@ -173,7 +173,8 @@ Tensor MlaAttention::Absorbed(Backend& b, Arena& a, const StepInputs& step, cons
   const int64_t T = q3.dim(0);
   // q_full = [q_nope · W_uk | q_pe]: the query in the cache's latent layout.
   Tensor q_full = a.Alloc(DType::kF32, {T, heads, kv_lora + rope});
-  b.BatchedMatMul(q3.Narrow(2, 0, nope), uk_t, q_full.Narrow(2, 0, kv_lora));  // [T, heads, kv_lora]
+  // [T, heads, kv_lora]
+  b.BatchedMatMul(q3.Narrow(2, 0, nope), uk_t, q_full.Narrow(2, 0, kv_lora));
   b.Copy(q3.Narrow(2, nope, rope), q_full.Narrow(2, kv_lora, rope));
   Tensor o_lat = a.Alloc(DType::kF32, {T, heads, kv_lora});
   b.Attention(q_full, cache, cache.Narrow(2, 0, kv_lora), step.meta, softmax_scale, o_lat);

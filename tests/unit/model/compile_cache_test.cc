@@ -526,7 +526,8 @@ TEST(CompileCacheTest, KeyIsTheParsedPlanNotTheFlagText) {
   const std::string model = (kFixtures / "qwen2_sharded").string();
   LoadOptions a, b, c;
   a.plan = *ParseWeightPlan({.dtype = "bf16", .quant = "int4"});
-  b.plan = *ParseWeightPlan({.dtype = "bfloat16", .policy = "custom:default=int4-g32,lm_head=stored"});
+  b.plan = *ParseWeightPlan(
+      {.dtype = "bfloat16", .policy = "custom:default=int4-g32,lm_head=stored"});
   c.plan = *ParseWeightPlan({.dtype = "bfloat16", .quant = "int4", .quant_lm_head = true});
   auto ka = CompileCacheKey(model, a, "cpu"), kb = CompileCacheKey(model, b, "cpu"),
        kc = CompileCacheKey(model, c, "cpu");

@@ -142,12 +142,14 @@ class DecoderTest : public ::testing::Test {
     std::vector<double> logits;
     for (int32_t id : ids) {
       std::vector<double> res(kHidden), x(kHidden, 0.0);
-      for (int64_t i = 0; i < kHidden; ++i) res[i] = values_["model.embed_tokens.weight"][id * kHidden + i];
+      const std::vector<float>& embed = values_["model.embed_tokens.weight"];
+      for (int64_t i = 0; i < kHidden; ++i) res[i] = embed[id * kHidden + i];
       for (int64_t l = 0; l < kLayers; ++l) {
+        const std::string p = fmt::format("model.layers.{}.", l);
         for (int64_t i = 0; i < kHidden; ++i) res[i] += x[i];
-        auto h = RmsNormHost(res, values_[fmt::format("model.layers.{}.input_layernorm.weight", l)]);
+        auto h = RmsNormHost(res, values_[p + "input_layernorm.weight"]);
         for (int64_t i = 0; i < kHidden; ++i) res[i] += FakeAttention::Apply(h[i], l);
-        h = RmsNormHost(res, values_[fmt::format("model.layers.{}.post_attention_layernorm.weight", l)]);
+        h = RmsNormHost(res, values_[p + "post_attention_layernorm.weight"]);
         for (int64_t i = 0; i < kHidden; ++i) x[i] = FakeFfn::Apply(h[i]);
       }
       for (int64_t i = 0; i < kHidden; ++i) res[i] += x[i];
