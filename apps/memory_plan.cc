@@ -8,6 +8,7 @@
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "tensor/dtype.h"
+#include "weights/weight_plan.h"
 
 namespace dh::app {
 
@@ -15,28 +16,30 @@ namespace {
 
 constexpr uint64_t kRuntimeBytes = 256ull << 20;  // code, tokenizer, thread stacks, buffers
 
-// Resident bytes per weight element of a format (scales and minimums included).
-double BytesPerElement(const std::string& format) {
-  if (format == "int8" || format == "int8-g32") return 1.0 + 4.0 / 32;
-  if (format == "int8-row") return 1.0;
-  if (format == "int4" || format == "int4-g32") return 0.5 + 8.0 / 32;
-  if (format == "int4-g128") return 0.5 + 8.0 / 128;
-  if (format == "fp8") return 1.0;
-  if (format == "bf16" || format == "f16" || format == "bfloat16" || format == "float16") return 2;
-  if (format == "f32" || format == "float32") return 4;
-  return 0;  // as stored
+// Resident bytes per weight element of a quantized format (scales and minimums included).
+double QuantBytesPerElement(const QuantSpec& q) {
+  const double group = q.group_size > 0 ? static_cast<double>(q.group_size) : 0;
+  switch (q.format) {
+    case WeightFormat::kInt8: return 1.0 + (group > 0 ? 4.0 / group : 0);
+    case WeightFormat::kInt4: return 0.5 + (group > 0 ? 8.0 / group : 0);
+    case WeightFormat::kFp8Block: return 1.0;
+    case WeightFormat::kDense: break;
+  }
+  return 0;
 }
 
-bool Contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
-
-// Tensors --quant leaves as stored: embeddings, norms, the MoE router, lm_head (unless asked).
-bool QuantizedByFlag(const TensorInfo& t, bool quant_lm_head) {
-  if (t.shape.size() != 2) return false;
-  const std::string& n = t.name;
-  if (Contains(n, "embed") || Contains(n, "norm")) return false;
-  if (Contains(n, "lm_head")) return quant_lm_head;
-  if (Contains(n, ".gate.weight") || Contains(n, "e_score_correction")) return false;
-  return true;
+// Resident bytes per element of tensor t under the plan, or 0 for "as stored". Only matrices
+// take the policy's format (norms, biases and router vectors are loaded as they are); --dtype
+// converts every floating tensor the policy leaves as stored.
+double BytesPerElement(const TensorInfo& t, const WeightPlan& plan) {
+  const bool floating = t.dtype == DType::kF32 || t.dtype == DType::kBF16 || t.dtype == DType::kF16;
+  if (!floating) return 0;
+  if (t.shape.size() == 2) {
+    const PrecisionFormat f = plan.policy.FormatFor(t.name);
+    if (f.kind == PrecisionFormat::Kind::kQuant) return QuantBytesPerElement(f.quant);
+    if (f.kind == PrecisionFormat::Kind::kDense) return static_cast<double>(DTypeSize(f.dtype));
+  }
+  return plan.dtype ? static_cast<double>(DTypeSize(*plan.dtype)) : 0;
 }
 
 uint64_t KvBytesPerToken(const ModelConfig& c) {
@@ -59,24 +62,22 @@ Result<MemoryPlan> PlanMemory(const PlanInputs& in) {
   files.use_mmap = true;
   DH_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(in.model.model_path, files));
 
-  const std::string quant = in.model.quant;
-  const bool by_quant = quant != "none" && quant != "auto" && BytesPerElement(quant) > 0;
-  const double dtype_bytes = in.model.dtype == "auto" ? 0 : BytesPerElement(in.model.dtype);
-  plan.weight_format = by_quant ? quant : (dtype_bytes > 0 ? in.model.dtype : "as stored");
-  if (!in.model.policy.empty()) plan.weight_format = "as stored (--policy is not estimated)";
+  DH_ASSIGN_OR_RETURN(const WeightPlan weight_plan, ParseWeightPlan(WeightFlagsOf(in.model)));
+  // The flags as given, for the printout.
+  if (!in.model.policy.empty()) {
+    plan.weight_format = "--policy " + in.model.policy;
+  } else if (in.model.quant != "none") {
+    plan.weight_format = in.model.quant;
+  } else {
+    plan.weight_format = in.model.dtype != "auto" ? in.model.dtype : "as stored";
+  }
   double weights = 0;
   for (const TensorInfo* t : ckpt.tensors()) {
     plan.stored += t->nbytes;
     double numel = 1;
     for (int64_t d : t->shape) numel *= static_cast<double>(d);
-    const bool floating = t->dtype == DType::kF32 || t->dtype == DType::kBF16 || t->dtype == DType::kF16;
-    if (in.model.policy.empty() && by_quant && floating && QuantizedByFlag(*t, in.model.quant_lm_head)) {
-      weights += numel * BytesPerElement(quant);
-    } else if (in.model.policy.empty() && dtype_bytes > 0 && floating) {
-      weights += numel * dtype_bytes;
-    } else {
-      weights += static_cast<double>(t->nbytes);
-    }
+    const double bytes = BytesPerElement(*t, weight_plan);
+    weights += bytes > 0 ? numel * bytes : static_cast<double>(t->nbytes);
   }
   plan.weights = static_cast<uint64_t>(weights);
 

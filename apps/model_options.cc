@@ -52,9 +52,16 @@ void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model) {
   sub->add_flag("--quiet,-q", o->quiet, "Only print errors on stderr");
 }
 
+WeightFlags WeightFlagsOf(const ModelOptions& o) {
+  return {.dtype = o.dtype, .quant = o.quant, .quant_lm_head = o.quant_lm_head, .policy = o.policy};
+}
+
 Result<LoadedModel> LoadFromOptions(const ModelOptions& o, const BackendWrapper& wrap) {
   if (o.quiet) SetLogLevel(LogLevel::kError);
   if (o.threads < 0) return InvalidArgument("--threads: expected >= 0, got {}", o.threads);
+  LoadOptions lo;
+  // The one parse of the weight flags; nothing below sees the strings.
+  DH_ASSIGN_OR_RETURN(lo.plan, ParseWeightPlan(WeightFlagsOf(o)));
   LoadedModel loaded;
   DH_ASSIGN_OR_RETURN(loaded.parallel, StartParallel(o.tp_size, o.ep_size, o.threads));
   BackendOptions bo;
@@ -62,11 +69,6 @@ Result<LoadedModel> LoadFromOptions(const ModelOptions& o, const BackendWrapper&
   bo.trace_kernels = o.trace_kernels;
   DH_ASSIGN_OR_RETURN(loaded.backend, CreateBackend(o.device, bo));
   if (wrap) loaded.backend = wrap(std::move(loaded.backend));
-  LoadOptions lo;
-  lo.dtype = o.dtype;
-  lo.quant = o.quant;
-  lo.quant_lm_head = o.quant_lm_head;
-  lo.policy = o.policy;
   lo.file.use_mmap = o.mmap && !o.no_mmap;
   lo.file.mlock = o.mlock;
   lo.show_progress = !o.quiet && IsLeadRank(loaded);

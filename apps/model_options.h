@@ -54,13 +54,17 @@ struct LoadedModel {
   CompileCacheResult compile_cache;  // whether the weights came from a compiled cache
 };
 
-// `wrap` (optional) replaces the created backend before the model is loaded on it, e.g. with
+// Parses the weight flags (ParseWeightPlan) before anything else, then creates the backend and
+// loads the model. `wrap` (optional) replaces the created backend before the model is loaded on it, e.g. with
 // the self-check's CheckingBackend (apps/self_check.h).
 using BackendWrapper = std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>;
 Result<LoadedModel> LoadFromOptions(const ModelOptions& o, const BackendWrapper& wrap = {});
 
 // True on the rank that prints and writes files (always with --tp-size 1).
 inline bool IsLeadRank(const LoadedModel& m) { return m.parallel.options.rank == 0; }
+
+// The weight flags as given (--dtype, --quant, --quant-lm-head, --policy), for ParseWeightPlan.
+WeightFlags WeightFlagsOf(const ModelOptions& o);
 
 // Parses "1,2,3" (spaces allowed). Errors name the flag and the offending item.
 Result<std::vector<int32_t>> ParseIdList(const std::string& text, const std::string& flag);

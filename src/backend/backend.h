@@ -80,7 +80,7 @@ struct ExpertWeights {
 
 enum class OpKind : uint8_t {
   kEmbedding, kRmsNorm, kAddRmsNorm, kMatMul, kRope, kKvWrite, kAttention, kSiluMul, kAdd,
-  kCopy, kGatherRows, kMoeGate, kMoeExperts,
+  kCopy, kGatherRows, kMoeGate, kMoeExperts, kBatchedMatMul,
 };
 
 struct OpDesc {
@@ -128,6 +128,10 @@ class Backend {
                           Tensor out) = 0;
   // out[M, N] = x[M, K] @ w^T (+ bias[N] if not empty), f32 accumulation.
   virtual void MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) = 0;
+  // One weight per head: out[t, h, :] = x[t, h, :] @ w[h]^T for h < w.size() (einsum
+  // "thk,hnk->thn"; MLA's absorbed W_uk^T and W_uv). x: [T, heads, K], out: [T, heads, N], dims 0
+  // and 1 strided allowed, dim 2 contiguous; every w[h] is [N, K]. f32 accumulation.
+  virtual void BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) = 0;
   // In place on x: [T, H, D] (dims 0 and 1 may be strided); positions: [T] i32.
   virtual void Rope(Tensor x, const Tensor& positions, const RopeParams& p) = 0;
   // k_cache[slot_mapping[t]] = k[t]; same for v. k: [T, Hkv, Dk]; caches: [slots, Hkv, D].
@@ -143,7 +147,7 @@ class Backend {
   virtual void SiluMul(const Tensor& gate, const Tensor& up, Tensor out) = 0;
   // out = a + b, elementwise, same shapes (out may alias a or b).
   virtual void Add(const Tensor& a, const Tensor& b, Tensor out) = 0;
-  // Strided copy of same-shaped views; a source stride of 0 broadcasts.
+  // Strided copy of same-shaped views; a source stride of 0 broadcasts (Tensor::Broadcast).
   virtual void Copy(const Tensor& src, Tensor dst) = 0;
   // out[i, :] = x[rows[i], :]. x: [T, H]; rows: [n] i32.
   virtual void GatherRows(const Tensor& x, const Tensor& rows, Tensor out) = 0;

@@ -3,8 +3,11 @@
 // multiply and divide these numbers without overflow or division by zero (sglang#32028).
 #include "io/model_config.h"
 
+#include <array>
 #include <cctype>
 #include <cmath>
+#include <optional>
+#include <string_view>
 
 #include "base/mapped_file.h"
 #include "io/json_util.h"
@@ -154,6 +157,21 @@ class Fields {
   std::string prefix_;
 };
 
+constexpr std::array<std::string_view, 5> kRopeTypeNames = {"default", "linear", "dynamic",
+                                                            "llama3", "yarn"};
+constexpr std::array<std::string_view, 2> kScoringNames = {"softmax", "sigmoid"};
+constexpr std::array<std::string_view, 3> kTopkNames = {"greedy", "group_limited_greedy",
+                                                        "noaux_tc"};
+
+// The enum value whose name (in `names`, in enum order) is `text`, or nullopt.
+template <class E, size_t N>
+std::optional<E> EnumByName(const std::array<std::string_view, N>& names, std::string_view text) {
+  for (size_t i = 0; i < N; ++i) {
+    if (names[i] == text) return static_cast<E>(i);
+  }
+  return std::nullopt;
+}
+
 Status ParseRopeScaling(const Fields& top, ModelConfig* c) {
   const json* v = top.Get("rope_scaling");
   if (v == nullptr) return Status::Ok();
@@ -162,18 +180,20 @@ Status ParseRopeScaling(const Fields& top, ModelConfig* c) {
   RopeScaling& r = c->rope_scaling;
   // HF prefers "rope_type" and keeps "type" for older configs.
   const char* type_key = f.Has("rope_type") ? "rope_type" : "type";
-  DH_RETURN_IF_ERROR(f.String(type_key, &r.type, /*required=*/true));
-  if (r.type != "default" && r.type != "linear" && r.type != "dynamic" && r.type != "llama3" &&
-      r.type != "yarn") {
+  std::string type;
+  DH_RETURN_IF_ERROR(f.String(type_key, &type, /*required=*/true));
+  const auto parsed = EnumByName<RopeType>(kRopeTypeNames, type);
+  if (!parsed) {
     return Unsupported(
         "{}: field 'rope_scaling.{}': unsupported '{}' (expected default, linear, dynamic, llama3 "
         "or yarn)",
-        top.source(), type_key, r.type);
+        top.source(), type_key, type);
   }
-  const bool needs_factor = r.type != "default";
+  r.type = *parsed;
+  const bool needs_factor = r.type != RopeType::kDefault;
   DH_RETURN_IF_ERROR(f.Number("factor", &r.factor, /*positive=*/true, needs_factor));
   DH_RETURN_IF_ERROR(f.Int("original_max_position_embeddings", &r.original_max_position_embeddings,
-                           1, kMaxPositions, /*required=*/r.type == "llama3"));
+                           1, kMaxPositions, /*required=*/r.type == RopeType::kLlama3));
   DH_RETURN_IF_ERROR(f.Number("low_freq_factor", &r.low_freq_factor, true));
   DH_RETURN_IF_ERROR(f.Number("high_freq_factor", &r.high_freq_factor, true));
   DH_RETURN_IF_ERROR(f.Number("beta_fast", &r.beta_fast, true));
@@ -181,7 +201,7 @@ Status ParseRopeScaling(const Fields& top, ModelConfig* c) {
   DH_RETURN_IF_ERROR(f.Number("mscale", &r.mscale, false));
   DH_RETURN_IF_ERROR(f.Number("mscale_all_dim", &r.mscale_all_dim, false));
   DH_RETURN_IF_ERROR(f.OptionalNumber("attention_factor", &r.attention_factor, true));
-  if (r.type == "llama3" && !(r.high_freq_factor > r.low_freq_factor)) {
+  if (r.type == RopeType::kLlama3 && !(r.high_freq_factor > r.low_freq_factor)) {
     return f.Error("high_freq_factor",
                    fmt::format("a number above low_freq_factor {}", r.low_freq_factor),
                    fmt::format("{}", r.high_freq_factor));
@@ -280,8 +300,17 @@ Status ParseMoe(const Fields& f, ModelConfig* c) {
   DH_RETURN_IF_ERROR(f.Int("moe_intermediate_size", &c->moe_intermediate_size, 0, kMaxDim));
   DH_RETURN_IF_ERROR(f.Int("first_k_dense_replace", &c->first_k_dense_replace, 0, kMaxLayers));
   DH_RETURN_IF_ERROR(f.Int("moe_layer_freq", &c->moe_layer_freq, 1, kMaxLayers));
-  DH_RETURN_IF_ERROR(f.String("scoring_func", &c->scoring_func));
-  DH_RETURN_IF_ERROR(f.String("topk_method", &c->topk_method));
+  std::string scoring = "softmax", topk = "greedy";
+  DH_RETURN_IF_ERROR(f.String("scoring_func", &scoring));
+  DH_RETURN_IF_ERROR(f.String("topk_method", &topk));
+  if (c->n_routed_experts > 0) {
+    const auto s = EnumByName<MoeScoringFunc>(kScoringNames, scoring);
+    if (!s) return f.Error("scoring_func", "softmax or sigmoid", scoring);
+    const auto t = EnumByName<MoeTopkMethod>(kTopkNames, topk);
+    if (!t) return f.Error("topk_method", "greedy, group_limited_greedy or noaux_tc", topk);
+    c->scoring_func = *s;
+    c->topk_method = *t;
+  }
   DH_RETURN_IF_ERROR(f.Int("n_group", &c->n_group, 1, kMaxExperts));
   DH_RETURN_IF_ERROR(f.Int("topk_group", &c->topk_group, 1, kMaxExperts));
   DH_RETURN_IF_ERROR(f.Bool("norm_topk_prob", &c->norm_topk_prob));
@@ -325,9 +354,6 @@ Status ParseMoe(const Fields& f, ModelConfig* c) {
       return f.Error("first_k_dense_replace",
                      fmt::format("at most num_hidden_layers = {}", c->num_hidden_layers),
                      fmt::format("{}", c->first_k_dense_replace));
-    }
-    if (c->scoring_func != "softmax" && c->scoring_func != "sigmoid") {
-      return f.Error("scoring_func", "softmax or sigmoid", c->scoring_func);
     }
   }
   return Status::Ok();
@@ -435,5 +461,11 @@ Result<GenerationConfig> LoadGenerationConfig(const std::string& dir) {
       f.OptionalNumber("repetition_penalty", &g.repetition_penalty, /*positive=*/true));
   return g;
 }
+
+std::string_view RopeTypeName(RopeType t) { return kRopeTypeNames[static_cast<size_t>(t)]; }
+std::string_view MoeScoringFuncName(MoeScoringFunc f) {
+  return kScoringNames[static_cast<size_t>(f)];
+}
+std::string_view MoeTopkMethodName(MoeTopkMethod m) { return kTopkNames[static_cast<size_t>(m)]; }
 
 }  // namespace dh

@@ -6,14 +6,24 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
 
 namespace dh {
 
+// rope_scaling.rope_type (or .type), MoE scoring_func and topk_method: parsed once from
+// config.json into these; an unknown name is refused there, with the field named.
+enum class RopeType : uint8_t { kDefault, kLinear, kDynamic, kLlama3, kYarn };
+enum class MoeScoringFunc : uint8_t { kSoftmax, kSigmoid };
+enum class MoeTopkMethod : uint8_t { kGreedy, kGroupLimitedGreedy, kNoauxTc };
+std::string_view RopeTypeName(RopeType t);              // default | linear | ... (config names)
+std::string_view MoeScoringFuncName(MoeScoringFunc f);  // softmax | sigmoid
+std::string_view MoeTopkMethodName(MoeTopkMethod m);    // greedy | group_limited_greedy | noaux_tc
+
 struct RopeScaling {
-  std::string type = "default";  // default | linear | dynamic | llama3 | yarn
+  RopeType type = RopeType::kDefault;
   double factor = 1.0;
   int64_t original_max_position_embeddings = 0;  // yarn, llama3, dynamic (0: use max_position)
   double low_freq_factor = 1.0;                  // llama3
@@ -72,8 +82,9 @@ struct ModelConfig {
   int64_t moe_intermediate_size = 0;
   int64_t first_k_dense_replace = 0;
   int64_t moe_layer_freq = 1;
-  std::string scoring_func = "softmax";
-  std::string topk_method = "greedy";
+  // Read only for MoE models (n_routed_experts > 0); a dense model's values are ignored.
+  MoeScoringFunc scoring_func = MoeScoringFunc::kSoftmax;
+  MoeTopkMethod topk_method = MoeTopkMethod::kGreedy;
   int64_t n_group = 1;
   int64_t topk_group = 1;
   bool norm_topk_prob = false;

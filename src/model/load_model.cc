@@ -17,7 +17,6 @@
 #include "weights/compile_cache_reader.h"
 #include "weights/compile_cache_writer.h"
 #include "weights/weight_loader.h"
-#include "weights/weight_plan.h"
 
 namespace dh {
 
@@ -29,15 +28,15 @@ using ModelPtr = std::unique_ptr<Model>;
 
 Result<ModelPtr> LoadFromCheckpoint(const std::string& dir, const ModelConfig& config,
                                     const ModelFactory& factory, Backend& backend,
-                                    const LoadOptions& options, const WeightPlan& plan,
+                                    const LoadOptions& options,
                                     CompileCacheWriter* writer) {
   DH_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(dir, options.file));
   std::unique_ptr<WeightLoader> loader;
   if (writer != nullptr) {
-    loader = MakeRecordingLoader(checkpoint, config, backend, options, plan, writer,
+    loader = MakeRecordingLoader(checkpoint, config, backend, options, writer,
                                  options.show_progress);
   } else {
-    loader = std::make_unique<WeightLoader>(checkpoint, config, backend, options, plan);
+    loader = std::make_unique<WeightLoader>(checkpoint, config, backend, options);
   }
   auto model = factory(config, *loader, backend);
   if (!model.ok()) return model.status();
@@ -48,10 +47,10 @@ Result<ModelPtr> LoadFromCheckpoint(const std::string& dir, const ModelConfig& c
 
 Result<ModelPtr> ServeFromCache(const std::string& path, const std::string& key,
                                 const ModelConfig& config, const ModelFactory& factory,
-                                Backend& backend, const LoadOptions& options,
-                                const WeightPlan& plan, bool* stale, uint64_t* file_bytes) {
+                                Backend& backend, const LoadOptions& options, bool* stale,
+                                uint64_t* file_bytes) {
   DH_ASSIGN_OR_RETURN(std::unique_ptr<WeightLoader> loader,
-                      OpenCompileCacheLoader(path, key, config, backend, options, plan, stale,
+                      OpenCompileCacheLoader(path, key, config, backend, options, stale,
                                              file_bytes));
   auto model = factory(config, *loader, backend);
   if (!model.ok()) return model.status();
@@ -85,14 +84,14 @@ void EnsureBuiltins() {
 // it). Never fails because of the cache file: a bad one is logged and ignored.
 Result<ModelPtr> LoadWithCompileCache(const std::string& dir, const ModelConfig& config,
                                       const ModelFactory& factory, Backend& backend,
-                                      const LoadOptions& options, const WeightPlan& plan) {
+                                      const LoadOptions& options) {
   using O = CompileCacheResult::Outcome;
   const CompileCacheOptions& cc = options.compile_cache;
   CompileCacheResult local;
   CompileCacheResult& res = cc.result != nullptr ? *cc.result : local;
   res = CompileCacheResult();
   if (cc.dir.empty()) {
-    return LoadFromCheckpoint(dir, config, factory, backend, options, plan, nullptr);
+    return LoadFromCheckpoint(dir, config, factory, backend, options, nullptr);
   }
   res.path = CompileCachePath(cc.dir, dir, options, backend.name());
   auto key = CompileCacheKey(dir, options, backend.name(), backend.KernelTag());
@@ -100,7 +99,7 @@ Result<ModelPtr> LoadWithCompileCache(const std::string& dir, const ModelConfig&
     // The checkpoint load reports the real problem (a missing config, an unreadable shard).
     res.outcome = O::kNotUsed;
     res.reason = key.status().message();
-    return LoadFromCheckpoint(dir, config, factory, backend, options, plan, nullptr);
+    return LoadFromCheckpoint(dir, config, factory, backend, options, nullptr);
   }
   struct stat st;
   const bool exists = ::stat(res.path.c_str(), &st) == 0;
@@ -110,7 +109,7 @@ Result<ModelPtr> LoadWithCompileCache(const std::string& dir, const ModelConfig&
     bool stale = false;
     uint64_t bytes = 0;
     auto model =
-        ServeFromCache(res.path, *key, config, factory, backend, options, plan, &stale, &bytes);
+        ServeFromCache(res.path, *key, config, factory, backend, options, &stale, &bytes);
     if (model.ok()) {
       res.outcome = O::kHit;
       res.file_bytes = bytes;
@@ -126,18 +125,18 @@ Result<ModelPtr> LoadWithCompileCache(const std::string& dir, const ModelConfig&
   }
   using W = CompileCacheOptions::Write;
   const bool write = cc.write == W::kAlways || (cc.write == W::kReplaceStale && exists);
-  if (!write) return LoadFromCheckpoint(dir, config, factory, backend, options, plan, nullptr);
+  if (!write) return LoadFromCheckpoint(dir, config, factory, backend, options, nullptr);
 
   CompileCacheWriter writer(res.path, backend);
   if (Status open = writer.Open(); !open.ok()) {
     res.outcome = O::kWriteFailed;
     res.reason = open.message();
     DH_LOG(Warning, "compile cache: cannot write {}: {}", res.path, res.reason);
-    return LoadFromCheckpoint(dir, config, factory, backend, options, plan, nullptr);
+    return LoadFromCheckpoint(dir, config, factory, backend, options, nullptr);
   }
   DH_LOG(Info, "compile cache: {} {}", exists ? "rebuilding" : "writing", res.path);
   DH_ASSIGN_OR_RETURN(ModelPtr model,
-                      LoadFromCheckpoint(dir, config, factory, backend, options, plan, &writer));
+                      LoadFromCheckpoint(dir, config, factory, backend, options, &writer));
   const auto start = std::chrono::steady_clock::now();
   auto bytes = writer.Commit(*key);
   res.write_seconds = SecondsSince(start);
@@ -184,17 +183,15 @@ Result<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend& backen
     return Unsupported("{}/config.json: architecture '{}' is not supported; supported: {}", dir,
                        config.architecture, fmt::join(SupportedArchitectures(), ", "));
   }
-  // The weight-changing options, parsed once: a bad --dtype / --quant / --policy fails here.
-  DH_ASSIGN_OR_RETURN(WeightPlan plan, MakeWeightPlan(options));
   DH_RETURN_IF_ERROR(ValidateParallel(options.parallel));
   if (options.parallel.size > 1 && !options.compile_cache.dir.empty()) {
     // A compile cache file holds one rank's weights of one partition: not built (issue 13).
     DH_LOG(Info, "compile cache: not used with --tp-size {}", options.parallel.size);
     LoadOptions uncached = options;
     uncached.compile_cache.dir.clear();
-    return LoadWithCompileCache(dir, config, factory, backend, uncached, plan);
+    return LoadWithCompileCache(dir, config, factory, backend, uncached);
   }
-  return LoadWithCompileCache(dir, config, factory, backend, options, plan);
+  return LoadWithCompileCache(dir, config, factory, backend, options);
 }
 
 }  // namespace dh

@@ -82,6 +82,32 @@ struct Tensor {
     r.shape[d] = count;
     return r;
   }
+  // Index `i` of dimension `d`, that dimension dropped (a strided view, like torch.select).
+  Tensor Select(int d, int64_t i) const {
+    DH_CHECK(d >= 0 && d < ndim && i >= 0 && i < shape[d], "select {} of dim {}", i, d);
+    Tensor r = Narrow(d, i, 1);
+    for (int j = d; j + 1 < ndim; ++j) {
+      r.shape[j] = r.shape[j + 1];
+      r.stride[j] = r.stride[j + 1];
+    }
+    --r.ndim;
+    r.shape[r.ndim] = r.stride[r.ndim] = 0;
+    return r;
+  }
+  // A broadcast view: a new dimension `d` of `count` entries that all read this memory (stride
+  // 0), like torch's unsqueeze(d).expand. Ops read such views where backend.h says so (Copy).
+  Tensor Broadcast(int d, int64_t count) const {
+    DH_CHECK(d >= 0 && d <= ndim && ndim < kMaxDims && count >= 0, "broadcast dim {}", d);
+    Tensor r = *this;
+    for (int j = ndim; j > d; --j) {
+      r.shape[j] = r.shape[j - 1];
+      r.stride[j] = r.stride[j - 1];
+    }
+    r.shape[d] = count;
+    r.stride[d] = 0;
+    ++r.ndim;
+    return r;
+  }
   // Same memory, new contiguous shape with the same element count.
   Tensor Reshape(std::initializer_list<int64_t> dims) const {
     DH_CHECK(contiguous(), "reshape of a strided view");

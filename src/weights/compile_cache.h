@@ -17,7 +17,8 @@
 // reader sees either the old file or the complete new one.
 //
 // The key covers: the format version, the deepharness build (ELF build id), the backend name and
-// its KernelTag() (the CPU backend's SIMD target and CPU features), the options that change weights (dtype, quant, quant_lm_head, policy),
+// its KernelTag() (the CPU backend's SIMD target and CPU features), the options that change
+// weights (the parsed WeightPlan's canonical text),
 // config.json's bytes, the index file's bytes, and each *.safetensors file's name, size, mtime
 // and header bytes. Tensor data is not hashed (that would read the whole checkpoint at every
 // start); a checkpoint rewritten in place with the same size, mtime and header would be missed.
@@ -33,7 +34,9 @@
 
 namespace dh {
 
-inline constexpr uint32_t kCompileCacheVersion = 1;
+// 2: the key records the parsed weight plan ("weights=" + WeightPlan::Canonical()) instead of
+// the --dtype/--quant/--quant-lm-head/--policy strings.
+inline constexpr uint32_t kCompileCacheVersion = 2;
 inline constexpr uint64_t kCompileCacheAlignment = 4096;
 inline constexpr char kCompileCacheExtension[] = ".dhc";
 

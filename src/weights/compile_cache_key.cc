@@ -67,11 +67,12 @@ const std::string& BuildId() {
   return id;
 }
 
-// The options that change the weights a load produces. A new LoadOptions field that changes
-// weights must be added here (and to the file name through CompileCachePath).
+// The options that change the weights a load produces, as the parsed plan's canonical text (so
+// `--quant int8` and `--policy custom:default=int8,lm_head=auto` share one file). A new
+// LoadOptions field that changes weights must enter WeightPlan::Canonical or be added here (the
+// file name takes it through CompileCachePath too).
 std::string WeightOptionLines(const LoadOptions& o) {
-  return fmt::format("dtype={}\nquant={}\nquant_lm_head={}\npolicy={}\n", o.dtype, o.quant,
-                     o.quant_lm_head ? 1 : 0, o.policy);
+  return fmt::format("weights={}\n", o.plan.Canonical());
 }
 
 bool EndsWith(std::string_view s, std::string_view suffix) {

@@ -171,9 +171,8 @@ class CacheImage {
 class ServingLoader final : public WeightLoader {
  public:
   ServingLoader(const ModelConfig& config, Backend& backend, const LoadOptions& options,
-                const WeightPlan& plan,
                 std::shared_ptr<CacheImage> image, CacheIndex index)
-      : WeightLoader(EmptyCheckpoint(), config, backend, options, plan),
+      : WeightLoader(EmptyCheckpoint(), config, backend, options),
         image_(std::move(image)),
         index_(std::move(index)) {
     for (const Entry& e : index_.table.entries) by_name_[e.name] = &e;
@@ -277,7 +276,7 @@ class ServingLoader final : public WeightLoader {
 
 Result<std::unique_ptr<WeightLoader>> OpenCompileCacheLoader(
     const std::string& path, const std::string& expected_key, const ModelConfig& config,
-    Backend& backend, const LoadOptions& options, const WeightPlan& plan, bool* stale,
+    Backend& backend, const LoadOptions& options, bool* stale,
     uint64_t* file_bytes) {
   *stale = false;
   if (!WeightLayoutKnown()) {
@@ -298,7 +297,7 @@ Result<std::unique_ptr<WeightLoader>> OpenCompileCacheLoader(
   lo.show_progress = false;
   *file_bytes = size;
   return std::unique_ptr<WeightLoader>(
-      new ServingLoader(config, backend, lo, plan, std::move(image), std::move(index)));
+      new ServingLoader(config, backend, lo, std::move(image), std::move(index)));
 }
 
 std::string_view CompileCacheOutcomeName(CompileCacheResult::Outcome o) {

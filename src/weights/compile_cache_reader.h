@@ -21,7 +21,7 @@ namespace dh {
 // file's size.
 Result<std::unique_ptr<WeightLoader>> OpenCompileCacheLoader(
     const std::string& path, const std::string& expected_key, const ModelConfig& config,
-    Backend& backend, const LoadOptions& options, const WeightPlan& plan, bool* stale,
+    Backend& backend, const LoadOptions& options, bool* stale,
     uint64_t* file_bytes);
 
 }  // namespace dh

@@ -230,9 +230,8 @@ namespace {
 class RecordingLoader final : public WeightLoader {
  public:
   RecordingLoader(const Checkpoint& checkpoint, const ModelConfig& config, Backend& backend,
-                  const WeightPlan& plan, const LoadOptions& options, CompileCacheWriter* writer,
-                  bool progress)
-      : WeightLoader(checkpoint, config, backend, WithoutProgress(options), plan),
+                  const LoadOptions& options, CompileCacheWriter* writer, bool progress)
+      : WeightLoader(checkpoint, config, backend, WithoutProgress(options)),
         checkpoint_(checkpoint),
         writer_(writer) {
     if (progress) progress_ = std::make_unique<ProgressBar>("compiling", checkpoint.total_bytes());
@@ -297,9 +296,8 @@ class RecordingLoader final : public WeightLoader {
 std::unique_ptr<WeightLoader> MakeRecordingLoader(const Checkpoint& checkpoint,
                                                   const ModelConfig& config, Backend& backend,
                                                   const LoadOptions& options,
-                                                  const WeightPlan& plan,
                                                   CompileCacheWriter* writer, bool progress) {
-  return std::make_unique<RecordingLoader>(checkpoint, config, backend, plan, options, writer,
+  return std::make_unique<RecordingLoader>(checkpoint, config, backend, options, writer,
                                            progress);
 }
 

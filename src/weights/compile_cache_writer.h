@@ -45,7 +45,6 @@ class CompileCacheWriter {
 std::unique_ptr<WeightLoader> MakeRecordingLoader(const Checkpoint& checkpoint,
                                                   const ModelConfig& config, Backend& backend,
                                                   const LoadOptions& options,
-                                                  const WeightPlan& plan,
                                                   CompileCacheWriter* writer, bool progress);
 
 }  // namespace dh

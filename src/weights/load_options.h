@@ -1,6 +1,6 @@
-// What a load is asked to do (LoadOptions: --dtype, --quant, --policy, --mla-mode, file and
-// compile-cache options) and what it reports back (ModelInfo, CompileCacheResult). The weights
-// layer reads these; src/model passes them through to the architecture.
+// What a load is asked to do (LoadOptions: the parsed WeightPlan, file and compile-cache
+// options) and what it reports back (ModelInfo, CompileCacheResult). The weights layer reads
+// these; src/model passes them through to the architecture.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "base/mapped_file.h"
+#include "weights/weight_plan.h"
 
 namespace dh {
 
@@ -55,27 +56,13 @@ struct CompileCacheOptions {
   CompileCacheResult* result = nullptr;  // filled in when not null
 };
 
-// MLA attention path: auto (decompressed for prefill, absorbed for decode), naive or absorbed
-// everywhere. Both give the same numbers; tests compare them.
-enum class MlaMode : uint8_t { kAuto, kNaive, kAbsorbed };
-
 struct LoadOptions {
   FileLoadOptions file;
-  std::string dtype = "auto";  // auto | float32 | bfloat16 | float16: activations stay f32;
-                               // this converts weights at load when not "auto"
   bool show_progress = false;  // progress bar on a terminal
-  MlaMode mla_mode = MlaMode::kAuto;  // weights/weight_plan.h: ParseMlaMode, MlaModeName
-  // Quantize 2-D projection weights at load (weights/quantize.h): none | int8 | int8-g32 |
-  // int8-row | int4 | int4-g32 | int4-g128. Embeddings, norms and the MoE router stay as stored;
-  // lm_head only with quant_lm_head.
-  std::string quant = "none";
-  bool quant_lm_head = false;
-  // Per-layer precision policy (--policy): "" (none: `quant` applies), static:FMT, dynamic, or
-  // custom:CLASS=FMT,... (see weights/precision_policy.h).
-  std::string policy;
-  // The strings above are parsed once, by MakeWeightPlan (weights/weight_plan.h).
-  // A field that changes the loaded weights must also enter the compile cache key
-  // (WeightOptionLines in weights/compile_cache_key.cc).
+  // --dtype, the format of every matrix (--quant / --policy) and the MLA mode, already parsed
+  // (ParseWeightPlan). Activations stay f32. A field that changes the loaded weights must also
+  // enter the compile cache key (WeightPlan::Canonical, used by weights/compile_cache_key.cc).
+  WeightPlan plan;
   CompileCacheOptions compile_cache;
   ParallelOptions parallel;  // --tp-size / --ep-size under mpirun
 };

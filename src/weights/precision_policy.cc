@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include "weights/weight_plan.h"
 
 namespace dh {
 namespace {
@@ -271,34 +270,30 @@ std::string PrecisionPolicy::Canonical() const {
   return s;
 }
 
-Result<PrecisionPolicy> PolicyFromOptions(const LoadOptions& options) {
-  if (options.policy.empty()) {
+Result<PrecisionPolicy> PolicyFromFlags(std::string_view quant, bool quant_lm_head,
+                                        std::string_view policy) {
+  if (policy.empty()) {
     // --quant bf16|f16|f32 (as `compile --quant bf16` is written): every projection converted
     // to that dense dtype, lm_head only with --quant-lm-head, like the quantized formats.
-    if (auto dense = ParsePrecisionFormat(options.quant);
+    if (auto dense = ParsePrecisionFormat(quant);
         dense.ok() && dense->kind == PrecisionFormat::Kind::kDense) {
-      return PrecisionPolicy::Parse(options.quant_lm_head
-                                        ? "static:" + options.quant
-                                        : "custom:default=" + options.quant + ",lm_head=auto");
+      return PrecisionPolicy::Parse(quant_lm_head
+                                        ? fmt::format("static:{}", quant)
+                                        : fmt::format("custom:default={},lm_head=auto", quant));
     }
-    DH_ASSIGN_OR_RETURN(QuantSpec q, ParseQuantSpec(options.quant));
-    return PrecisionPolicy::FromQuant(q, options.quant_lm_head);
+    DH_ASSIGN_OR_RETURN(QuantSpec q, ParseQuantSpec(quant));
+    return PrecisionPolicy::FromQuant(q, quant_lm_head);
   }
-  if (!options.quant.empty() && options.quant != "none") {
+  if (!quant.empty() && quant != "none") {
     return InvalidArgument(
         "--policy '{}' and --quant '{}' are both given: use one (e.g. "
         "--policy static:{})",
-        options.policy, options.quant, options.quant);
+        policy, quant, quant);
   }
-  if (options.quant_lm_head) {
+  if (quant_lm_head) {
     return InvalidArgument("--quant-lm-head goes with --quant; with --policy write lm_head=FORMAT");
   }
-  return PrecisionPolicy::Parse(options.policy);
-}
-
-Result<std::string> CanonicalPolicyString(const LoadOptions& options) {
-  DH_ASSIGN_OR_RETURN(WeightPlan plan, MakeWeightPlan(options));
-  return plan.Canonical();
+  return PrecisionPolicy::Parse(policy);
 }
 
 }  // namespace dh

@@ -20,7 +20,6 @@
 
 #include "base/status.h"
 #include "tensor/dtype.h"
-#include "weights/load_options.h"
 #include "weights/quantize.h"
 
 namespace dh {
@@ -102,12 +101,9 @@ class PrecisionPolicy {
 // The custom: text `dynamic` expands to.
 std::string_view DynamicPolicyText();
 
-// The policy LoadOptions ask for: `policy` when set, else `quant` (+ quant_lm_head). Giving both
-// a policy and --quant/--quant-lm-head is an error.
-Result<PrecisionPolicy> PolicyFromOptions(const LoadOptions& options);
-
-// A string that is equal for two LoadOptions exactly when they load every weight in the same
-// format: the canonical policy plus the --dtype it resolves `auto` with (for cache keys).
-Result<std::string> CanonicalPolicyString(const LoadOptions& options);
+// The policy the flags ask for: `policy` when not empty, else `quant` (+ `quant_lm_head`).
+// Giving both a policy and --quant/--quant-lm-head is an error. Called by ParseWeightPlan.
+Result<PrecisionPolicy> PolicyFromFlags(std::string_view quant, bool quant_lm_head,
+                                        std::string_view policy);
 
 }  // namespace dh

@@ -66,12 +66,8 @@ std::vector<float> DequantizeFp8(const TensorInfo& q, const TensorInfo& scale, i
 }  // namespace
 
 WeightLoader::WeightLoader(const Checkpoint& checkpoint, const ModelConfig& config,
-                           Backend& backend, const LoadOptions& options, WeightPlan plan)
-    : checkpoint_(checkpoint),
-      config_(config),
-      backend_(backend),
-      options_(options),
-      plan_(std::move(plan)) {
+                           Backend& backend, const LoadOptions& options)
+    : checkpoint_(checkpoint), config_(config), backend_(backend), options_(options) {
   if (options.show_progress) {
     progress_ = std::make_unique<ProgressBar>("loading", checkpoint.total_bytes());
   }
@@ -145,12 +141,12 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
   w.rows = rows;
   w.cols = cols;
   // The policy's format: quantized, dense `requested`, or (neither) as stored.
-  const PrecisionFormat target = plan_.policy.FormatFor(name);
+  const PrecisionFormat target = plan().policy.FormatFor(name);
   const bool quantize = target.kind == PrecisionFormat::Kind::kQuant;
   const std::optional<DType> requested = target.kind == PrecisionFormat::Kind::kDense
                                              ? std::optional<DType>(target.dtype)
                                          : quantize ? std::nullopt
-                                                    : plan_.dtype;
+                                                    : plan().dtype;
   if (t->dtype == DType::kF8E4M3) {
     const auto& q = config_.quantization;
     const int br = q.block_rows > 0 ? q.block_rows : 128;
@@ -252,12 +248,12 @@ Result<std::vector<float>> WeightLoader::HostMatrixF32(const std::string& name, 
                            name, SafetensorsDTypeName(t->dtype));
   }
   ToF32(t->View(), out.data());
-  *stored_dtype = PolicyDenseDType(name, plan_.dtype.value_or(t->dtype));
+  *stored_dtype = PolicyDenseDType(name, plan().dtype.value_or(t->dtype));
   return out;
 }
 
 DType WeightLoader::PolicyDenseDType(const std::string& name, DType fallback) const {
-  const PrecisionFormat f = plan_.policy.FormatFor(name);
+  const PrecisionFormat f = plan().policy.FormatFor(name);
   if (f.kind == PrecisionFormat::Kind::kDense) return f.dtype;
   return f.kind == PrecisionFormat::Kind::kQuant ? DType::kBF16 : fallback;
 }

@@ -37,9 +37,8 @@ struct MatrixSlice {
 
 class WeightLoader {
  public:
-  // `plan` is MakeWeightPlan(options), parsed once by the caller.
   WeightLoader(const Checkpoint& checkpoint, const ModelConfig& config, Backend& backend,
-               const LoadOptions& options, WeightPlan plan);
+               const LoadOptions& options);
   // Virtual so the compile cache (weights/compile_cache_writer.cc, compile_cache_reader.cc) can
   // record or serve what it produces.
   virtual ~WeightLoader() = default;
@@ -94,7 +93,7 @@ class WeightLoader {
   const ModelConfig& config() const { return config_; }
   Backend& backend() { return backend_; }
   const LoadOptions& options() const { return options_; }
-  const WeightPlan& plan() const { return plan_; }
+  const WeightPlan& plan() const { return options_.plan; }
 
  private:
   Result<const TensorInfo*> Find(const std::string& name);
@@ -134,8 +133,6 @@ class WeightLoader {
   int64_t num_parameters_ = 0;
   std::unique_ptr<ProgressBar> progress_;
   uint64_t loaded_bytes_ = 0;
-  // --dtype, the format of every matrix and the MLA mode, parsed once.
-  WeightPlan plan_;
   // Tensors not loaded as stored (quantized or converted): name -> (format name, bytes as loaded:
   // data + scales + mins), for Finish's counts. An empty format name: not counted (the scales of
   // a dequantized FP8 tensor).

@@ -43,7 +43,7 @@ Result<Weight> WeightLoader::LoadPackedInt4(const std::string& base, int64_t row
                  [&](const std::string& n) -> Result<const TensorInfo*> { return Find(n); }));
   DH_ASSIGN_OR_RETURN(Int4Host host, ConvertPackedInt4(config_.quantization, t, rows, cols));
   // Any --quant / --policy that changes a format (the default policy keeps everything as stored).
-  const bool requantize_asked = plan_.policy.Canonical() != PrecisionPolicy().Canonical();
+  const bool requantize_asked = plan().policy.Canonical() != PrecisionPolicy().Canonical();
   if (requantize_asked && !logged_prequantized_) {
     logged_prequantized_ = true;
     DH_LOG(Info, "{}: {} int4 projections are used as stored; --quant / --policy apply to the "
@@ -79,7 +79,7 @@ Result<std::vector<float>> WeightLoader::HostPackedInt4F32(const std::string& ba
   DH_ASSIGN_OR_RETURN(Int4Host host, ConvertPackedInt4(config_.quantization, t, rows, cols));
   // The dequantized values (q - z) * s need up to 16 significant bits: f32 keeps rearranged
   // copies exact unless --dtype asks for a smaller type.
-  *stored_dtype = plan_.dtype == DType::kBF16 || plan_.dtype == DType::kF16 ? *plan_.dtype
+  *stored_dtype = plan().dtype == DType::kBF16 || plan().dtype == DType::kF16 ? *plan().dtype
                                                                              : DType::kF32;
   return host.Dequantize();
 }

@@ -36,11 +36,10 @@ std::string WeightPlan::Canonical() const {
   return fmt::format("dtype={};{}", d, policy.Canonical());
 }
 
-Result<WeightPlan> MakeWeightPlan(const LoadOptions& options) {
+Result<WeightPlan> ParseWeightPlan(const WeightFlags& flags) {
   WeightPlan plan;
-  DH_ASSIGN_OR_RETURN(plan.dtype, ParseDTypeOption(options.dtype));
-  DH_ASSIGN_OR_RETURN(plan.policy, PolicyFromOptions(options));
-  plan.mla_mode = options.mla_mode;
+  DH_ASSIGN_OR_RETURN(plan.dtype, ParseDTypeOption(flags.dtype));
+  DH_ASSIGN_OR_RETURN(plan.policy, PolicyFromFlags(flags.quant, flags.quant_lm_head, flags.policy));
   return plan;
 }
 

@@ -1,6 +1,7 @@
-// WeightPlan: the load options that change weights, parsed once into typed values. LoadModel
-// builds it at the start of a load (so a bad --dtype / --quant / --policy fails before any file
-// is read) and hands it to every WeightLoader; nothing below re-reads the option strings.
+// WeightPlan: the load options that change weights, as typed values. The command line (apps/)
+// parses --dtype / --quant / --quant-lm-head / --policy into one with ParseWeightPlan, so a bad
+// value fails before anything is read; LoadOptions carries it down to every WeightLoader and the
+// compile cache key, and nothing below sees the option strings.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,6 @@
 
 #include "base/status.h"
 #include "tensor/dtype.h"
-#include "weights/load_options.h"
 #include "weights/precision_policy.h"
 
 namespace dh {
@@ -18,6 +18,10 @@ namespace dh {
 // --dtype: "auto" is nullopt (weights as stored); float32|f32, bfloat16|bf16, float16|f16|half.
 // Error: "--dtype 'X': expected auto, float32, bfloat16 or float16".
 Result<std::optional<DType>> ParseDTypeOption(std::string_view text);
+
+// MLA attention path: auto (decompressed for prefill, absorbed for decode), naive or absorbed
+// everywhere. Both give the same numbers; tests compare them.
+enum class MlaMode : uint8_t { kAuto, kNaive, kAbsorbed };
 
 std::string_view MlaModeName(MlaMode mode);  // auto | naive | absorbed
 // Error names the accepted values.
@@ -33,6 +37,17 @@ struct WeightPlan {
   std::string Canonical() const;
 };
 
-Result<WeightPlan> MakeWeightPlan(const LoadOptions& options);
+// The weight flags as typed on the command line, before parsing.
+struct WeightFlags {
+  std::string dtype = "auto";  // auto | float32 | bfloat16 | float16 (and short names)
+  // none | int8 | int8-g32 | int8-row | int4 | int4-g32 | int4-g128 | fp8 | bf16 | f16 | f32
+  std::string quant = "none";
+  bool quant_lm_head = false;
+  std::string policy;  // "" (none: `quant` applies), static:FMT, dynamic, custom:CLASS=FMT,...
+};
+
+// The one parser of the flags above (MLA mode stays kAuto). Errors name the flag and the value:
+// "--dtype 'X': expected ...", "--quant ...", "--policy ...".
+Result<WeightPlan> ParseWeightPlan(const WeightFlags& flags);
 
 }  // namespace dh

@@ -116,7 +116,7 @@ TEST_P(GoldenTest, MatchesReference) {
 
   // Dynamic NTK rope changes the frequencies as the sequence grows (as in HF), so a cached
   // decode legitimately differs from a full recompute there: only greedy is compared.
-  const bool dynamic_rope = (*model)->config().rope_scaling.type == "dynamic";
+  const bool dynamic_rope = (*model)->config().rope_scaling.type == RopeType::kDynamic;
   // With quantized/bf16 weights MLA's absorbed decode path uses bf16 copies of kv_b_proj.
   const float inc_tol = wdtype == "f32" ? 1e-4f * scale : tol;
 
@@ -244,7 +244,7 @@ TEST(Golden, MlaNaiveAndAbsorbedPathsAgree) {
     for (const char* mode : {"naive", "absorbed"}) {
       auto backend = MakeBackend("reference");
       LoadOptions o;
-      o.mla_mode = *ParseMlaMode(mode);
+      o.plan.mla_mode = *ParseMlaMode(mode);
       auto model = LoadModel(c.dir.string(), *backend, o);
       ASSERT_TRUE(model.ok()) << model.status().message();
       auto runner = SequenceRunner::Create(**model, *backend, static_cast<int>(prompt.size()));

@@ -81,7 +81,9 @@ TEST(IntegerDotLogits, EveryPathCloseToExact) {
     const auto expected = nlohmann::json::parse(in);
     const auto ids = expected["input_ids"].get<std::vector<int32_t>>();
     LoadOptions lo;
-    lo.quant = run.quant;
+    auto plan = ParseWeightPlan({.quant = run.quant});
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    lo.plan = *plan;
     auto model = LoadModel(dir.string(), backend, lo);
     ASSERT_TRUE(model.ok()) << run.fixture << ": " << model.status().message();
     cpu::SetIntegerDotForTest(cpu::IntegerDot::kOff);

@@ -85,8 +85,7 @@ TEST(PackedInt4Load, FixturesLoadAsInt4) {
   }
   // --dtype and --quant do not apply to the prequantized projections.
   LoadOptions o;
-  o.dtype = "bfloat16";
-  o.quant = "int8";
+  o.plan = *ParseWeightPlan({.dtype = "bfloat16", .quant = "int8"});
   ModelInfo info;
   EXPECT_EQ(LoadEdited("llama_awq", "opts", nullptr, nullptr, o, &info), "");
   EXPECT_GT(info.bytes_by_dtype["int4"], 0);

@@ -1,5 +1,6 @@
 // CpuBackend: thread pool set-up, kernel tracing, and for each op the choice between the SIMD
 // kernels of cpu_kernels.cc (f32 activations with contiguous rows) and the reference fallback.
+// MatMul and BatchedMatMul are in cpu_matmul.cc.
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
@@ -13,9 +14,8 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/cpu_kernels.h"
-#include "backend/cpu/gemm.h"
-#include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/quant_vnni.h"
+#include "backend/cpu/row_view.h"
 #include "backend/reference/reference_ops.h"
 #include "base/check.h"
 #include "base/log.h"
@@ -28,58 +28,13 @@
 namespace dh {
 namespace {
 
+using cpu::AsRows;
+using cpu::GrainFor;
+using cpu::IsPlainVector;
+using cpu::RowView;
+using cpu::SameRows;
 using cpu::WType;
-
-// A tensor seen as `rows` rows of `cols` contiguous elements, `stride` elements apart.
-struct RowView {
-  char* data = nullptr;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  int64_t stride = 0;
-  bool contiguous = false;  // rows are back to back
-  float* row(int64_t r) const { return reinterpret_cast<float*>(data) + r * stride; }
-};
-
-std::optional<RowView> AsRows(const Tensor& t, DType dtype = DType::kF32) {
-  if (t.dtype != dtype || t.ndim < 1 || t.empty()) return std::nullopt;
-  const int last = t.ndim - 1;
-  if (t.shape[last] != 1 && t.stride[last] != 1) return std::nullopt;
-  RowView v;
-  v.data = static_cast<char*>(t.data);
-  v.cols = t.shape[last];
-  v.rows = 1;
-  for (int i = 0; i < last; ++i) v.rows *= t.shape[i];
-  v.stride = t.ndim >= 2 ? t.stride[last - 1] : v.cols;
-  // Leading dims must collapse into one stride.
-  for (int i = 0; i + 1 < last; ++i) {
-    if (t.shape[i] != 1 && t.stride[i] != t.stride[i + 1] * t.shape[i + 1]) return std::nullopt;
-  }
-  if (v.rows == 1) v.stride = v.cols;
-  v.contiguous = v.stride == v.cols;
-  return v;
-}
-
-std::optional<WType> WTypeOf(DType t) {
-  switch (t) {
-    case DType::kF32: return WType::kF32;
-    case DType::kBF16: return WType::kBF16;
-    case DType::kF16: return WType::kF16;
-    default: return std::nullopt;
-  }
-}
-
-// A vector of n weights (norm weight) usable by the kernels.
-bool IsPlainVector(const Tensor& t, int64_t n) {
-  return !t.empty() && WTypeOf(t.dtype) && t.numel() == n && (t.ndim <= 1 || t.contiguous()) &&
-         (t.ndim != 1 || t.stride[0] == 1 || n == 1);
-}
-
-bool SameRows(const RowView& a, const RowView& b) { return a.rows == b.rows && a.cols == b.cols; }
-
-// Chunk size (in units of `work_per_item`) that gives each thread at least ~32K operations.
-size_t GrainFor(int64_t work_per_item) {
-  return static_cast<size_t>(std::max<int64_t>(1, 32768 / std::max<int64_t>(1, work_per_item)));
-}
+using cpu::WTypeOf;
 
 // Runs fn(a, b, out, n) over all elements of three same-shaped row views: over flat chunks when
 // all are contiguous (one long row parallelises too), else row by row.
@@ -180,6 +135,7 @@ bool CpuBackend::Supports(const OpDesc& op) const {
     case OpKind::kSiluMul:
     case OpKind::kAdd:
       return op.dtype == DType::kF32;
+    case OpKind::kBatchedMatMul:  // the GEMV kernel over all heads, or MatMul per head
     case OpKind::kMoeGate:
     case OpKind::kMoeExperts:  // grouped over the accelerated MatMul and SiluMul (cpu_moe.cc)
       return true;
@@ -251,244 +207,6 @@ void CpuBackend::AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weig
       const float ss = cpu::SumOfSquares(res->row(r), res->cols);
       const float inv = 1.0f / std::sqrt(ss / static_cast<float>(res->cols) + eps);
       cpu::ScaleByWeight(res->row(r), inv, weight.data, wtype, o->row(r), res->cols);
-    }
-  });
-}
-
-namespace {
-
-// Whether quant_matmul's kernels take weight w: int8 / int4 codes with contiguous rows and
-// f32 scales (and mins) laid out [rows, groups].
-bool QuantKernelApplies(const Weight& w) {
-  const bool int4 = w.format == WeightFormat::kInt4;
-  if (w.format != WeightFormat::kInt8 && !int4) return false;
-  if (w.data.dtype != (int4 ? DType::kU8 : DType::kI8)) return false;
-  auto plain_f32 = [&](const Tensor& t) {
-    return t.dtype == DType::kF32 && t.ndim == 2 && t.shape[0] == w.rows &&
-           t.shape[1] == (w.cols + w.group_size - 1) / std::max(w.group_size, 1) &&
-           (t.stride[1] == 1 || t.shape[1] == 1);
-  };
-  return cpu::QuantMatMulSupports(int4, w.cols, w.group_size) && plain_f32(w.scales) &&
-         (!int4 || plain_f32(w.mins));
-}
-
-// Whether quant_matmul's FP8 kernels take weight w: e4m3 codes with contiguous rows and f32
-// block scales laid out [row blocks, column blocks].
-bool Fp8KernelApplies(const Weight& w) {
-  if (w.format != WeightFormat::kFp8Block || w.data.dtype != DType::kF8E4M3) return false;
-  if (w.block_rows <= 0 || w.block_cols <= 0) return false;
-  const Tensor& s = w.scales;
-  return s.dtype == DType::kF32 && s.ndim == 2 &&
-         s.shape[0] == (w.rows + w.block_rows - 1) / w.block_rows &&
-         s.shape[1] == (w.cols + w.block_cols - 1) / w.block_cols &&
-         (s.stride[1] == 1 || s.shape[1] == 1);
-}
-
-// The tiled GEMM (gemm.h) over the x, bias and out of `a`, n output features: the weight is
-// a's dense rows, or the f32 rows rows_fn supplies when it is not null.
-cpu::GemmArgs GemmOver(const cpu::MatMulArgs& a, int64_t n, const cpu::WeightRowsFn* rows_fn) {
-  cpu::GemmArgs g;
-  g.x = a.x;
-  g.x_stride = a.x_stride;
-  g.m = a.m;
-  g.n = n;
-  g.k = a.k;
-  if (rows_fn != nullptr) {
-    g.rows_fn = rows_fn;
-  } else {
-    g.w = a.w;
-    g.wtype = a.wtype;
-    g.w_stride = a.w_stride;
-  }
-  g.bias = a.bias;
-  g.out = a.out;
-  g.out_stride = a.out_stride;
-  return g;
-}
-
-}  // namespace
-
-void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) {
-  if (!w.perm.empty()) {
-    // Input permutation (GPTQ act-order): gather x[:, perm] into a scratch buffer, then multiply
-    // by the same weight without the permutation.
-    const auto xp = AsRows(x);
-    const bool perm_ok = w.perm.dtype == DType::kI32 && w.perm.ndim == 1 &&
-                         w.perm.shape[0] == w.cols && (w.perm.stride[0] == 1 || w.cols == 1);
-    if (!xp || !perm_ok || xp->cols != w.cols) {
-      Trace("matmul reference permuted {}", WeightFormatName(w.format));
-      return ReferenceBackend::MatMul(x, w, bias, out);
-    }
-    const int64_t m = xp->rows, k = xp->cols;
-    thread_local std::vector<float> scratch;
-    scratch.resize(static_cast<size_t>(m * k));
-    float* dst = scratch.data();  // this thread's buffer (the pool's threads write into it)
-    const int32_t* perm = w.perm.as<const int32_t>();
-    const RowView xv = *xp;
-    pool_->ParallelFor(m, GrainFor(k), [&, dst, perm](size_t b, size_t e) {
-      for (size_t r = b; r < e; ++r) {
-        const float* src = xv.row(static_cast<int64_t>(r));
-        float* d = dst + r * k;
-        for (int64_t c = 0; c < k; ++c) {
-          DH_CHECK(static_cast<uint32_t>(perm[c]) < static_cast<uint64_t>(k),
-                   "matmul perm[{}] = {} outside [0, {})", c, perm[c], k);
-          d[c] = src[perm[c]];
-        }
-      }
-    });
-    Weight plain = w;
-    plain.perm = Tensor();
-    return MatMul(Tensor(dst, DType::kF32, {m, k}), plain, bias, out);
-  }
-  const auto xr = AsRows(x), o = AsRows(out);
-  const bool bias_ok = bias.empty() || (bias.dtype == DType::kF32 && IsPlainVector(bias, w.rows));
-  const bool dense = w.format == WeightFormat::kDense;
-  const auto wtype = WTypeOf(w.data.dtype);
-  const bool layout_ok = xr && o && bias_ok && xr->cols == w.cols && o->rows == xr->rows &&
-                         o->cols == w.rows && w.data.ndim == 2 &&
-                         (w.data.stride[1] == 1 || w.cols == 1);
-  if (!layout_ok || (dense && !wtype)) {
-    Trace("matmul reference {} {}", WeightFormatName(w.format), DTypeName(w.data.dtype));
-    return ReferenceBackend::MatMul(x, w, bias, out);
-  }
-  const int64_t m = xr->rows, n = w.rows, k = w.cols;
-  cpu::MatMulArgs a;
-  a.x = xr->row(0);
-  a.x_stride = xr->stride;
-  a.m = m;
-  a.k = k;
-  a.bias = bias.empty() ? nullptr : bias.as<const float>();
-  a.out = o->row(0);
-  a.out_stride = o->stride;
-  const char* kind = m >= 4 ? "gemm" : "gemv";
-  if (dense) {
-    a.w = w.data.data;
-    a.wtype = *wtype;
-    a.w_stride = w.data.stride[0];
-    if (m > cpu::kGemvMaxRows) {  // register- and cache-blocked GEMM (gemm.h)
-      Trace("matmul gemm-tiled {} M={} N={} K={}", DTypeName(w.data.dtype), m, n, k);
-      cpu::Gemm(GemmOver(a, n, nullptr), *pool_);
-      return;
-    }
-    Trace("matmul {} {} M={} N={} K={}", kind, DTypeName(w.data.dtype), m, n, k);
-    pool_->ParallelFor(n, GrainFor(m * k),
-                       [&](size_t b, size_t e) { cpu::MatMulRange(a, b, e); });
-    return;
-  }
-  // int8 / int4 with few rows of x (decode): dequantize in registers (quant_matmul.h).
-  const bool quant_kernel = QuantKernelApplies(w);
-  cpu::QuantMatMulArgs qa;
-  if (quant_kernel) {
-    qa.x = a.x;
-    qa.x_stride = a.x_stride;
-    qa.m = m;
-    qa.int4 = w.format == WeightFormat::kInt4;
-    qa.q = w.data.data;
-    qa.q_stride = w.data.stride[0];
-    qa.scales = w.scales.as<const float>();
-    qa.scale_stride = w.scales.stride[0];
-    if (qa.int4) {
-      qa.mins = w.mins.as<const float>();
-      qa.min_stride = w.mins.stride[0];
-    }
-    qa.k = k;
-    qa.group_size = w.group_size;
-    qa.bias = a.bias;
-    qa.out = a.out;
-    qa.out_stride = a.out_stride;
-  }
-  if (quant_kernel && cpu::UseIntegerDot(qa)) {
-    // x quantized to int8 once per call, dot products in VNNI units (quant_vnni.h).
-    Trace("matmul {} {} g{} {} M={} N={} K={}", kind, WeightFormatName(w.format), w.group_size,
-          cpu::IntegerDotName(), m, n, k);
-    // This thread's buffers, reused across calls (assign() keeps their capacity). Named through
-    // a reference: the pool's threads must read the caller's object, not their own.
-    thread_local cpu::QuantizedActs tl_acts;
-    cpu::QuantizedActs& acts = tl_acts;
-    cpu::QuantizeActs(qa, &acts);
-    pool_->ParallelFor(n, GrainFor(m * k),
-                       [&](size_t b, size_t e) { cpu::IntegerDotRange(qa, acts, b, e); });
-    return;
-  }
-  if (quant_kernel && m < 4) {
-    Trace("matmul gemv {} g{} f32 M={} N={} K={}", WeightFormatName(w.format), w.group_size, m, n,
-          k);
-    pool_->ParallelFor(n, GrainFor(m * k),
-                       [&](size_t b, size_t e) { cpu::QuantMatMulRange(qa, b, e); });
-    return;
-  }
-  // FP8 blocks: decoded in registers through f16 (quant_matmul.h).
-  const bool fp8_kernel = Fp8KernelApplies(w);
-  cpu::Fp8MatMulArgs fa;
-  if (fp8_kernel) {
-    fa.x = a.x;
-    fa.x_stride = a.x_stride;
-    fa.m = m;
-    fa.q = w.data.as<const uint8_t>();
-    fa.q_stride = w.data.stride[0];
-    fa.scales = w.scales.as<const float>();
-    fa.scale_stride = w.scales.stride[0];
-    fa.block_rows = w.block_rows;
-    fa.block_cols = w.block_cols;
-    fa.k = k;
-    fa.bias = a.bias;
-    fa.out = a.out;
-    fa.out_stride = a.out_stride;
-  }
-  if (fp8_kernel && m < 4) {
-    Trace("matmul gemv fp8 b{}x{} f16-decode M={} N={} K={}", w.block_rows, w.block_cols, m, n, k);
-    pool_->ParallelFor(n, GrainFor(m * k),
-                       [&](size_t b, size_t e) { cpu::Fp8MatMulRange(fa, b, e); });
-    return;
-  }
-  // Decodes weight rows [j0, j0 + nb) to f32, k floats each.
-  auto decode_rows = [&](int64_t j0, int64_t nb, float* rows) {
-    if (quant_kernel) {
-      cpu::DequantizeRows(qa, j0, nb, rows);
-    } else if (fp8_kernel) {
-      cpu::Fp8DequantizeRows(fa, j0, nb, rows);
-    } else {
-      // Layouts the fused kernels refuse (e.g. non-f32 scales, odd int4 groups): the
-      // reference decoder.
-      for (int64_t j = 0; j < nb; ++j) ref::DecodeWeightRow(w, j0 + j, rows + j * k);
-    }
-  };
-  if (m > cpu::kGemvMaxRows) {
-    // Prefill and batches: the tiled GEMM (gemm.h) pulls f32 panels through a callback. A panel
-    // narrower than the row decodes the whole row and keeps its slice: decoding is a few
-    // operations per weight, against 2*M flops per weight in the GEMM.
-    Trace("matmul gemm-tiled {} dequant{} M={} N={} K={}", WeightFormatName(w.format),
-          fp8_kernel ? " f16-decode" : "", m, n, k);
-    const cpu::WeightRowsFn rows_fn = [&](int64_t row_begin, int64_t count, int64_t col_begin,
-                                          int64_t col_count, float* dst) {
-      if (col_begin == 0 && col_count == k) return decode_rows(row_begin, count, dst);
-      thread_local std::vector<float> full;
-      if (full.size() < static_cast<size_t>(count * k)) full.resize(count * k);
-      decode_rows(row_begin, count, full.data());
-      for (int64_t j = 0; j < count; ++j) {
-        std::copy_n(full.data() + j * k + col_begin, col_count, dst + j * col_count);
-      }
-    };
-    cpu::Gemm(GemmOver(a, n, &rows_fn), *pool_);
-    return;
-  }
-  // Few rows of x without a fused kernel: dequantize a few rows at a time into a per-chunk f32
-  // buffer and multiply that.
-  Trace("matmul {} {} dequant{} M={} N={} K={}", kind, WeightFormatName(w.format),
-        fp8_kernel ? " f16-decode" : "", m, n, k);
-  constexpr int64_t kRowsPerStep = 8;
-  pool_->ParallelFor(n, GrainFor(m * k), [&](size_t b, size_t e) {
-    std::vector<float> rows(kRowsPerStep * k);
-    for (int64_t j0 = b; j0 < static_cast<int64_t>(e); j0 += kRowsPerStep) {
-      const int64_t nb = std::min<int64_t>(kRowsPerStep, e - j0);
-      decode_rows(j0, nb, rows.data());
-      cpu::MatMulArgs step = a;
-      step.w = rows.data();
-      step.wtype = WType::kF32;
-      step.w_stride = k;
-      step.out = a.out + j0;
-      step.bias = a.bias ? a.bias + j0 : nullptr;
-      cpu::MatMulRange(step, 0, nb);
     }
   });
 }

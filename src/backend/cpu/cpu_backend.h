@@ -33,6 +33,9 @@ class CpuBackend : public ReferenceBackend {
   void AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
                   Tensor out) override;
   void MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) override;
+  // Decode (few rows): one parallel loop over every head's output rows on the GEMV kernel;
+  // otherwise one MatMul per head.
+  void BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) override;
   void Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                  const AttentionMeta& meta, float scale, Tensor out) override;
   void SiluMul(const Tensor& gate, const Tensor& up, Tensor out) override;

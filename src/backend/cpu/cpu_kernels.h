@@ -5,23 +5,18 @@
 
 #include <cstdint>
 
+#include "backend/cpu/activation_args.h"
+
 namespace dh::cpu {
 
 // Element type of a dense weight, norm weight or embedding table.
 enum class WType : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
 
 // out[r, j] = dot(x[r, :], w[j, :]) + bias[j] for r < m and j in [n_begin, n_end).
-struct MatMulArgs {
-  const float* x = nullptr;
-  int64_t x_stride = 0;  // elements between rows of x
-  int64_t m = 0;
+struct MatMulArgs : ActivationArgs {
   const void* w = nullptr;
   WType wtype = WType::kF32;
   int64_t w_stride = 0;  // elements between rows of w
-  int64_t k = 0;
-  const float* bias = nullptr;  // may be null
-  float* out = nullptr;
-  int64_t out_stride = 0;
 };
 void MatMulRange(const MatMulArgs& a, int64_t n_begin, int64_t n_end);
 

@@ -36,20 +36,13 @@ constexpr int64_t kGemvMaxRows = 3;
 using WeightRowsFn = std::function<void(int64_t row_begin, int64_t count, int64_t col_begin,
                                         int64_t col_count, float* out)>;
 
-struct GemmArgs {
-  const float* x = nullptr;
-  int64_t x_stride = 0;  // elements between rows of x
-  int64_t m = 0;
+struct GemmArgs : ActivationArgs {
   int64_t n = 0;  // output features (rows of the weight)
-  int64_t k = 0;
   // Dense weight rows, w_stride elements apart, of type wtype. Ignored when rows_fn is set.
   const void* w = nullptr;
   WType wtype = WType::kF32;
   int64_t w_stride = 0;
   const WeightRowsFn* rows_fn = nullptr;  // weight supplied as f32 rows by a callback
-  const float* bias = nullptr;            // n floats, may be null
-  float* out = nullptr;
-  int64_t out_stride = 0;
 };
 
 // Runs the GEMM on all threads of pool (the caller's thread included).

@@ -5,13 +5,12 @@
 
 #include <cstdint>
 
+#include "backend/cpu/activation_args.h"
+
 namespace dh::cpu {
 
 // out[r, j] = dot(x[r, :], dequant(w[j, :])) + bias[j] for r < m and j in [n_begin, n_end).
-struct QuantMatMulArgs {
-  const float* x = nullptr;
-  int64_t x_stride = 0;  // floats between rows of x
-  int64_t m = 0;
+struct QuantMatMulArgs : ActivationArgs {
   bool int4 = false;        // false: kInt8 (value = q * scale), true: kInt4 (q * scale + min)
   const void* q = nullptr;  // codes: i8 [.., k] or u8 [.., ceil(k/2)] (low nibble first)
   int64_t q_stride = 0;     // bytes between weight rows
@@ -19,11 +18,7 @@ struct QuantMatMulArgs {
   int64_t scale_stride = 0;     // floats between weight rows of scales
   const float* mins = nullptr;  // int4 only
   int64_t min_stride = 0;
-  int64_t k = 0;
   int64_t group_size = 0;
-  const float* bias = nullptr;  // may be null
-  float* out = nullptr;
-  int64_t out_stride = 0;
 };
 
 // Whether the kernels handle this layout (int4 groups must not split a byte: even group size,
@@ -48,20 +43,13 @@ void DequantizeRows(const QuantMatMulArgs& a, int64_t row_begin, int64_t count, 
 // exponent biases (15 - 7) is folded into the block scale. This is exact for every normal and
 // subnormal e4m3 value (e4m3 subnormals land on f16 subnormals, which widen exactly). e4m3 NaN
 // (0x7f / 0xff) would decode as 480 * 2^8 instead of NaN: checkpoints hold no NaN.
-struct Fp8MatMulArgs {
-  const float* x = nullptr;
-  int64_t x_stride = 0;  // floats between rows of x
-  int64_t m = 0;
+struct Fp8MatMulArgs : ActivationArgs {
   const uint8_t* q = nullptr;  // e4m3 codes [.., k]
   int64_t q_stride = 0;        // bytes between weight rows
   const float* scales = nullptr;
   int64_t scale_stride = 0;  // floats between rows of blocks
   int64_t block_rows = 0;
   int64_t block_cols = 0;
-  int64_t k = 0;
-  const float* bias = nullptr;  // may be null
-  float* out = nullptr;
-  int64_t out_stride = 0;
 };
 
 // Rows [n_begin, n_end) of out = x * dequant(w)^T + bias, each decoded weight vector used for up

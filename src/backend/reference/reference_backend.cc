@@ -48,6 +48,9 @@ void ReferenceBackend::AddRmsNorm(Tensor residual, const Tensor& x, const Tensor
 void ReferenceBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) {
   ref::MatMul(x, w, bias, out);
 }
+void ReferenceBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) {
+  ref::BatchedMatMul(x, w, out);
+}
 void ReferenceBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& p) {
   ref::Rope(x, positions, p);
 }

@@ -141,6 +141,14 @@ void MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) {
   }
 }
 
+void BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) {
+  const int64_t heads = static_cast<int64_t>(w.size());
+  DH_CHECK(x.ndim == 3 && out.ndim == 3 && x.dim(1) == heads && out.dim(1) == heads &&
+               out.dim(0) == x.dim(0),
+           "batched matmul x {} out {} with {} weights", x.ShapeString(), out.ShapeString(), heads);
+  for (int64_t h = 0; h < heads; ++h) MatMul(x.Select(1, h), w[h], Tensor(), out.Select(1, h));
+}
+
 void Rope(Tensor x, const Tensor& positions, const RopeParams& p) {
   DH_CHECK(x.ndim == 3, "rope x must be [T, H, D], got {}", x.ShapeString());
   const int64_t t_count = x.shape[0], heads = x.shape[1], d = x.shape[2];

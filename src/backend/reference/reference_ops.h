@@ -31,6 +31,7 @@ void Embedding(const Weight& table, const Tensor& ids, Tensor out);
 void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor out);
 void AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weight, float eps, Tensor out);
 void MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out);
+void BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out);
 void Rope(Tensor x, const Tensor& positions, const RopeParams& p);
 void KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
              const Tensor& slot_mapping);

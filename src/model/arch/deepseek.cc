@@ -111,7 +111,7 @@ Result<MlaAttention> MlaAttention::Load(WeightLoader& w, const std::string& p,
   // Softmax scale over the whole score, times YaRN's mscale^2 (DeepSeek's convention).
   m.softmax_scale = 1.0f / std::sqrt(static_cast<float>(qk));
   const RopeScaling& rs = c.rope_scaling;
-  if (rs.type == "yarn" && rs.mscale_all_dim != 0.0) {
+  if (rs.type == RopeType::kYarn && rs.mscale_all_dim != 0.0) {
     const double ms = YarnMscale(rs.factor, rs.mscale_all_dim);
     m.softmax_scale = static_cast<float>(m.softmax_scale * ms * ms);
   }
@@ -168,7 +168,7 @@ Tensor MlaAttention::Naive(Backend& b, Arena& a, const StepInputs& step, const T
   Tensor k = a.Alloc(DType::kF32, {N, heads, nope + rope});
   b.Copy(kv.Narrow(2, 0, nope), k.Narrow(2, 0, nope));
   // The rotary key is shared by every head.
-  b.Copy(BroadcastOverHeads(g.rows.Narrow(1, kv_lora, rope), heads), k.Narrow(2, nope, rope));
+  b.Copy(g.rows.Narrow(1, kv_lora, rope).Broadcast(1, heads), k.Narrow(2, nope, rope));
   Tensor v = a.Alloc(DType::kF32, {N, heads, vdim});
   b.Copy(kv.Narrow(2, nope, vdim), v);
 
@@ -182,25 +182,15 @@ Tensor MlaAttention::Naive(Backend& b, Arena& a, const StepInputs& step, const T
 Tensor MlaAttention::Absorbed(Backend& b, Arena& a, const StepInputs& step, const Tensor& cache,
                               const Tensor& q3) const {
   const int64_t T = q3.dim(0);
+  // q_full = [q_nope · W_uk | q_pe]: the query in the cache's latent layout.
   Tensor q_full = a.Alloc(DType::kF32, {T, heads, kv_lora + rope});
-  Tensor q_nope = a.Alloc(DType::kF32, {T, nope});
-  Tensor q_lat = a.Alloc(DType::kF32, {T, kv_lora});
-  for (int64_t h = 0; h < heads; ++h) {
-    b.Copy(q3.Narrow(1, h, 1).Narrow(2, 0, nope), q_nope.Reshape({T, 1, nope}));
-    b.MatMul(q_nope, uk_t[h], Tensor(), q_lat);
-    b.Copy(q_lat.Reshape({T, 1, kv_lora}), q_full.Narrow(1, h, 1).Narrow(2, 0, kv_lora));
-  }
+  // [T, heads, kv_lora]
+  b.BatchedMatMul(q3.Narrow(2, 0, nope), uk_t, q_full.Narrow(2, 0, kv_lora));
   b.Copy(q3.Narrow(2, nope, rope), q_full.Narrow(2, kv_lora, rope));
   Tensor o_lat = a.Alloc(DType::kF32, {T, heads, kv_lora});
   b.Attention(q_full, cache, cache.Narrow(2, 0, kv_lora), step.meta, softmax_scale, o_lat);
   Tensor out = a.Alloc(DType::kF32, {T, heads, vdim});
-  Tensor o_h = a.Alloc(DType::kF32, {T, kv_lora});
-  Tensor v_h = a.Alloc(DType::kF32, {T, vdim});
-  for (int64_t h = 0; h < heads; ++h) {
-    b.Copy(o_lat.Narrow(1, h, 1), o_h.Reshape({T, 1, kv_lora}));
-    b.MatMul(o_h, uv[h], Tensor(), v_h);
-    b.Copy(v_h.Reshape({T, 1, vdim}), out.Narrow(1, h, 1));
-  }
+  b.BatchedMatMul(o_lat, uv, out);  // [T, heads, vdim]
   return out;
 }
 

@@ -23,7 +23,7 @@ Result<RotaryEmbedding> RotaryEmbedding::Create(Backend& backend, const ModelCon
 }
 
 RopeParams RotaryEmbedding::ForStep(Backend& backend, Arena& arena, int32_t max_position) const {
-  if (config_->rope_scaling.type != "dynamic" ||
+  if (config_->rope_scaling.type != RopeType::kDynamic ||
       max_position + 1 <= config_->max_position_embeddings) {
     return params_;
   }
@@ -101,14 +101,6 @@ void GatherPagedCache(Backend& b, Arena& a, const AttentionMeta& m, const Tensor
   out->meta.max_blocks_per_seq = max_blocks;
   out->meta.block_tables = a.Upload(tables);
   out->meta.host_block_tables = tables;
-}
-
-Tensor BroadcastOverHeads(const Tensor& x, int64_t heads) {
-  Tensor v = x;
-  v.ndim = 3;
-  v.shape = {x.shape[0], heads, x.shape[1], 0};
-  v.stride = {x.stride[0], 0, x.stride[1], 0};
-  return v;
 }
 
 }  // namespace dh

@@ -56,8 +56,4 @@ struct PagedGather {
 void GatherPagedCache(Backend& b, Arena& a, const AttentionMeta& meta, const Tensor& cache,
                       PagedGather* out);
 
-// A [N, heads, D] view of x [N, D] with a zero head stride: every head reads the same row (MLA's
-// shared rotary key). Backend ops accept a zero stride as a broadcast.
-Tensor BroadcastOverHeads(const Tensor& x, int64_t heads);
-
 }  // namespace dh

@@ -19,17 +19,8 @@ void KeepLocalExperts(Backend& b, const Tensor& ids, int64_t first, int64_t coun
 
 Status ValidateMoeConfig(const ModelConfig& c) {
   if (c.n_routed_experts == 0) return Status::Ok();
-  if (c.scoring_func != "softmax" && c.scoring_func != "sigmoid") {
-    return InvalidArgument("config.json: field 'scoring_func': expected softmax or sigmoid, got '{}'",
-                           c.scoring_func);
-  }
-  if (c.topk_method != "greedy" && c.topk_method != "group_limited_greedy" &&
-      c.topk_method != "noaux_tc") {
-    return InvalidArgument(
-        "config.json: field 'topk_method': expected greedy, group_limited_greedy or noaux_tc, "
-        "got '{}'", c.topk_method);
-  }
-  if (c.topk_method != "greedy") {
+  // scoring_func and topk_method are enums, checked when config.json was parsed.
+  if (c.topk_method != MoeTopkMethod::kGreedy) {
     if (c.n_group <= 0 || c.n_routed_experts % c.n_group != 0) {
       return InvalidArgument("config.json: field 'n_group': {} must divide n_routed_experts {}",
                              c.n_group, c.n_routed_experts);
@@ -42,7 +33,7 @@ Status ValidateMoeConfig(const ModelConfig& c) {
       return InvalidArgument("config.json: num_experts_per_tok {} exceeds the experts in "
                              "topk_group {} groups", c.num_experts_per_tok, c.topk_group);
     }
-    if (c.topk_method == "noaux_tc" && c.n_routed_experts / c.n_group < 2) {
+    if (c.topk_method == MoeTopkMethod::kNoauxTc && c.n_routed_experts / c.n_group < 2) {
       return InvalidArgument("config.json: noaux_tc needs at least 2 experts per group");
     }
   }
@@ -53,7 +44,7 @@ Result<MoeFfn> MoeFfn::Load(WeightLoader& w, const std::string& p, const ModelCo
   MoeFfn m;
   const int64_t E = c.n_routed_experts, H = c.hidden_size, I = c.moe_intermediate_size;
   DH_ASSIGN_OR_RETURN(m.gate, w.Matrix(p + ".gate.weight", E, H));
-  if (c.topk_method == "noaux_tc") {
+  if (c.topk_method == MoeTopkMethod::kNoauxTc) {
     DH_ASSIGN_OR_RETURN(m.gate_bias, w.Vector(p + ".gate.e_score_correction_bias", E));
   }
   // Expert parallelism (--ep-size = --tp-size): this rank's experts, whole. --ep-size 1 with
@@ -83,10 +74,16 @@ Result<MoeFfn> MoeFfn::Load(WeightLoader& w, const std::string& p, const ModelCo
     DH_ASSIGN_OR_RETURN(m.shared, Mlp::Load(w, p + ".shared_experts", H, c.n_shared_experts * I));
   }
   MoeGateParams& g = m.gate_params;
-  g.scoring = c.scoring_func == "sigmoid" ? ScoringFunc::kSigmoid : ScoringFunc::kSoftmax;
-  g.method = c.topk_method == "noaux_tc"               ? TopkMethod::kNoauxTc
-             : c.topk_method == "group_limited_greedy" ? TopkMethod::kGroupLimitedGreedy
-                                                       : TopkMethod::kGreedy;
+  // The config's names map one to one onto the backend op's parameters.
+  switch (c.scoring_func) {
+    case MoeScoringFunc::kSoftmax: g.scoring = ScoringFunc::kSoftmax; break;
+    case MoeScoringFunc::kSigmoid: g.scoring = ScoringFunc::kSigmoid; break;
+  }
+  switch (c.topk_method) {
+    case MoeTopkMethod::kGreedy: g.method = TopkMethod::kGreedy; break;
+    case MoeTopkMethod::kGroupLimitedGreedy: g.method = TopkMethod::kGroupLimitedGreedy; break;
+    case MoeTopkMethod::kNoauxTc: g.method = TopkMethod::kNoauxTc; break;
+  }
   g.top_k = static_cast<int>(c.num_experts_per_tok);
   g.n_group = static_cast<int>(c.n_group);
   g.topk_group = static_cast<int>(c.topk_group);

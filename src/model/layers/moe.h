@@ -24,7 +24,8 @@ struct MoeFfn {
   Tensor Forward(Backend& b, Arena& a, const Tensor& h) const;  // [T, hidden]
 };
 
-// scoring_func, topk_method and the group counts: refused with the field named.
+// The group counts against the expert counts (scoring_func and topk_method were checked when
+// config.json was parsed): refused with the field named.
 Status ValidateMoeConfig(const ModelConfig& c);
 
 }  // namespace dh

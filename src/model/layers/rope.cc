@@ -70,18 +70,20 @@ RopeFrequencies ComputeRopeFrequencies(const ModelConfig& config, int rot_dim, d
                                        int64_t seq_len) {
   const RopeScaling& s = config.rope_scaling;
   RopeFrequencies out;
-  if (s.type == "dynamic" && seq_len > config.max_position_embeddings) {
+  if (s.type == RopeType::kDynamic && seq_len > config.max_position_embeddings) {
     const double max_pos = static_cast<double>(config.max_position_embeddings);
     theta *= std::pow(s.factor * seq_len / max_pos - (s.factor - 1.0),
                       static_cast<double>(rot_dim) / (rot_dim - 2));
   }
   std::vector<double> inv = BaseInvFreq(rot_dim, theta);
-  if (s.type == "linear") {
-    for (double& f : inv) f /= s.factor;
-  } else if (s.type == "llama3") {
-    ApplyLlama3(s, inv);
-  } else if (s.type == "yarn") {
-    out.attention_factor = ApplyYarn(config, rot_dim, theta, inv);
+  switch (s.type) {
+    case RopeType::kLinear:
+      for (double& f : inv) f /= s.factor;
+      break;
+    case RopeType::kLlama3: ApplyLlama3(s, inv); break;
+    case RopeType::kYarn: out.attention_factor = ApplyYarn(config, rot_dim, theta, inv); break;
+    case RopeType::kDefault:
+    case RopeType::kDynamic: break;  // dynamic changed theta above
   }
   out.inv_freq.assign(inv.begin(), inv.end());
   return out;

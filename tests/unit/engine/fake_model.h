@@ -43,6 +43,7 @@ class NullBackend : public Backend {
   void RmsNorm(const Tensor&, const Tensor&, float, Tensor) override { Fail(); }
   void AddRmsNorm(Tensor, const Tensor&, const Tensor&, float, Tensor) override { Fail(); }
   void MatMul(const Tensor&, const Weight&, const Tensor&, Tensor) override { Fail(); }
+  void BatchedMatMul(const Tensor&, std::span<const Weight>, Tensor) override { Fail(); }
   void Rope(Tensor, const Tensor&, const RopeParams&) override { Fail(); }
   void KvWrite(const Tensor&, const Tensor&, Tensor, Tensor, const Tensor&) override { Fail(); }
   void Attention(const Tensor&, const Tensor&, const Tensor&, const AttentionMeta&, float,

@@ -47,7 +47,7 @@ TEST(ModelConfigTest, ParsesQwen2) {
   EXPECT_EQ(c.head_dim, 128);
   EXPECT_EQ(c.max_position_embeddings, 131072);
   EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);
-  EXPECT_EQ(c.rope_scaling.type, "default");
+  EXPECT_EQ(RopeTypeName(c.rope_scaling.type), "default");
   EXPECT_EQ(c.bos_token_id, 151643);
   EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{151643});
   EXPECT_EQ(c.quantization.method, "");
@@ -66,7 +66,7 @@ TEST(ModelConfigTest, ParsesLlama3RopeAndEosList) {
       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"})");
   auto r = Parse(j);
   ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ(r->rope_scaling.type, "llama3");
+  EXPECT_EQ(RopeTypeName(r->rope_scaling.type), "llama3");
   EXPECT_DOUBLE_EQ(r->rope_scaling.factor, 8.0);
   EXPECT_EQ(r->rope_scaling.original_max_position_embeddings, 8192);
   EXPECT_EQ(r->eos_token_ids, (std::vector<int64_t>{128001, 128008, 128009}));
@@ -112,11 +112,11 @@ TEST(ModelConfigTest, ParsesDeepSeekV3) {
   EXPECT_EQ(c.kv_lora_rank, 512);
   EXPECT_EQ(c.n_routed_experts, 256);
   EXPECT_EQ(c.num_experts_per_tok, 8);
-  EXPECT_EQ(c.scoring_func, "sigmoid");
-  EXPECT_EQ(c.topk_method, "noaux_tc");
+  EXPECT_EQ(MoeScoringFuncName(c.scoring_func), "sigmoid");
+  EXPECT_EQ(MoeTopkMethodName(c.topk_method), "noaux_tc");
   EXPECT_TRUE(c.norm_topk_prob);
   EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 2.5);
-  EXPECT_EQ(c.rope_scaling.type, "yarn");
+  EXPECT_EQ(RopeTypeName(c.rope_scaling.type), "yarn");
   EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 40.0);
   EXPECT_DOUBLE_EQ(c.rope_scaling.mscale_all_dim, 1.0);
   EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 4096);

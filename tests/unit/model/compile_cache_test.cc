@@ -85,9 +85,8 @@ Result<Loaded> Load(const fs::path& model_dir, const Opts& opts) {
   TaggedCpuBackend backend(bo, opts.kernel_tag);
   Loaded out;
   LoadOptions o;
-  o.quant = opts.quant;
-  DH_ASSIGN_OR_RETURN(o.mla_mode, ParseMlaMode(opts.mla_mode));
-  o.policy = opts.policy;
+  DH_ASSIGN_OR_RETURN(o.plan, ParseWeightPlan({.quant = opts.quant, .policy = opts.policy}));
+  DH_ASSIGN_OR_RETURN(o.plan.mla_mode, ParseMlaMode(opts.mla_mode));
   o.file.use_mmap = opts.mmap;
   o.compile_cache.dir = opts.cache_dir;
   o.compile_cache.write = opts.write;
@@ -288,7 +287,7 @@ TEST(CompileCacheTest, StaleKeysAreNotUsed) {
   EXPECT_EQ(got->cache.outcome, Outcome::kAbsent);
   // ... and the key itself differs, were the file renamed.
   LoadOptions a, b;
-  b.quant = "int8";
+  b.plan = *ParseWeightPlan({.quant = "int8"});
   auto ka = CompileCacheKey(model.string(), a, "cpu", "");
   auto kb = CompileCacheKey(model.string(), b, "cpu", "");
   ASSERT_TRUE(ka.ok() && kb.ok());
@@ -518,15 +517,36 @@ TEST(CompileCacheTest, UnwritableDirectoryStillLoads) {
 
 TEST(CompileCacheTest, KeyNamesItsInputs) {
   LoadOptions o;
-  o.quant = "int4";
+  o.plan = *ParseWeightPlan({.quant = "int4"});
   auto key = CompileCacheKey((kFixtures / "qwen2_sharded").string(), o, "cpu", "target=AVX3");
   ASSERT_TRUE(key.ok()) << key.status().message();
-  for (const char* part : {"format=", "build=", "backend=cpu", "kernels=target=AVX3", "quant=int4",
+  for (const char* part : {"format=2\n", "build=", "backend=cpu", "kernels=target=AVX3",
+                           "\nweights=dtype=auto;embed=auto,attn=int4,", ",lm_head=auto,",
                            "config.json size=", "model.safetensors.index.json size=",
                            "-of-", "mtime_ns=", "header_xxh3="}) {
     EXPECT_NE(key->find(part), std::string::npos) << part << " in\n" << *key;
   }
   EXPECT_FALSE(CompileCacheKey((kFixtures / "no_such_model").string(), o, "cpu", "").ok());
+}
+
+TEST(CompileCacheTest, KeyIsTheParsedPlanNotTheFlagText) {
+  // Two spellings of one set of weights share a key and a file; any other plan does not.
+  const std::string model = (kFixtures / "qwen2_sharded").string();
+  LoadOptions a, b, c;
+  a.plan = *ParseWeightPlan({.dtype = "bf16", .quant = "int4"});
+  b.plan = *ParseWeightPlan(
+      {.dtype = "bfloat16", .policy = "custom:default=int4-g32,lm_head=stored"});
+  c.plan = *ParseWeightPlan({.dtype = "bfloat16", .quant = "int4", .quant_lm_head = true});
+  auto ka = CompileCacheKey(model, a, "cpu", ""), kb = CompileCacheKey(model, b, "cpu", ""),
+       kc = CompileCacheKey(model, c, "cpu", "");
+  ASSERT_TRUE(ka.ok() && kb.ok() && kc.ok());
+  EXPECT_EQ(*ka, *kb);
+  EXPECT_EQ(CompileCachePath("/c", model, a, "cpu"), CompileCachePath("/c", model, b, "cpu"));
+  EXPECT_NE(*ka, *kc);
+  EXPECT_NE(CompileCachePath("/c", model, a, "cpu"), CompileCachePath("/c", model, c, "cpu"));
+  // The MLA mode does not change the weights, so it stays out of the key.
+  b.plan.mla_mode = MlaMode::kAbsorbed;
+  EXPECT_EQ(*ka, *CompileCacheKey(model, b, "cpu", ""));
 }
 
 }  // namespace

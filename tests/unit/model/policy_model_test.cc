@@ -52,8 +52,8 @@ Result<Loaded> Load(const std::string& fixture, const std::string& backend_name,
                     const std::string& policy, const std::string& mla_mode = "auto") {
   auto backend = MakeBackend(backend_name);
   LoadOptions o;
-  o.policy = policy;
-  DH_ASSIGN_OR_RETURN(o.mla_mode, ParseMlaMode(mla_mode));
+  DH_ASSIGN_OR_RETURN(o.plan, ParseWeightPlan({.policy = policy}));
+  DH_ASSIGN_OR_RETURN(o.plan.mla_mode, ParseMlaMode(mla_mode));
   DH_ASSIGN_OR_RETURN(auto model, LoadModel((kFixtures / fixture).string(), *backend, o));
   DH_ASSIGN_OR_RETURN(auto runner,
                       SequenceRunner::Create(*model, *backend, static_cast<int>(kPrompt.size())));
@@ -202,11 +202,7 @@ TEST(PolicyModelTest, BadPolicyFailsTheLoad) {
   EXPECT_NE(got.status().message().find("embed=int4: the embedding table needs a dense format"),
             std::string::npos)
       << got.status().message();
-  ReferenceBackend backend{BackendOptions{}};
-  LoadOptions o;
-  o.quant = "int8";
-  o.policy = "dynamic";
-  auto both = LoadModel((kFixtures / "llama_f32").string(), backend, o);
+  auto both = ParseWeightPlan({.quant = "int8", .policy = "dynamic"});
   ASSERT_FALSE(both.ok());
   EXPECT_NE(both.status().message().find("are both given"), std::string::npos);
 }

@@ -42,7 +42,7 @@ Result<std::vector<float>> Logits(const std::string& fixture, const std::string&
                                   const std::string& quant) {
   auto backend = MakeBackend(backend_name);
   LoadOptions o;
-  o.quant = quant;
+  DH_ASSIGN_OR_RETURN(o.plan, ParseWeightPlan({.quant = quant}));
   DH_ASSIGN_OR_RETURN(auto model, LoadModel((kFixtures / fixture).string(), *backend, o));
   DH_ASSIGN_OR_RETURN(auto runner,
                       SequenceRunner::Create(*model, *backend, static_cast<int>(kPrompt.size())));
@@ -126,7 +126,7 @@ TEST(QuantizedModelTest, InfoCountsQuantizedBytes) {
   for (int i = 0; i < 3; ++i) {
     ReferenceBackend backend{BackendOptions{}};
     LoadOptions o;
-    o.quant = quants[i];
+    o.plan = *ParseWeightPlan({.quant = quants[i]});
     auto model = LoadModel((kFixtures / "llama_f32").string(), backend, o);
     ASSERT_TRUE(model.ok()) << model.status().message();
     bytes[i] = (*model)->info().weight_bytes;

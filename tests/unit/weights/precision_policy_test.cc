@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "weights/weight_plan.h"
+
 namespace dh {
 namespace {
 
@@ -190,74 +192,82 @@ TEST(PrecisionPolicyTest, BadPoliciesNameTheProblemAndTheChoices) {
   EXPECT_NE(e.find("unknown in-layer class 'lm_head'"), std::string::npos) << e;
 }
 
-TEST(PrecisionPolicyTest, OptionsPickQuantOrPolicy) {
-  LoadOptions o;
-  auto none = PolicyFromOptions(o);
+TEST(PrecisionPolicyTest, FlagsPickQuantOrPolicy) {
+  WeightFlags o;
+  auto policy = [&o]() -> Result<PrecisionPolicy> {
+    DH_ASSIGN_OR_RETURN(WeightPlan p, ParseWeightPlan(o));
+    return p.policy;
+  };
+  auto none = policy();
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->AnyQuantized());
 
   o.quant = "int8";
-  auto quant = PolicyFromOptions(o);
+  auto quant = policy();
   ASSERT_TRUE(quant.ok());
   EXPECT_EQ(FormatOf(*quant, "model.layers.0.mlp.up_proj.weight"), "int8");
   EXPECT_EQ(FormatOf(*quant, "lm_head.weight"), "auto");
   EXPECT_EQ(FormatOf(*quant, "model.layers.2.mlp.gate.weight"), "auto");
   EXPECT_EQ(quant->Canonical(), MustParse("custom:default=int8,lm_head=auto").Canonical());
   o.quant_lm_head = true;
-  EXPECT_EQ(PolicyFromOptions(o)->Canonical(), MustParse("static:int8").Canonical());
+  EXPECT_EQ(policy()->Canonical(), MustParse("static:int8").Canonical());
 
   // A dense dtype as --quant converts the projections (compile --quant bf16).
   o.quant = "bf16";
   o.quant_lm_head = false;
-  auto dense = PolicyFromOptions(o);
+  auto dense = policy();
   ASSERT_TRUE(dense.ok()) << dense.status().message();
   EXPECT_EQ(FormatOf(*dense, "model.layers.0.mlp.up_proj.weight"), "bf16");
   EXPECT_EQ(FormatOf(*dense, "lm_head.weight"), "auto");
   EXPECT_FALSE(dense->AnyQuantized());
   o.quant_lm_head = true;
-  EXPECT_EQ(PolicyFromOptions(o)->Canonical(), MustParse("static:bf16").Canonical());
+  EXPECT_EQ(policy()->Canonical(), MustParse("static:bf16").Canonical());
   o.quant = "int8";
 
   o.policy = "static:int4";
-  auto both = PolicyFromOptions(o);
+  auto both = policy();
   ASSERT_FALSE(both.ok());
   EXPECT_NE(both.status().message().find("--policy 'static:int4' and --quant 'int8' are both"),
             std::string::npos)
       << both.status().message();
   o.quant = "none";
-  auto lm = PolicyFromOptions(o);
+  auto lm = policy();
   ASSERT_FALSE(lm.ok());
   EXPECT_NE(lm.status().message().find("--quant-lm-head goes with --quant"), std::string::npos);
   o.quant_lm_head = false;
-  ASSERT_TRUE(PolicyFromOptions(o).ok());
+  ASSERT_TRUE(policy().ok());
 
   o.quant = "int9";
   o.policy.clear();
-  auto bad = PolicyFromOptions(o);
+  auto bad = policy();
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("fp8"), std::string::npos);
 }
 
 TEST(PrecisionPolicyTest, CanonicalStringKeysOnEffectAndDtype) {
-  LoadOptions a, b;
+  auto canonical = [](const WeightFlags& f) -> Result<std::string> {
+    DH_ASSIGN_OR_RETURN(WeightPlan p, ParseWeightPlan(f));
+    return p.Canonical();
+  };
+  WeightFlags a, b;
   a.policy = "dynamic";
   b.policy = std::string(DynamicPolicyText());
-  EXPECT_EQ(*CanonicalPolicyString(a), *CanonicalPolicyString(b));
+  EXPECT_EQ(*canonical(a), *canonical(b));
   b.dtype = "bfloat16";
-  EXPECT_NE(*CanonicalPolicyString(a), *CanonicalPolicyString(b));
+  EXPECT_NE(*canonical(a), *canonical(b));
   a.dtype = "bf16";
-  EXPECT_EQ(*CanonicalPolicyString(a), *CanonicalPolicyString(b));
-  EXPECT_EQ(CanonicalPolicyString(a)->rfind("dtype=bf16;embed=auto,attn=int8,mla=bf16,", 0), 0u)
-      << *CanonicalPolicyString(a);
-  LoadOptions q;
+  EXPECT_EQ(*canonical(a), *canonical(b));
+  EXPECT_EQ(canonical(a)->rfind("dtype=bf16;embed=auto,attn=int8,mla=bf16,", 0), 0u)
+      << *canonical(a);
+  WeightFlags q;
   q.quant = "int4";
-  LoadOptions s;
+  WeightFlags s;
   s.policy = "custom:default=int4-g32,lm_head=stored";
-  EXPECT_EQ(*CanonicalPolicyString(q), *CanonicalPolicyString(s));
+  EXPECT_EQ(*canonical(q), *canonical(s));
   s.dtype = "float64";
-  EXPECT_FALSE(CanonicalPolicyString(s).ok());
+  EXPECT_FALSE(canonical(s).ok());
   s.dtype = "half";
-  EXPECT_EQ(CanonicalPolicyString(s)->rfind("dtype=f16;", 0), 0u);
+  EXPECT_EQ(canonical(s)->rfind("dtype=f16;", 0), 0u);
 }
 
 }  // namespace

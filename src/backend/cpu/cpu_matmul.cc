@@ -1,0 +1,392 @@
+// CpuBackend::MatMul as a table of kernels chosen by weight format x path (GEMV for few rows of
+// x, tiled GEMM above) x a layout check, and BatchedMatMul (one weight per head) on the same
+// GEMV kernel. Every kernel's arguments share one cpu::ActivationArgs.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/quant_vnni.h"
+#include "backend/cpu/row_view.h"
+#include "backend/reference/reference_ops.h"
+#include "base/check.h"
+
+namespace dh {
+namespace {
+
+// Which kernel family a MatMul takes by the rows of x: GEMV kernels for up to kGemvMaxRows rows
+// (decode), tiled GEMM above (prefill, batches).
+enum class MatMulPath : uint8_t { kGemv, kGemm };
+
+// Whether quant_matmul's kernels take weight w: int8 / int4 codes with contiguous rows and
+// f32 scales (and mins) laid out [rows, groups].
+bool QuantKernelApplies(const Weight& w) {
+  const bool int4 = w.format == WeightFormat::kInt4;
+  if (w.format != WeightFormat::kInt8 && !int4) return false;
+  if (w.data.dtype != (int4 ? DType::kU8 : DType::kI8)) return false;
+  auto plain_f32 = [&](const Tensor& t) {
+    return t.dtype == DType::kF32 && t.ndim == 2 && t.shape[0] == w.rows &&
+           t.shape[1] == (w.cols + w.group_size - 1) / std::max(w.group_size, 1) &&
+           (t.stride[1] == 1 || t.shape[1] == 1);
+  };
+  return cpu::QuantMatMulSupports(int4, w.cols, w.group_size) && plain_f32(w.scales) &&
+         (!int4 || plain_f32(w.mins));
+}
+
+// Whether quant_matmul's FP8 kernels take weight w: e4m3 codes with contiguous rows and f32
+// block scales laid out [row blocks, column blocks].
+bool Fp8KernelApplies(const Weight& w) {
+  if (w.format != WeightFormat::kFp8Block || w.data.dtype != DType::kF8E4M3) return false;
+  if (w.block_rows <= 0 || w.block_cols <= 0) return false;
+  const Tensor& s = w.scales;
+  return s.dtype == DType::kF32 && s.ndim == 2 &&
+         s.shape[0] == (w.rows + w.block_rows - 1) / w.block_rows &&
+         s.shape[1] == (w.cols + w.block_cols - 1) / w.block_cols &&
+         (s.stride[1] == 1 || s.shape[1] == 1);
+}
+
+// The tiled GEMM (gemm.h) over the x, bias and out of `a`, n output features: the weight is
+// a's dense rows, or the f32 rows rows_fn supplies when it is not null.
+cpu::GemmArgs GemmOver(const cpu::MatMulArgs& a, int64_t n, const cpu::WeightRowsFn* rows_fn) {
+  cpu::GemmArgs g;
+  static_cast<cpu::ActivationArgs&>(g) = a;
+  g.n = n;
+  if (rows_fn != nullptr) {
+    g.rows_fn = rows_fn;
+  } else {
+    g.w = a.w;
+    g.wtype = a.wtype;
+    g.w_stride = a.w_stride;
+  }
+  return g;
+}
+
+// One MatMul call's operands, decoded once: the activation rows (ActivationArgs, shared by
+// every kernel's arguments) and the weight's layout for each kernel family that accepts it.
+struct MatMulCall {
+  explicit MatMulCall(const Weight& weight) : w(weight) {}
+  const Weight& w;
+  cpu::MatMulArgs dense;       // activations; weight fields set for dense weights
+  cpu::QuantMatMulArgs quant;  // valid when quant_ok
+  cpu::Fp8MatMulArgs fp8;      // valid when fp8_ok
+  bool quant_ok = false, fp8_ok = false;
+  MatMulPath path = MatMulPath::kGemv;
+
+  int64_t m() const { return dense.m; }
+  int64_t n() const { return w.rows; }
+  int64_t k() const { return dense.k; }
+  // "gemv" for few rows of x, "gemm" for more (the names --trace-kernels prints).
+  const char* kind() const { return m() >= 4 ? "gemm" : "gemv"; }
+
+  // Fills the weight side of every argument struct that takes w (dense.x..out_stride are set).
+  void Prepare() {
+    path = m() > cpu::kGemvMaxRows ? MatMulPath::kGemm : MatMulPath::kGemv;
+    if (w.format == WeightFormat::kDense) {
+      dense.w = w.data.data;
+      dense.wtype = *cpu::WTypeOf(w.data.dtype);
+      dense.w_stride = w.data.stride[0];
+    }
+    quant_ok = QuantKernelApplies(w);
+    if (quant_ok) {
+      static_cast<cpu::ActivationArgs&>(quant) = dense;
+      quant.int4 = w.format == WeightFormat::kInt4;
+      quant.q = w.data.data;
+      quant.q_stride = w.data.stride[0];
+      quant.scales = w.scales.as<const float>();
+      quant.scale_stride = w.scales.stride[0];
+      if (quant.int4) {
+        quant.mins = w.mins.as<const float>();
+        quant.min_stride = w.mins.stride[0];
+      }
+      quant.group_size = w.group_size;
+    }
+    fp8_ok = Fp8KernelApplies(w);
+    if (fp8_ok) {
+      static_cast<cpu::ActivationArgs&>(fp8) = dense;
+      fp8.q = w.data.as<const uint8_t>();
+      fp8.q_stride = w.data.stride[0];
+      fp8.scales = w.scales.as<const float>();
+      fp8.scale_stride = w.scales.stride[0];
+      fp8.block_rows = w.block_rows;
+      fp8.block_cols = w.block_cols;
+    }
+  }
+
+  // Decodes weight rows [j0, j0 + nb) to f32, k floats each: the fused kernels' decoders where
+  // they take the layout, else the reference decoder (e.g. non-f32 scales, odd int4 groups).
+  void DecodeRows(int64_t j0, int64_t nb, float* rows) const {
+    if (quant_ok) {
+      cpu::DequantizeRows(quant, j0, nb, rows);
+    } else if (fp8_ok) {
+      cpu::Fp8DequantizeRows(fp8, j0, nb, rows);
+    } else {
+      for (int64_t j = 0; j < nb; ++j) ref::DecodeWeightRow(w, j0 + j, rows + j * k());
+    }
+  }
+};
+
+void DenseGemm(const MatMulCall& c, ThreadPool& pool) {
+  cpu::Gemm(GemmOver(c.dense, c.n(), nullptr), pool);
+}
+
+void DenseGemv(const MatMulCall& c, ThreadPool& pool) {
+  pool.ParallelFor(c.n(), cpu::GrainFor(c.m() * c.k()),
+                   [&](size_t b, size_t e) { cpu::MatMulRange(c.dense, b, e); });
+}
+
+// x quantized to int8 once per call, dot products in VNNI units (quant_vnni.h).
+void QuantIntegerDot(const MatMulCall& c, ThreadPool& pool) {
+  // This thread's buffers, reused across calls (assign() keeps their capacity). Named through
+  // a reference: the pool's threads must read the caller's object, not their own.
+  thread_local cpu::QuantizedActs tl_acts;
+  cpu::QuantizedActs& acts = tl_acts;
+  cpu::QuantizeActs(c.quant, &acts);
+  pool.ParallelFor(c.n(), cpu::GrainFor(c.m() * c.k()),
+                   [&](size_t b, size_t e) { cpu::IntegerDotRange(c.quant, acts, b, e); });
+}
+
+// int8 / int4 with few rows of x (decode): dequantized in registers (quant_matmul.h).
+void QuantGemv(const MatMulCall& c, ThreadPool& pool) {
+  pool.ParallelFor(c.n(), cpu::GrainFor(c.m() * c.k()),
+                   [&](size_t b, size_t e) { cpu::QuantMatMulRange(c.quant, b, e); });
+}
+
+// FP8 blocks with few rows of x: decoded in registers through f16 (quant_matmul.h).
+void Fp8Gemv(const MatMulCall& c, ThreadPool& pool) {
+  pool.ParallelFor(c.n(), cpu::GrainFor(c.m() * c.k()),
+                   [&](size_t b, size_t e) { cpu::Fp8MatMulRange(c.fp8, b, e); });
+}
+
+// Prefill and batches over a non-dense weight: the tiled GEMM (gemm.h) pulls f32 panels through
+// a callback. A panel narrower than the row decodes the whole row and keeps its slice: decoding
+// is a few operations per weight, against 2*M flops per weight in the GEMM.
+void DequantGemm(const MatMulCall& c, ThreadPool& pool) {
+  const int64_t k = c.k();
+  const cpu::WeightRowsFn rows_fn = [&](int64_t row_begin, int64_t count, int64_t col_begin,
+                                        int64_t col_count, float* dst) {
+    if (col_begin == 0 && col_count == k) return c.DecodeRows(row_begin, count, dst);
+    thread_local std::vector<float> full;
+    if (full.size() < static_cast<size_t>(count * k)) full.resize(count * k);
+    c.DecodeRows(row_begin, count, full.data());
+    for (int64_t j = 0; j < count; ++j) {
+      std::copy_n(full.data() + j * k + col_begin, col_count, dst + j * col_count);
+    }
+  };
+  cpu::Gemm(GemmOver(c.dense, c.n(), &rows_fn), pool);
+}
+
+// Few rows of x without a fused kernel: dequantize a few rows at a time into a per-chunk f32
+// buffer and multiply that.
+void DequantGemv(const MatMulCall& c, ThreadPool& pool) {
+  constexpr int64_t kRowsPerStep = 8;
+  const int64_t k = c.k();
+  pool.ParallelFor(c.n(), cpu::GrainFor(c.m() * k), [&](size_t b, size_t e) {
+    std::vector<float> rows(kRowsPerStep * k);
+    for (int64_t j0 = b; j0 < static_cast<int64_t>(e); j0 += kRowsPerStep) {
+      const int64_t nb = std::min<int64_t>(kRowsPerStep, e - j0);
+      c.DecodeRows(j0, nb, rows.data());
+      cpu::MatMulArgs step = c.dense;
+      step.w = rows.data();
+      step.wtype = cpu::WType::kF32;
+      step.w_stride = k;
+      step.out = c.dense.out + j0;
+      step.bias = c.dense.bias ? c.dense.bias + j0 : nullptr;
+      cpu::MatMulRange(step, 0, nb);
+    }
+  });
+}
+
+constexpr uint32_t FormatBit(WeightFormat f) { return 1u << static_cast<int>(f); }
+constexpr uint32_t kDenseOnly = FormatBit(WeightFormat::kDense);
+constexpr uint32_t kIntFormats = FormatBit(WeightFormat::kInt8) | FormatBit(WeightFormat::kInt4);
+constexpr uint32_t kFp8Only = FormatBit(WeightFormat::kFp8Block);
+constexpr uint32_t kNotDense = kIntFormats | kFp8Only;
+constexpr uint8_t kAnyPath = 0x3;
+constexpr uint8_t PathBit(MatMulPath p) { return static_cast<uint8_t>(1u << static_cast<int>(p)); }
+
+// MatMul's kernels by weight format x path (and the weight's dtype / layout, which `fits`
+// checks); the first entry that takes a call runs it. `describe` gives the --trace-kernels line.
+struct MatMulKernel {
+  uint32_t formats;  // FormatBit mask
+  uint8_t paths;     // PathBit mask
+  bool (*fits)(const MatMulCall&);
+  std::string (*describe)(const MatMulCall&);
+  void (*run)(const MatMulCall&, ThreadPool&);
+
+  bool Takes(const MatMulCall& c) const {
+    return (formats & FormatBit(c.w.format)) != 0 && (paths & PathBit(c.path)) != 0 && fits(c);
+  }
+};
+
+const MatMulKernel kMatMulKernels[] = {
+    {kDenseOnly, PathBit(MatMulPath::kGemm), [](const MatMulCall&) { return true; },
+     [](const MatMulCall& c) {
+       return fmt::format("matmul gemm-tiled {} M={} N={} K={}", DTypeName(c.w.data.dtype),
+                          c.m(), c.n(), c.k());
+     },
+     DenseGemm},
+    {kDenseOnly, PathBit(MatMulPath::kGemv), [](const MatMulCall&) { return true; },
+     [](const MatMulCall& c) {
+       return fmt::format("matmul {} {} M={} N={} K={}", c.kind(), DTypeName(c.w.data.dtype),
+                          c.m(), c.n(), c.k());
+     },
+     DenseGemv},
+    {kIntFormats, kAnyPath,
+     [](const MatMulCall& c) { return c.quant_ok && cpu::UseIntegerDot(c.quant); },
+     [](const MatMulCall& c) {
+       return fmt::format("matmul {} {} g{} {} M={} N={} K={}", c.kind(),
+                          WeightFormatName(c.w.format), c.w.group_size, cpu::IntegerDotName(),
+                          c.m(), c.n(), c.k());
+     },
+     QuantIntegerDot},
+    {kIntFormats, PathBit(MatMulPath::kGemv), [](const MatMulCall& c) { return c.quant_ok; },
+     [](const MatMulCall& c) {
+       return fmt::format("matmul gemv {} g{} f32 M={} N={} K={}", WeightFormatName(c.w.format),
+                          c.w.group_size, c.m(), c.n(), c.k());
+     },
+     QuantGemv},
+    {kFp8Only, PathBit(MatMulPath::kGemv), [](const MatMulCall& c) { return c.fp8_ok; },
+     [](const MatMulCall& c) {
+       return fmt::format("matmul gemv fp8 b{}x{} f16-decode M={} N={} K={}", c.w.block_rows,
+                          c.w.block_cols, c.m(), c.n(), c.k());
+     },
+     Fp8Gemv},
+    {kNotDense, PathBit(MatMulPath::kGemm), [](const MatMulCall&) { return true; },
+     [](const MatMulCall& c) {
+       return fmt::format("matmul gemm-tiled {} dequant{} M={} N={} K={}",
+                          WeightFormatName(c.w.format), c.fp8_ok ? " f16-decode" : "", c.m(),
+                          c.n(), c.k());
+     },
+     DequantGemm},
+    {kNotDense, PathBit(MatMulPath::kGemv), [](const MatMulCall&) { return true; },
+     [](const MatMulCall& c) {
+       return fmt::format("matmul {} {} dequant{} M={} N={} K={}", c.kind(),
+                          WeightFormatName(c.w.format), c.fp8_ok ? " f16-decode" : "", c.m(),
+                          c.n(), c.k());
+     },
+     DequantGemv},
+};
+
+}  // namespace
+
+void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) {
+  if (!w.perm.empty()) {
+    // Input permutation (GPTQ act-order): gather x[:, perm] into a scratch buffer, then multiply
+    // by the same weight without the permutation.
+    const auto xp = cpu::AsRows(x);
+    const bool perm_ok = w.perm.dtype == DType::kI32 && w.perm.ndim == 1 &&
+                         w.perm.shape[0] == w.cols && (w.perm.stride[0] == 1 || w.cols == 1);
+    if (!xp || !perm_ok || xp->cols != w.cols) {
+      Trace("matmul reference permuted {}", WeightFormatName(w.format));
+      return ReferenceBackend::MatMul(x, w, bias, out);
+    }
+    const int64_t m = xp->rows, k = xp->cols;
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(m * k));
+    float* dst = scratch.data();  // this thread's buffer (the pool's threads write into it)
+    const int32_t* perm = w.perm.as<const int32_t>();
+    const cpu::RowView xv = *xp;
+    pool_->ParallelFor(m, cpu::GrainFor(k), [&, dst, perm](size_t b, size_t e) {
+      for (size_t r = b; r < e; ++r) {
+        const float* src = xv.row(static_cast<int64_t>(r));
+        float* d = dst + r * k;
+        for (int64_t c = 0; c < k; ++c) {
+          DH_CHECK(static_cast<uint32_t>(perm[c]) < static_cast<uint64_t>(k),
+                   "matmul perm[{}] = {} outside [0, {})", c, perm[c], k);
+          d[c] = src[perm[c]];
+        }
+      }
+    });
+    Weight plain = w;
+    plain.perm = Tensor();
+    return MatMul(Tensor(dst, DType::kF32, {m, k}), plain, bias, out);
+  }
+  const auto xr = cpu::AsRows(x), o = cpu::AsRows(out);
+  const bool bias_ok =
+      bias.empty() || (bias.dtype == DType::kF32 && cpu::IsPlainVector(bias, w.rows));
+  const bool dense = w.format == WeightFormat::kDense;
+  const auto wtype = cpu::WTypeOf(w.data.dtype);
+  const bool layout_ok = xr && o && bias_ok && xr->cols == w.cols && o->rows == xr->rows &&
+                         o->cols == w.rows && w.data.ndim == 2 &&
+                         (w.data.stride[1] == 1 || w.cols == 1);
+  if (!layout_ok || (dense && !wtype)) {
+    Trace("matmul reference {} {}", WeightFormatName(w.format),
+                      DTypeName(w.data.dtype));
+    return ReferenceBackend::MatMul(x, w, bias, out);
+  }
+  MatMulCall c(w);
+  cpu::MatMulArgs& a = c.dense;
+  a.x = xr->row(0);
+  a.x_stride = xr->stride;
+  a.m = xr->rows;
+  a.k = w.cols;
+  a.bias = bias.empty() ? nullptr : bias.as<const float>();
+  a.out = o->row(0);
+  a.out_stride = o->stride;
+  c.Prepare();
+  for (const MatMulKernel& kernel : kMatMulKernels) {
+    if (kernel.Takes(c)) {
+      if (options().trace_kernels) Trace(kernel.describe(c));
+      kernel.run(c, *pool_);
+      return;
+    }
+  }
+  DH_CHECK(false, "no matmul kernel for {} {}", WeightFormatName(w.format),
+           DTypeName(w.data.dtype));
+}
+
+void CpuBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) {
+  const int64_t heads = static_cast<int64_t>(w.size());
+  DH_CHECK(x.ndim == 3 && out.ndim == 3 && x.dim(1) == heads && out.dim(1) == heads &&
+               out.dim(0) == x.dim(0) && heads > 0,
+           "batched matmul x {} out {} with {} weights", x.ShapeString(), out.ShapeString(), heads);
+  const int64_t m = x.dim(0), k = x.dim(2), n = out.dim(2);
+  // The fused path: dense weights of one supported type and shape, f32 rows with contiguous
+  // last dims, and few rows (the GEMV regime, where one head's rows are too little work to
+  // spread over the threads on their own).
+  const auto wtype = cpu::WTypeOf(w[0].data.dtype);
+  bool fused = m <= cpu::kGemvMaxRows && wtype && x.dtype == DType::kF32 &&
+               out.dtype == DType::kF32 && (x.stride[2] == 1 || k == 1) &&
+               (out.stride[2] == 1 || n == 1);
+  for (const Weight& wh : w) {
+    fused = fused && wh.format == WeightFormat::kDense && wh.data.dtype == w[0].data.dtype &&
+            wh.rows == n && wh.cols == k && wh.perm.empty() && wh.data.ndim == 2 &&
+            (wh.data.stride[1] == 1 || k == 1);
+  }
+  if (!fused) {
+    for (int64_t h = 0; h < heads; ++h) MatMul(x.Select(1, h), w[h], Tensor(), out.Select(1, h));
+    return;
+  }
+  Trace("batched_matmul gemv {} H={} M={} N={} K={}", DTypeName(w[0].data.dtype),
+                    heads, m, n, k);
+  thread_local std::vector<cpu::MatMulArgs> args;  // grows once: a decode step allocates nothing
+  args.resize(static_cast<size_t>(heads));
+  for (int64_t h = 0; h < heads; ++h) {
+    cpu::MatMulArgs& a = args[static_cast<size_t>(h)];
+    a.x = x.Select(1, h).as<const float>();
+    a.x_stride = x.stride[0];
+    a.m = m;
+    a.w = w[h].data.data;
+    a.wtype = *wtype;
+    a.w_stride = w[h].data.stride[0];
+    a.k = k;
+    a.out = out.Select(1, h).as<float>();
+    a.out_stride = out.stride[0];
+  }
+  // Items are (head, output row) pairs, head-major; a chunk may span heads.
+  pool_->ParallelFor(heads * n, cpu::GrainFor(m * k), [&](size_t b, size_t e) {
+    for (size_t i = b; i < e;) {
+      const int64_t h = static_cast<int64_t>(i) / n, r = static_cast<int64_t>(i) % n;
+      const int64_t stop = std::min<int64_t>(n, r + static_cast<int64_t>(e - i));
+      cpu::MatMulRange(args[static_cast<size_t>(h)], r, stop);
+      i += static_cast<size_t>(stop - r);
+    }
+  });
+}
+
+}  // namespace dh

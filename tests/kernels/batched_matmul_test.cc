@@ -1,0 +1,182 @@
+// BatchedMatMul (one weight per head, MLA's absorbed W_uk^T / W_uv) and the broadcast view
+// (Tensor::Broadcast read by Copy): CpuBackend against ReferenceBackend on every SIMD target
+// compiled into this binary that the CPU supports, with strided inputs and outputs shaped as
+// deepseek.cc passes them.
+//
+// Tolerance: |cpu - ref| <= 2e-5 * max(1, max|ref|), as for MatMul (f32 SIMD sums vs the
+// reference's double sums). The reference itself must equal its own per-head MatMul exactly.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/reference/reference_backend.h"
+#include "base/log.h"
+#include "hwy/targets.h"
+#include "kernels/kernel_test_util.h"
+
+namespace dh {
+namespace {
+
+using test::ExpectClose;
+using test::Owned;
+using test::Rng;
+
+class BatchedMatMulTest : public ::testing::Test {
+ protected:
+  template <typename Body>
+  void ForEachTarget(Body body) {
+    const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+    ASSERT_FALSE(targets.empty());
+    for (int64_t target : targets) {
+      hwy::SetSupportedTargetsForTest(target);
+      SCOPED_TRACE(hwy::TargetName(target));
+      ASSERT_STREQ(cpu::DispatchedTargetName(), hwy::TargetName(target));
+      body();
+      if (HasFatalFailure()) break;
+    }
+    hwy::SetSupportedTargetsForTest(0);
+  }
+
+  ReferenceBackend ref_{BackendOptions{}};
+  CpuBackend cpu_{BackendOptions{.num_threads = 2}};
+};
+
+// Per-head weights [n, k] of `dtype`, random.
+struct HeadWeights {
+  std::vector<std::unique_ptr<Owned>> storage;
+  std::vector<Weight> w;
+  HeadWeights(Rng& rng, DType dtype, int64_t heads, int64_t n, int64_t k) {
+    for (int64_t h = 0; h < heads; ++h) {
+      storage.push_back(std::make_unique<Owned>(dtype, std::initializer_list<int64_t>{n, k}));
+      rng.Fill(*storage.back());
+      w.push_back(Weight::Dense(storage.back()->t));
+    }
+  }
+};
+
+TEST_F(BatchedMatMulTest, CpuMatchesReferenceOnStridedViews) {
+  struct Shape {
+    int64_t t, heads, n, k;
+  };
+  // T <= 3 takes the fused GEMV path, larger T one MatMul per head (GEMV or tiled GEMM).
+  const Shape shapes[] = {{1, 1, 1, 1},  {1, 3, 7, 5},   {1, 16, 33, 24}, {2, 4, 17, 129},
+                          {3, 5, 40, 64}, {4, 2, 9, 31}, {7, 3, 24, 48},  {17, 2, 23, 65}};
+  Rng rng(11);
+  ForEachTarget([&] {
+    for (DType wt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (const Shape& s : shapes) {
+        const std::string what = fmt::format("{} T={} H={} N={} K={}", DTypeName(wt), s.t,
+                                             s.heads, s.n, s.k);
+        HeadWeights w(rng, wt, s.heads, s.n, s.k);
+        // x is the first k of k + 5 per head (like q3.Narrow(2, 0, nope)); out the first n of
+        // n + 3 (like q_full.Narrow(2, 0, kv_lora)); the padding must stay untouched.
+        Owned xs(DType::kF32, {s.t, s.heads, s.k + 5});
+        rng.Fill(xs);
+        const Tensor x = xs.t.Narrow(2, 0, s.k);
+        Owned got(DType::kF32, {s.t, s.heads, s.n + 3}), want(DType::kF32, {s.t, s.heads, s.n + 3});
+        for (Owned* o : {&got, &want}) {
+          for (int64_t i = 0; i < o->t.numel(); ++i) o->f32()[i] = -7.0f;
+        }
+        cpu_.BatchedMatMul(x, w.w, got.t.Narrow(2, 0, s.n));
+        ref_.BatchedMatMul(x, w.w, want.t.Narrow(2, 0, s.n));
+        ExpectClose(got.ToVector(), want.ToVector(), 2e-5f, what);
+        for (int64_t r = 0; r < s.t * s.heads; ++r) {
+          for (int64_t c = s.n; c < s.n + 3; ++c) {
+            ASSERT_EQ(got.f32()[r * (s.n + 3) + c], -7.0f) << what << " wrote padding";
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST_F(BatchedMatMulTest, ReferenceIsItsMatMulPerHead) {
+  Rng rng(12);
+  const int64_t T = 3, H = 4, N = 6, K = 10;
+  HeadWeights w(rng, DType::kBF16, H, N, K);
+  Owned x(DType::kF32, {T, H, K}), out(DType::kF32, {T, H, N});
+  rng.Fill(x);
+  ref_.BatchedMatMul(x.t, w.w, out.t);
+  for (int64_t h = 0; h < H; ++h) {
+    Owned xh(DType::kF32, {T, K}), oh(DType::kF32, {T, N});
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = 0; i < K; ++i) xh.f32()[t * K + i] = x.f32()[(t * H + h) * K + i];
+    }
+    ref_.MatMul(xh.t, w.w[h], Tensor(), oh.t);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < N; ++j) {
+        EXPECT_EQ(out.f32()[(t * H + h) * N + j], oh.f32()[t * N + j]) << h << " " << t << " " << j;
+      }
+    }
+  }
+}
+
+TEST_F(BatchedMatMulTest, BroadcastViewCopiesOneRowToEveryHead) {
+  Rng rng(13);
+  const int64_t N = 5, H = 3, D = 4, W = 9;
+  // Rows of width W; the last D columns are the shared part (MLA's rotary key).
+  Owned rows(DType::kF32, {N, W});
+  rng.Fill(rows);
+  const Tensor shared = rows.t.Narrow(1, W - D, D).Broadcast(1, H);  // [N, H, D]
+  ASSERT_EQ(shared.ndim, 3);
+  EXPECT_EQ(shared.stride[1], 0);
+  EXPECT_EQ(shared.stride[0], W);
+  ForEachTarget([&] {
+    Owned got(DType::kF32, {N, H, D + 2}), want(DType::kF32, {N, H, D + 2});
+    cpu_.Copy(shared, got.t.Narrow(2, 2, D));
+    ref_.Copy(shared, want.t.Narrow(2, 2, D));
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t d = 0; d < D; ++d) {
+          const float src = rows.f32()[n * W + (W - D) + d];
+          EXPECT_EQ(got.f32()[(n * H + h) * (D + 2) + 2 + d], src);
+          EXPECT_EQ(want.f32()[(n * H + h) * (D + 2) + 2 + d], src);
+        }
+      }
+    }
+  });
+}
+
+TEST(TensorViewTest, SelectDropsTheDimension) {
+  std::vector<float> data(2 * 3 * 4);
+  Tensor t(data.data(), DType::kF32, {2, 3, 4});
+  const Tensor s = t.Select(1, 2);  // [2, 4]
+  ASSERT_EQ(s.ndim, 2);
+  EXPECT_EQ(s.shape[0], 2);
+  EXPECT_EQ(s.shape[1], 4);
+  EXPECT_EQ(s.stride[0], 12);
+  EXPECT_EQ(s.stride[1], 1);
+  EXPECT_EQ(s.data, static_cast<void*>(data.data() + 8));
+  const Tensor last = t.Select(2, 3);  // [2, 3], stride 4 between columns
+  EXPECT_EQ(last.ndim, 2);
+  EXPECT_EQ(last.stride[1], 4);
+  EXPECT_EQ(last.data, static_cast<void*>(data.data() + 3));
+  const Tensor b = t.Select(0, 1).Broadcast(0, 5);  // [5, 3, 4], every entry the same memory
+  EXPECT_EQ(b.ndim, 3);
+  EXPECT_EQ(b.shape[0], 5);
+  EXPECT_EQ(b.stride[0], 0);
+  EXPECT_EQ(b.stride[1], 4);
+  EXPECT_EQ(b.data, static_cast<void*>(data.data() + 12));
+}
+
+TEST_F(BatchedMatMulTest, TraceNamesTheFusedKernelAndSupportsSaysSo) {
+  SetLogLevel(LogLevel::kInfo);
+  CpuBackend traced(BackendOptions{.num_threads = 2, .trace_kernels = true});
+  Rng rng(14);
+  HeadWeights w(rng, DType::kBF16, 4, 8, 16);
+  Owned x(DType::kF32, {1, 4, 16}), out(DType::kF32, {1, 4, 8});
+  rng.Fill(x);
+  ::testing::internal::CaptureStderr();
+  traced.BatchedMatMul(x.t, w.w, out.t);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("batched_matmul gemv bf16 H=4 M=1 N=8 K=16"), std::string::npos) << log;
+  EXPECT_TRUE(cpu_.Supports({OpKind::kBatchedMatMul}));
+  EXPECT_TRUE(ref_.Supports({OpKind::kBatchedMatMul}));
+}
+
+}  // namespace
+}  // namespace dh
