@@ -30,8 +30,10 @@ std::function<int()> SetupVerify(CLI::App* sub) {
   sub->add_option("--max-abs", a->o.max_abs, "Flag weights with |x| above this")
       ->capture_default_str();
   sub->add_flag("--no-load", a->no_load,
-                "Skip loading the model through its architecture (the expected-tensor check)");
-  sub->add_option("--device", a->device, "Backend for the expected-tensor load")
+                "Skip the expected-tensor check (the architecture's factory run over the "
+                "headers: no weight is read or loaded)");
+  sub->add_option("--device", a->device,
+                  "Backend for the small tables a model builds when constructed (rope)")
       ->capture_default_str();
   sub->add_flag("--quiet,-q", a->quiet, "No progress bar or log lines");
   return [a]() -> int {
