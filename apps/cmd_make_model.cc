@@ -26,6 +26,8 @@ std::function<int()> SetupMakeModel(CLI::App* sub) {
   sub->add_option("--output,-o", a->output, "Directory to write (created if missing)")->required();
   CLI::Option* layers =
       sub->add_option("--layers", a->options.layers, "Override the preset's layer count");
+  sub->add_option("--vocab-size", a->options.vocab_size,
+                  "Override the preset's vocabulary size (e.g. to match a tokenizer copied in)");
   sub->add_option("--dtype", a->dtype, "Weight dtype: bf16 (default) or f32");
   sub->add_option("--seed", a->options.seed, "Random seed (default 0)");
   sub->add_flag("--quiet,-q", a->quiet, "Print nothing on success");

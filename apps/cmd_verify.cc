@@ -30,10 +30,11 @@ std::function<int()> SetupVerify(CLI::App* sub) {
   sub->add_option("--max-abs", a->o.max_abs, "Flag weights with |x| above this")
       ->capture_default_str();
   sub->add_flag("--no-load", a->no_load,
-                "Skip loading the model through its architecture (the expected-tensor check)");
+                "Skip the expected-tensor check (the architecture's factory run over the "
+                "headers: no weight is read or loaded)");
   sub->add_option("--device", a->device,
-                  "Backend for the expected-tensor load (registered: " + RegisteredBackendList() +
-                      ")")
+                  "Backend for the small tables a model builds when constructed (rope; "
+                  "registered: " + RegisteredBackendList() + ")")
       ->capture_default_str();
   sub->add_flag("--quiet,-q", a->quiet, "No progress bar or log lines");
   return [a]() -> int {

@@ -169,6 +169,17 @@ std::vector<std::string> SupportedArchitectures() {
   return names;
 }
 
+Result<ModelFactory> FindArchitecture(const std::string& name) {
+  EnsureBuiltins();
+  {
+    std::lock_guard<std::mutex> lock(ArchMutex());
+    auto it = Architectures().find(name);
+    if (it != Architectures().end()) return it->second;
+  }
+  return NotFound("architecture '{}' is not supported (supported: {})", name,
+                  fmt::join(SupportedArchitectures(), ", "));
+}
+
 Result<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend& backend,
                                          const LoadOptions& options) {
   EnsureBuiltins();

@@ -62,6 +62,9 @@ using ModelFactory =
 // Registers an architecture under its HF name (e.g. "LlamaForCausalLM").
 void RegisterArchitecture(const std::string& name, ModelFactory factory);
 std::vector<std::string> SupportedArchitectures();
+// The factory registered under `name`; NotFound (listing the supported ones) otherwise. Lets a
+// tool drive an architecture with its own WeightLoader (e.g. verify's shape-only loader).
+Result<ModelFactory> FindArchitecture(const std::string& name);
 
 // Loads DIR (config.json + safetensors) onto `backend`.
 Result<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend& backend,

@@ -230,6 +230,10 @@ Result<json> RandomModelConfig(const RandomModelOptions& options) {
     c["num_hidden_layers"] = options.layers;
     if (c.contains("max_window_layers")) c["max_window_layers"] = options.layers;
   }
+  if (options.vocab_size < 0 || options.vocab_size > (int64_t{1} << 24)) {
+    return InvalidArgument("--vocab-size: expected 1 to 16777216, got {}", options.vocab_size);
+  }
+  if (options.vocab_size > 0) c["vocab_size"] = options.vocab_size;
   if (options.dtype == DType::kBF16) {
     c["torch_dtype"] = "bfloat16";
   } else if (options.dtype == DType::kF32) {

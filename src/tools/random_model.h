@@ -16,6 +16,7 @@ namespace dh::tools {
 struct RandomModelOptions {
   std::string preset;
   int layers = 0;              // 0: the preset's layer count
+  int64_t vocab_size = 0;      // 0: the preset's vocabulary (else: to match a tokenizer)
   DType dtype = DType::kBF16;  // kBF16 or kF32
   uint64_t seed = 0;
   double stddev = 0.02;

@@ -12,12 +12,15 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "base/progress.h"
 #include "base/sha256.h"
 #include "base/thread_pool.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
-#include "model/model.h"
+#include "tools/verify_tensors.h"
 
 namespace dh {
 namespace {
@@ -39,64 +42,184 @@ std::string ShapeOf(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-float ElementAsFloat(const TensorInfo& t, uint64_t i) {
-  switch (t.dtype) {
+float ElementAt(const uint8_t* data, DType dtype, uint64_t i) {
+  switch (dtype) {
     case DType::kF32: {
       float v;
-      std::memcpy(&v, t.data + 4 * i, 4);
+      std::memcpy(&v, data + 4 * i, 4);
       return v;
     }
     case DType::kF16: {
       uint16_t v;
-      std::memcpy(&v, t.data + 2 * i, 2);
+      std::memcpy(&v, data + 2 * i, 2);
       return F16ToF32(v);
     }
     case DType::kBF16: {
       uint16_t v;
-      std::memcpy(&v, t.data + 2 * i, 2);
+      std::memcpy(&v, data + 2 * i, 2);
       return BF16ToF32(v);
     }
-    case DType::kF8E4M3: return F8E4M3ToF32(t.data[i]);
-    case DType::kF8E5M2: return F8E5M2ToF32(t.data[i]);
+    case DType::kF8E4M3: return F8E4M3ToF32(data[i]);
+    case DType::kF8E5M2: return F8E5M2ToF32(data[i]);
     default: return 0;
   }
 }
+
+float ElementAsFloat(const TensorInfo& t, uint64_t i) { return ElementAt(t.data, t.dtype, i); }
 
 bool IsScaleTensor(const std::string& name) {
   return EndsWith(name, "weight_scale_inv") || EndsWith(name, ".scales") ||
          EndsWith(name, "_scale") || EndsWith(name, ".weight_scale");
 }
 
-// Streams one tensor: NaN, Inf, |x| > max_abs and (for 2-D weight matrices) all-zero rows.
-TensorStats Stats(const TensorInfo& t, double max_abs) {
-  TensorStats s;
-  s.name = t.name;
-  s.dtype = std::string(DTypeName(t.dtype));
-  s.shape = ShapeOf(t.shape);
-  const size_t esize = DTypeSize(t.dtype);
-  s.elements = esize ? t.nbytes / esize : 0;
-  const uint64_t cols = t.shape.size() == 2 ? static_cast<uint64_t>(t.shape[1]) : 0;
+// One chunk of a tensor (whole rows of 2-D tensors): NaN, Inf, |x| > max_abs and, with
+// cols > 0, all-zero rows. Counts add up and max_abs maxes over chunks.
+void AccumulateStats(const uint8_t* data, DType dtype, uint64_t n, uint64_t cols, double max_abs,
+                     TensorStats* s) {
   bool row_zero = true;
-  for (uint64_t i = 0; i < s.elements; ++i) {
-    const float v = ElementAsFloat(t, i);
+  for (uint64_t i = 0; i < n; ++i) {
+    const float v = ElementAt(data, dtype, i);
     if (std::isnan(v)) {
-      ++s.nan;
+      ++s->nan;
     } else if (std::isinf(v)) {
-      ++s.inf;
+      ++s->inf;
     } else {
       const double a = std::fabs(static_cast<double>(v));
-      s.max_abs = std::max(s.max_abs, a);
-      if (a > max_abs) ++s.absurd;
+      s->max_abs = std::max(s->max_abs, a);
+      if (a > max_abs) ++s->absurd;
     }
     if (cols > 0) {
       row_zero = row_zero && v == 0.0f;
       if ((i + 1) % cols == 0) {
-        if (row_zero) ++s.zero_rows;
+        if (row_zero) ++s->zero_rows;
         row_zero = true;
       }
     }
   }
-  return s;
+}
+
+// Where each tensor's bytes start in its file: 8 + header length + data_offsets[0] (the header
+// was validated when the checkpoint was opened; this re-reads only the header).
+Result<std::map<std::string, uint64_t>> DataOffsets(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  uint8_t len8[8];
+  if (!in.read(reinterpret_cast<char*>(len8), 8)) return IoError("{}: cannot read", path);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len8[i];
+  if (header_len > (uint64_t{100} << 20)) return IoError("{}: header too large", path);
+  std::string header(header_len, '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(header_len)))
+    return IoError("{}: cannot read the header", path);
+  json h = json::parse(header, nullptr, false);
+  if (h.is_discarded() || !h.is_object()) return IoError("{}: header is not a JSON object", path);
+  std::map<std::string, uint64_t> out;
+  for (const auto& [name, v] : h.items()) {
+    if (name == "__metadata__" || !v.is_object() || !v.contains("data_offsets")) continue;
+    const json& off = v["data_offsets"];
+    if (!off.is_array() || off.empty() || !off[0].is_number_unsigned()) continue;
+    out[name] = 8 + header_len + off[0].get<uint64_t>();
+  }
+  return out;
+}
+
+// A piece of one tensor read with one pread: whole rows for 2-D tensors, ~kChunkBytes.
+struct StatsChunk {
+  size_t tensor = 0;
+  uint64_t file_offset = 0, bytes = 0;
+};
+constexpr uint64_t kChunkBytes = 8u << 20;
+
+// Streams every float tensor from disk in chunks on all threads (each thread reuses one buffer,
+// so memory stays at threads x kChunkBytes whatever the checkpoint's size), in file order so
+// the disk reads sequentially. Fills stats (one entry per tensor) and returns the bytes read.
+Result<uint64_t> StreamStats(const std::vector<const TensorInfo*>& tensors, double max_abs,
+                             ThreadPool& pool, bool progress, std::vector<TensorStats>* stats) {
+  std::map<std::string, std::map<std::string, uint64_t>> offsets;  // file -> name -> offset
+  std::vector<StatsChunk> chunks;
+  std::vector<std::vector<size_t>> chunks_of(tensors.size());
+  uint64_t total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorInfo& t = *tensors[i];
+    auto it = offsets.find(t.file);
+    if (it == offsets.end()) {
+      DH_ASSIGN_OR_RETURN(auto o, DataOffsets(t.file));
+      it = offsets.emplace(t.file, std::move(o)).first;
+    }
+    auto off = it->second.find(t.name);
+    if (off == it->second.end()) return Internal("{}: '{}' not in the header", t.file, t.name);
+    const uint64_t esize = DTypeSize(t.dtype);
+    const uint64_t row_bytes =
+        t.shape.size() == 2 && t.shape[1] > 0 ? static_cast<uint64_t>(t.shape[1]) * esize : esize;
+    const uint64_t step = std::max<uint64_t>(1, kChunkBytes / row_bytes) * row_bytes;
+    for (uint64_t b = 0; b < t.nbytes; b += step) {
+      chunks.push_back({i, off->second + b, std::min(step, t.nbytes - b)});
+    }
+    total += t.nbytes;
+  }
+  std::vector<TensorStats> partial(chunks.size());
+  std::vector<std::string> errors(chunks.size());
+  ProgressBar bar("verify", total, progress);
+  std::mutex mu;
+  uint64_t done = 0;
+  std::atomic<size_t> next{0};
+  pool.RunOnAll([&](int) {
+    std::vector<uint8_t> buf;
+    std::map<std::string, int> fds;
+    while (true) {
+      const size_t c = next.fetch_add(1);
+      if (c >= chunks.size()) break;
+      const StatsChunk& ch = chunks[c];
+      const TensorInfo& t = *tensors[ch.tensor];
+      auto [slot, opened] = fds.try_emplace(t.file, -1);
+      if (opened) {
+        slot->second = ::open(t.file.c_str(), O_RDONLY | O_CLOEXEC);
+        if (slot->second >= 0) ::posix_fadvise(slot->second, 0, 0, POSIX_FADV_SEQUENTIAL);
+      }
+      const int fd = slot->second;
+      buf.resize(ch.bytes);
+      uint64_t got = 0;
+      while (fd >= 0 && got < ch.bytes) {
+        const ssize_t k = ::pread(fd, buf.data() + got, ch.bytes - got,
+                                  static_cast<off_t>(ch.file_offset + got));
+        if (k <= 0) break;
+        got += static_cast<uint64_t>(k);
+      }
+      if (got < ch.bytes) {
+        errors[c] = fmt::format("{}: short read of '{}' at offset {}", t.file, t.name,
+                                ch.file_offset + got);
+      } else {
+        const uint64_t cols = t.shape.size() == 2 ? static_cast<uint64_t>(t.shape[1]) : 0;
+        AccumulateStats(buf.data(), t.dtype, ch.bytes / DTypeSize(t.dtype), cols, max_abs,
+                        &partial[c]);
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      done += ch.bytes;
+      bar.Update(done);
+    }
+    for (const auto& [f, fd] : fds)
+      if (fd >= 0) ::close(fd);
+  });
+  bar.Finish();
+  for (const std::string& e : errors)
+    if (!e.empty()) return IoError("{}", e);
+  stats->assign(tensors.size(), TensorStats());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TensorStats& s = (*stats)[i];
+    s.name = tensors[i]->name;
+    s.dtype = std::string(DTypeName(tensors[i]->dtype));
+    s.shape = ShapeOf(tensors[i]->shape);
+    s.elements = tensors[i]->nbytes / DTypeSize(tensors[i]->dtype);
+  }
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    TensorStats& s = (*stats)[chunks[c].tensor];
+    const TensorStats& p = partial[c];
+    s.nan += p.nan;
+    s.inf += p.inf;
+    s.zero_rows += p.zero_rows;
+    s.absurd += p.absurd;
+    s.max_abs = std::max(s.max_abs, p.max_abs);
+  }
+  return total;
 }
 
 void CheckFp8Scales(const Checkpoint& ckpt, const ModelConfig* config, VerifyReport* r) {
@@ -359,40 +482,22 @@ Result<VerifyReport> VerifyCheckpoint(const VerifyOptions& o, Backend* backend) 
 
   if (o.load_model && backend != nullptr && cfg != nullptr) {
     r.checks_run.push_back("tensors");
-    LoadOptions lo;
-    auto model = LoadModel(o.model_path, *backend, lo);
-    if (!model.ok()) r.problems.push_back({"tensors", o.model_path, model.status().message()});
+    for (VerifyProblem& p : CheckExpectedTensors(*ckpt, *cfg, *backend))
+      r.problems.push_back(std::move(p));
   }
 
-  // Streamed statistics over every float tensor, largest first, on all threads.
+  // Statistics streamed from disk over every float tensor, in file order, on all threads.
   r.checks_run.push_back("values");
   std::vector<const TensorInfo*> floats;
-  uint64_t total = 0;
   for (const TensorInfo* t : ckpt->tensors()) {
-    if (IsFloat(t->dtype) && DTypeSize(t->dtype) > 0) {
-      floats.push_back(t);
-      total += t->nbytes;
-    }
+    if (IsFloat(t->dtype) && DTypeSize(t->dtype) > 0) floats.push_back(t);
   }
-  std::sort(floats.begin(), floats.end(),
-            [](const TensorInfo* a, const TensorInfo* b) { return a->nbytes > b->nbytes; });
-  std::vector<TensorStats> stats(floats.size());
-  ProgressBar bar("verify", total, o.progress);
-  std::mutex mu;
-  uint64_t done = 0;
-  std::atomic<size_t> next{0};
-  const auto t0 = std::chrono::steady_clock::now();
-  pool.RunOnAll([&](int) {
-    while (true) {
-      const size_t i = next.fetch_add(1);
-      if (i >= floats.size()) break;
-      stats[i] = Stats(*floats[i], o.max_abs);
-      std::lock_guard<std::mutex> lock(mu);
-      done += floats[i]->nbytes;
-      bar.Update(done);
-    }
+  std::sort(floats.begin(), floats.end(), [](const TensorInfo* a, const TensorInfo* b) {
+    return a->file != b->file ? a->file < b->file : a->data < b->data;
   });
-  bar.Finish();
+  std::vector<TensorStats> stats;
+  const auto t0 = std::chrono::steady_clock::now();
+  DH_ASSIGN_OR_RETURN(r.stats_bytes, StreamStats(floats, o.max_abs, pool, o.progress, &stats));
   r.stats_seconds = Seconds(t0);
   for (size_t i = 0; i < floats.size(); ++i) {
     const TensorStats& s = stats[i];
@@ -425,8 +530,8 @@ std::string FormatVerifyText(const VerifyReport& r) {
   for (const std::string& c : r.checks_run) checks += (checks.empty() ? "" : ", ") + c;
   out += "checks: " + checks + "\n";
   if (r.stats_seconds > 0) {
-    out += fmt::format("values: {:.1f} MB in {:.2f} s ({:.2f} GB/s)\n", r.bytes / 1e6,
-                       r.stats_seconds, r.bytes / 1e9 / r.stats_seconds);
+    out += fmt::format("values: {:.1f} MB read in {:.2f} s ({:.2f} GB/s)\n", r.stats_bytes / 1e6,
+                       r.stats_seconds, r.stats_bytes / 1e9 / r.stats_seconds);
   }
   if (r.hashed_bytes > 0 && r.hash_seconds > 0) {
     out += fmt::format("sha256: {:.1f} MB in {:.2f} s ({:.2f} GB/s)\n", r.hashed_bytes / 1e6,
@@ -458,6 +563,7 @@ std::string FormatVerifyJson(const VerifyReport& r) {
               {"bytes", r.bytes},
               {"checks", r.checks_run},
               {"values_seconds", r.stats_seconds},
+              {"values_bytes", r.stats_bytes},
               {"sha256_bytes", r.hashed_bytes},
               {"sha256_seconds", r.hash_seconds},
               {"clean", r.clean()},

@@ -1,7 +1,9 @@
 // `deepharness verify`: checks a checkpoint before it is served — index <-> files <-> tensors,
-// the tensors the architecture expects (through the model's own loader: names, shapes, dtypes,
-// nothing unexpected), FP8 block-scale grids, AWQ/GPTQ packing, streamed per-tensor statistics
-// (NaN, Inf, all-zero rows, absurd magnitudes) on all threads, and sha256 against a manifest.
+// the tensors the architecture expects (its own factory run over the headers only, see
+// verify_tensors.h: names, shapes, dtypes, and every unused tensor named), FP8 block-scale
+// grids, AWQ/GPTQ packing, per-tensor statistics (NaN, Inf, all-zero rows, absurd magnitudes)
+// streamed from disk in chunks on all threads with bounded memory, and sha256 against a
+// manifest.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +20,7 @@ struct VerifyOptions {
   std::string manifest;      // sha256sum-format file; empty: no hashing
   int threads = 0;           // 0: all CPUs
   double max_abs = 1e4;      // |x| above this in a weight is "absurd"
-  bool load_model = true;    // check expected tensors by running the architecture's loader
+  bool load_model = true;    // the expected-tensor check (headers only; nothing is loaded)
   bool progress = true;      // progress bar on stderr
 };
 
@@ -42,6 +44,7 @@ struct VerifyReport {
   int tensors = 0;
   uint64_t bytes = 0;
   uint64_t hashed_bytes = 0;
+  uint64_t stats_bytes = 0;  // bytes of float tensors streamed for the value statistics
   double stats_seconds = 0, hash_seconds = 0;
   std::vector<std::string> checks_run;
   std::vector<VerifyProblem> problems;

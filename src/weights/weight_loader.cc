@@ -328,14 +328,14 @@ Result<Weight> WeightLoader::MatrixPart(const std::string& name, int64_t rows, i
                 part_cols * elem);
   }
   Tensor host(part.data(), host_dtype, {part_rows, part_cols});
-  const PrecisionFormat target = plan_.policy.FormatFor(name);
+  const PrecisionFormat target = plan().policy.FormatFor(name);
   if (target.kind == PrecisionFormat::Kind::kQuant) {
     std::vector<float> f32(static_cast<size_t>(part_rows * part_cols));
     ToF32(host, f32.data());
     return UploadQuantized(f32, part_rows, part_cols, name, target.quant);
   }
   const DType dtype = target.kind == PrecisionFormat::Kind::kDense ? target.dtype
-                                                                   : plan_.dtype.value_or(dense_dtype);
+                                                                   : plan().dtype.value_or(dense_dtype);
   DH_ASSIGN_OR_RETURN(Tensor data, Upload(host, dtype));
   loaded_as_[name] = {std::string(DTypeName(dtype)), data.nbytes()};
   return backend_.PrepareWeight(Weight::Dense(data));

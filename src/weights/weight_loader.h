@@ -94,6 +94,12 @@ class WeightLoader {
   Backend& backend() { return backend_; }
   const LoadOptions& options() const { return options_; }
   const WeightPlan& plan() const { return options_.plan; }
+  // True when `name` starts with a prefix given to Skip.
+  bool IsSkipped(const std::string& name) const {
+    for (const auto& p : skipped_prefixes_)
+      if (name.rfind(p, 0) == 0) return true;
+    return false;
+  }
 
  private:
   Result<const TensorInfo*> Find(const std::string& name);

@@ -239,7 +239,7 @@ TEST_F(VerifyTest, MissingAndUnexpectedTensors) {
   index["weight_map"].erase(dropped);
   std::ofstream(d / "model.safetensors.index.json") << index.dump();
   r = Verify(d);
-  EXPECT_TRUE(Has(r, "tensors", "", dropped)) << Problems(r);
+  EXPECT_TRUE(Has(r, "tensors", dropped, "missing: expected [")) << Problems(r);
   // On a fresh copy: an extra tensor in a shard that the index does not list.
   const fs::path d2 = tmp_ / "extra";
   fs::copy(Golden("qwen2_sharded"), d2, fs::copy_options::recursive);
@@ -248,8 +248,68 @@ TEST_F(VerifyTest, MissingAndUnexpectedTensors) {
   r = Verify(d2);
   EXPECT_TRUE(Has(r, "structure", "model.layers.0.mystery.weight", "not in model.safetensors.index.json"))
       << Problems(r);
-  // The architecture's loader only logs unused tensors (a warning), so "tensors" does not name
-  // it; the index check above does (a gap for single-file checkpoints: docs/migration.md).
+  // The expected-tensor check names it too, as a tensor the architecture does not use.
+  EXPECT_TRUE(Has(r, "tensors", "model.layers.0.mystery.weight", "unexpected tensor"))
+      << Problems(r);
+}
+
+TEST_F(VerifyTest, SingleFileMissingWrongShapeAndUnexpectedAreAllNamed) {
+  const fs::path d = Copy("llama_f32");
+  std::string dropped_a, dropped_b, reshaped;
+  Rewrite(d / "model.safetensors",
+          [&](const std::string& name, std::vector<uint8_t>&, std::vector<int64_t>& shape) {
+            if (name == "model.layers.0.input_layernorm.weight") {
+              dropped_a = name;
+              return false;
+            }
+            if (name == "model.norm.weight") {
+              dropped_b = name;
+              return false;
+            }
+            if (name == "model.layers.0.self_attn.o_proj.weight") {
+              reshaped = name;
+              std::swap(shape[0], shape[1]);
+              shape[0] = shape[0] * shape[1];
+              shape[1] = 1;
+            }
+            return true;
+          },
+          {{"lm_head.extra_bias", DType::kF32, {8}}, {"model.layers.7.mlp.up_proj.weight", DType::kF32, {2, 2}}});
+  ASSERT_FALSE(reshaped.empty());
+  const VerifyReport r = Verify(d);
+  // Every problem at once (loading the model would stop at the first).
+  EXPECT_TRUE(Has(r, "tensors", dropped_a, "missing: expected [")) << Problems(r);
+  EXPECT_TRUE(Has(r, "tensors", dropped_b, "missing: expected [")) << Problems(r);
+  EXPECT_TRUE(Has(r, "tensors", reshaped, ", expected [")) << Problems(r);
+  EXPECT_TRUE(Has(r, "tensors", "lm_head.extra_bias", "unexpected tensor")) << Problems(r);
+  EXPECT_TRUE(Has(r, "tensors", "model.layers.7.mlp.up_proj.weight", "unexpected tensor"))
+      << Problems(r);
+  int tensor_problems = 0;
+  for (const VerifyProblem& p : r.problems) tensor_problems += p.check == "tensors";
+  EXPECT_EQ(tensor_problems, 5) << Problems(r);
+}
+
+TEST_F(VerifyTest, FindingsInTensorsLargerThanOneReadChunk) {
+  // A 2304 x 1024 f32 tensor (9 MiB) is read in two chunks of whole rows; a NaN in the second
+  // chunk and an all-zero row in the first must both be counted under its name.
+  const fs::path d = Copy("llama_f32");
+  const std::string big = "model.layers.0.big.weight";
+  Rewrite(d / "model.safetensors",
+          [](const std::string&, std::vector<uint8_t>&, std::vector<int64_t>&) { return true; },
+          {{big, DType::kF32, {2304, 1024}}});
+  Rewrite(d / "model.safetensors", [&](const std::string& name, std::vector<uint8_t>& b,
+                                        std::vector<int64_t>&) {
+    if (name != big) return true;
+    const float nan = std::nanf("");
+    std::memcpy(b.data() + 4 * (2200 * 1024 + 3), &nan, 4);
+    std::memset(b.data() + 4 * 100 * 1024, 0, 4 * 1024);
+    return true;
+  });
+  const VerifyReport r = Verify(d);
+  EXPECT_TRUE(Has(r, "values", big, "1 NaN")) << Problems(r);
+  EXPECT_TRUE(Has(r, "values", big, "1 all-zero rows")) << Problems(r);
+  EXPECT_TRUE(Has(r, "tensors", big, "unexpected tensor")) << Problems(r);
+  EXPECT_GE(r.stats_bytes, uint64_t{2304} * 1024 * 4);
 }
 
 TEST_F(VerifyTest, GptqPackingAndTruncation) {
