@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -22,6 +23,9 @@ class ChatPromptRenderer {
   // True when the generation prompt ends inside an open <think> block (DeepSeek-R1 templates):
   // `serve` then enables the deepseek_r1 reasoning parser by default.
   virtual bool OpensThinkBlock() const { return false; }
+  // The template's source text (empty for the plain renderer): `--tool-call-parser auto` reads
+  // which tool-call syntax the template writes from it.
+  virtual std::string_view Source() const { return {}; }
 };
 
 // "<role>: <content>\n" per message, then "assistant:" when a generation prompt is asked for.

@@ -65,7 +65,12 @@ std::optional<ApiError> SubmitAll(Engine& engine, Job& job, int logprobs, int pr
       request.id = fmt::format("{}-{}", job.meta.id, index);
       request.prompt_token_ids = job.prompts[p];
       request.sampling = ToEngineParams(job.sampling, job.max_tokens, i, prompt_logprobs, logprobs);
-      if (job.grammar) request.sampling.constraint = StructuredOutput::NewConstraint(job.grammar);
+      if (job.grammar) {
+        // With a reasoning template (R1), the <think> span is free and the grammar governs the
+        // answer after </think>.
+        request.sampling.constraint = StructuredOutput::NewConstraint(
+            job.grammar, job.reasoning ? job.think_end_id : std::nullopt);
+      }
       request.arrival_time = arrival;
       auto handle = engine.Submit(std::move(request));
       if (!handle.ok()) {
@@ -220,7 +225,9 @@ GenerationService::GenerationService(Engine* engine, const Tokenizer* tokenizer,
       metrics_(metrics) {
   if (tokenizer_) think_end_id_ = tokenizer_->TokenToId("</think>");
   structured_ = std::make_unique<StructuredOutput>(tokenizer_, model_limits().vocab_size);
-  tool_parser_ = internal::ResolveToolParser(config_.tool_call_parser, tokenizer_);
+  tool_parser_ = internal::ResolveToolParser(config_.tool_call_parser,
+                                             renderer_ ? renderer_->Source() : std::string_view(),
+                                             tokenizer_);
 }
 
 std::optional<ApiError> GenerationService::PrepareStructured(const Json& body, internal::Job& job,

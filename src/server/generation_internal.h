@@ -35,6 +35,7 @@ struct ChoiceState {
   ReasoningSplitter splitter;
   // Tool calls (generation_tools.cc): streamed state of this choice.
   std::shared_ptr<ToolCallStreamer> tool_stream;
+  std::shared_ptr<ForcedCallStreamer> forced_stream;
   std::string tool_text;
   std::string tool_id;
 };

@@ -23,10 +23,13 @@ Json CallDeltas(const std::vector<ToolCall>& calls, int first_index) {
 
 }  // namespace
 
-ToolParser ResolveToolParser(const std::string& name, const Tokenizer* tokenizer) {
+ToolParser ResolveToolParser(const std::string& name, std::string_view chat_template,
+                             const Tokenizer* tokenizer) {
   bool is_auto = false;
   ToolParser parser = ToolParser::kNone;
   if (!ParseToolParserName(name, &is_auto, &parser) || !is_auto) return parser;
+  if (ToolParser from_template = DetectToolParser(chat_template); from_template != ToolParser::kNone)
+    return from_template;
   if (!tokenizer) return ToolParser::kNone;
   if (tokenizer->TokenToId("<｜tool▁calls▁begin｜>")) return ToolParser::kDeepSeekV3;
   if (tokenizer->TokenToId("<tool_call>")) return ToolParser::kHermes;
@@ -111,15 +114,28 @@ void StreamToolDelta(Job& job, ChoiceState& c, bool finished, ChatDelta* delta,
     return;
   }
   if (Forced(*job.tools)) {
-    // Several calls in one JSON array: sent whole once complete, as OpenAI-shaped deltas.
+    // "required": a JSON array of calls; each call's header once its name is complete, then its
+    // arguments in fragments.
+    if (!c.forced_stream) c.forced_stream = std::make_shared<ForcedCallStreamer>();
     c.tool_text += text;
+    std::vector<ForcedCallStreamer::Event> events;
+    c.forced_stream->Push(text, &events);
+    Json deltas = Json::array();
+    for (ForcedCallStreamer::Event& e : events) {
+      Json fn = {{"arguments", std::move(e.arguments)}};
+      if (e.id.empty()) {
+        deltas.push_back({{"index", e.index}, {"function", std::move(fn)}});
+      } else {
+        fn["name"] = std::move(e.name);
+        deltas.push_back({{"index", e.index}, {"id", e.id}, {"type", "function"}, {"function", std::move(fn)}});
+      }
+    }
+    if (!deltas.empty()) delta->tool_calls = std::move(deltas);
     if (!finished) return;
-    std::vector<ToolCall> calls = ForcedCallsFromOutput(*job.tools, c.tool_text);
-    if (calls.empty()) {
-      delta->content = c.tool_text;  // cut short (length): what there is, as content
+    if (c.forced_stream->calls_started() == 0) {
+      delta->content = c.tool_text;  // cut short (length) before any call: what there is, as content
       return;
     }
-    delta->tool_calls = CallDeltas(calls, 0);
     if (finish_reason && *finish_reason == "stop") *finish_reason = "tool_calls";
     return;
   }

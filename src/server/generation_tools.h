@@ -11,8 +11,11 @@
 
 namespace dh::server::internal {
 
-// --tool-call-parser: "auto" looks for each family's call marker in the vocabulary.
-ToolParser ResolveToolParser(const std::string& name, const Tokenizer* tokenizer);
+// --tool-call-parser: "auto" takes the syntax the chat template writes tool calls in (its call
+// marker), and falls back to each family's call marker in the vocabulary when the template names
+// none (or there is no template).
+ToolParser ResolveToolParser(const std::string& name, std::string_view chat_template,
+                             const Tokenizer* tokenizer);
 // End-of-turn token texts stripped from the end before parsing (special tokens are kept then).
 std::vector<std::string> EndOfTurnTexts(const Tokenizer* tokenizer);
 

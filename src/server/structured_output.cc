@@ -52,9 +52,11 @@ std::optional<ApiError> ReadText(const Json& v, const std::string& param, std::s
 
 class GrammarConstraint : public TokenConstraint {
  public:
-  explicit GrammarConstraint(StructuredOutput::Compiled g) : matcher_(std::move(g)) {}
+  GrammarConstraint(StructuredOutput::Compiled g, int32_t start_after)
+      : matcher_(std::move(g)), start_after_(start_after) {}
 
   bool Mask(std::span<float> logits, std::span<const int32_t> eos_ids) override {
+    if (start_after_ >= 0) return true;  // still reasoning: free text until the end tag
     const std::shared_ptr<const grammar::TokenBitmask> mask = matcher_.AllowedTokens();
     const bool may_end = matcher_.IsAccepting();
     saved_.clear();
@@ -81,12 +83,17 @@ class GrammarConstraint : public TokenConstraint {
   }
 
   void Accept(int32_t token) override {
+    if (start_after_ >= 0) {
+      if (token == start_after_) start_after_ = -1;
+      return;
+    }
     // EOS (or a token the mask allowed, which always advances) — nothing to do when rejected.
     (void)matcher_.AcceptToken(token);
   }
 
  private:
   grammar::TokenMatcher matcher_;
+  int32_t start_after_;  // >= 0: unconstrained until this token (the reasoning end tag) is sampled
   std::vector<std::pair<int32_t, float>> saved_;
 };
 
@@ -220,8 +227,10 @@ std::variant<StructuredOutput::Compiled, ApiError> StructuredOutput::Compile(
   return compiled;
 }
 
-std::shared_ptr<TokenConstraint> StructuredOutput::NewConstraint(Compiled grammar) {
-  return std::make_shared<GrammarConstraint>(std::move(grammar));
+std::shared_ptr<TokenConstraint> StructuredOutput::NewConstraint(Compiled grammar,
+                                                                std::optional<int32_t> start_after) {
+  return std::make_shared<GrammarConstraint>(std::move(grammar),
+                                             start_after && *start_after >= 0 ? *start_after : -1);
 }
 
 }  // namespace dh::server

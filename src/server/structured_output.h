@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -45,7 +46,10 @@ class StructuredOutput {
   std::variant<Compiled, ApiError> Compile(const StructuredSpec& spec,
                                            std::vector<std::string>* warnings);
 
-  static std::shared_ptr<TokenConstraint> NewConstraint(Compiled grammar);
+  // `start_after`: a token id (the reasoning end tag `</think>`) before which output is free;
+  // the grammar applies to what follows it, as vLLM does with a reasoning parser.
+  static std::shared_ptr<TokenConstraint> NewConstraint(Compiled grammar,
+                                                        std::optional<int32_t> start_after = {});
 
  private:
   const grammar::TokenVocab& Vocab();

@@ -11,8 +11,8 @@ namespace {
 
 class TemplateRenderer : public ChatPromptRenderer {
  public:
-  TemplateRenderer(chat::ChatTemplate tmpl, std::string bos, std::string eos)
-      : tmpl_(std::move(tmpl)), bos_(std::move(bos)), eos_(std::move(eos)) {
+  TemplateRenderer(chat::ChatTemplate tmpl, std::string source, std::string bos, std::string eos)
+      : tmpl_(std::move(tmpl)), source_(std::move(source)), bos_(std::move(bos)), eos_(std::move(eos)) {
     ChatMessage probe;
     probe.role = "user";
     probe.content = "x";
@@ -62,9 +62,11 @@ class TemplateRenderer : public ChatPromptRenderer {
   }
 
   bool OpensThinkBlock() const override { return opens_think_; }
+  std::string_view Source() const override { return source_; }
 
  private:
   chat::ChatTemplate tmpl_;
+  std::string source_;
   std::string bos_, eos_;
   bool opens_think_ = false;
 };
@@ -76,7 +78,7 @@ Result<std::unique_ptr<ChatPromptRenderer>> MakeTemplateRenderer(const std::stri
                                                                  std::string eos_token) {
   DH_ASSIGN_OR_RETURN(chat::ChatTemplate tmpl, chat::ChatTemplate::Parse(source));
   return std::unique_ptr<ChatPromptRenderer>(
-      new TemplateRenderer(std::move(tmpl), std::move(bos_token), std::move(eos_token)));
+      new TemplateRenderer(std::move(tmpl), source, std::move(bos_token), std::move(eos_token)));
 }
 
 Result<std::unique_ptr<ChatPromptRenderer>> LoadChatRenderer(const std::string& model_dir,

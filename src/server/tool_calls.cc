@@ -324,6 +324,84 @@ std::vector<ToolCall> ForcedCallsFromOutput(const ToolRequest& request, std::str
   return calls;
 }
 
+namespace {
+
+// `{"name": "<string>", "parameters":` with the compact layout's optional spaces: the name when
+// `head` is exactly that, else nullopt.
+std::optional<std::string> NameFromHead(std::string_view head) {
+  auto skip_space = [&](size_t* i) {
+    while (*i < head.size() && head[*i] == ' ') ++*i;
+  };
+  auto expect = [&](size_t* i, std::string_view lit) {
+    skip_space(i);
+    if (head.substr(*i, lit.size()) != lit) return false;
+    *i += lit.size();
+    return true;
+  };
+  size_t i = 0;
+  if (!expect(&i, "{") || !expect(&i, "\"name\"") || !expect(&i, ":")) return std::nullopt;
+  skip_space(&i);
+  const size_t start = i;
+  if (i >= head.size() || head[i] != '"') return std::nullopt;
+  for (++i; i < head.size() && head[i] != '"'; ++i) {
+    if (head[i] == '\\') ++i;
+  }
+  if (i >= head.size()) return std::nullopt;
+  const std::string_view literal = head.substr(start, i + 1 - start);
+  ++i;
+  if (!expect(&i, ",") || !expect(&i, "\"parameters\"") || !expect(&i, ":")) return std::nullopt;
+  skip_space(&i);
+  if (i != head.size()) return std::nullopt;
+  auto name = ParseJson(literal);
+  if (!name || !name->is_string()) return std::nullopt;
+  return name->get<std::string>();
+}
+
+}  // namespace
+
+void ForcedCallStreamer::Push(std::string_view text, std::vector<Event>* out) {
+  for (char c : text) OnByte(c, out);
+}
+
+void ForcedCallStreamer::OnByte(char c, std::vector<Event>* out) {
+  // The parameters value ends at a ',' or '}' of the call object itself.
+  if (in_args_ && !in_string_ && depth_ == args_depth_ && (c == ',' || c == '}')) in_args_ = false;
+  if (in_args_ && !(c == ' ' && !args_started_)) {
+    args_started_ = true;
+    if (out->empty() || out->back().index != index_) out->push_back({index_, "", "", ""});
+    out->back().arguments.push_back(c);
+  }
+  if (in_string_) {
+    if (escaped_) escaped_ = false;
+    else if (c == '\\') escaped_ = true;
+    else if (c == '"') in_string_ = false;
+  } else if (c == '"') {
+    in_string_ = true;
+  } else if (c == '{' || c == '[') {
+    if (++depth_ == 2 && c == '{') {
+      head_.clear();
+      collecting_ = true;
+    }
+  } else if (c == '}' || c == ']') {
+    --depth_;
+  }
+  if (!collecting_) return;
+  head_.push_back(c);
+  if (head_.size() > 4096) {
+    collecting_ = false;  // not the shape forced_schema writes: the end-of-output parse decides
+    return;
+  }
+  if (c != ':' || in_string_) return;
+  if (std::optional<std::string> name = NameFromHead(head_)) {
+    index_ = headers_++;
+    out->push_back({index_, NewToolCallId(), std::move(*name), ""});
+    collecting_ = false;
+    in_args_ = true;
+    args_started_ = false;
+    args_depth_ = depth_;
+  }
+}
+
 std::string ToolCallStreamer::Push(std::string_view text) {
   held_ += text;
   if (in_call_) return {};

@@ -66,6 +66,38 @@ std::string NewToolCallId();
 // OpenAI's message.tool_calls array.
 Json ToolCallsJson(const std::vector<ToolCall>& calls);
 
+// Streams the output of tool_choice "required" (a JSON array of {"name": ..., "parameters": ...}
+// written under forced_schema, so "name" comes first) as OpenAI tool-call deltas: a header with
+// id and name once a call's name is complete, then its parameters' text in fragments as it
+// arrives. The concatenated fragments are the call's arguments exactly as generated.
+class ForcedCallStreamer {
+ public:
+  struct Event {
+    int index = 0;
+    std::string id;         // set on a call's first event (with name)
+    std::string name;
+    std::string arguments;  // the next fragment (may be empty on the header)
+  };
+  // Appends the events the text completes to *out.
+  void Push(std::string_view text, std::vector<Event>* out);
+  // Calls whose header was sent.
+  int calls_started() const { return headers_; }
+
+ private:
+  void OnByte(char c, std::vector<Event>* out);
+
+  int depth_ = 0;          // JSON nesting outside strings: 1 inside the array, 2 in a call object
+  bool in_string_ = false;
+  bool escaped_ = false;
+  int index_ = -1;         // the call whose parameters are being written
+  int headers_ = 0;        // calls started
+  std::string head_;         // a call object's text up to its parameters value
+  bool collecting_ = false;  // head_ is being filled
+  bool in_args_ = false;     // inside the parameters value
+  bool args_started_ = false;
+  int args_depth_ = 0;       // depth_ where the parameters value started
+};
+
 // Splits streamed text (auto mode) into content to send now and text held back as a possible
 // tool call; the held text is parsed at the end.
 class ToolCallStreamer {

@@ -2,8 +2,14 @@
 // fields, forced-call schemas and the streaming hold-back.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
+#include "server/generation_tools.h"
 #include "server/structured_output.h"
+#include "server/template_renderer.h"
 #include "server/tool_calls.h"
+#include "unit/tokenizer/real_tokenizers.h"
 
 namespace dh::server {
 namespace {
@@ -104,6 +110,100 @@ TEST(ToolParsers, NamesAndDetection) {
   EXPECT_EQ(DetectToolParser("{{'<｜tool▁call▁begin｜>'}}"), ToolParser::kDeepSeekV3);
   EXPECT_EQ(DetectToolParser("<tool_call>"), ToolParser::kHermes);
   EXPECT_EQ(DetectToolParser("plain"), ToolParser::kNone);
+}
+
+// `auto` follows the chat template's call syntax, and the vocabulary only when the template
+// names none.
+TEST(ToolParsers, AutoFollowsTheChatTemplateThenTheVocabulary) {
+  const Tokenizer* deepseek = testing_util::RealTokenizer("deepseek-v3");
+  const Tokenizer* qwen = testing_util::RealTokenizer("qwen3");
+  if (deepseek == nullptr || qwen == nullptr) GTEST_SKIP() << "shared tokenizers absent";
+  const auto dir = testing_util::SharedDir() / "data" / "tokenizers";
+  for (const auto& [name, tok, want] :
+       {std::tuple{"deepseek-v3", deepseek, ToolParser::kDeepSeekV3},
+        std::tuple{"qwen3", qwen, ToolParser::kHermes}}) {
+    auto renderer = LoadChatRenderer((dir / name).string(), "");
+    ASSERT_TRUE(renderer.ok()) << name << ": " << renderer.status().message();
+    EXPECT_EQ(internal::ResolveToolParser("auto", (*renderer)->Source(), tok), want) << name;
+  }
+  // A template that writes Hermes-style calls wins over DeepSeek's markers in the vocabulary.
+  EXPECT_EQ(internal::ResolveToolParser("auto", "{{ '<tool_call>' }}", deepseek), ToolParser::kHermes);
+  // No template markers: the vocabulary decides; an explicit name is taken as given.
+  EXPECT_EQ(internal::ResolveToolParser("auto", "{{ messages }}", deepseek), ToolParser::kDeepSeekV3);
+  EXPECT_EQ(internal::ResolveToolParser("auto", "", nullptr), ToolParser::kNone);
+  EXPECT_EQ(internal::ResolveToolParser("none", "<tool_call>", qwen), ToolParser::kNone);
+  EXPECT_EQ(internal::ResolveToolParser("llama3_json", "", deepseek), ToolParser::kLlama3Json);
+}
+
+// With a reasoning template the grammar starts after </think>: the span before it is free.
+TEST(StructuredConstraint, StartsAfterTheReasoningEndTag) {
+  const Tokenizer* tok = testing_util::RealTokenizer("qwen3");  // has a </think> token
+  if (tok == nullptr) GTEST_SKIP() << "shared tokenizers absent";
+  const std::optional<int32_t> think_end = tok->TokenToId("</think>");
+  ASSERT_TRUE(think_end.has_value());
+  StructuredOutput so(tok, tok->vocab_size());
+  StructuredSpec spec;
+  spec.kind = StructuredSpec::Kind::kChoice;
+  spec.choices = {"yes", "no"};
+  spec.param = "guided_choice";
+  auto compiled = so.Compile(spec, nullptr);
+  ASSERT_TRUE(std::holds_alternative<StructuredOutput::Compiled>(compiled));
+  auto grammar = std::get<StructuredOutput::Compiled>(compiled);
+  auto count_allowed = [](const std::vector<float>& logits) {
+    return std::count_if(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); });
+  };
+  const std::vector<int32_t> eos = {1};
+  auto gated = StructuredOutput::NewConstraint(grammar, think_end);
+  std::vector<float> logits(static_cast<size_t>(tok->vocab_size()), 0.0f);
+  ASSERT_TRUE(gated->Mask(logits, eos));
+  EXPECT_EQ(count_allowed(logits), tok->vocab_size()) << "masked inside the reasoning span";
+  gated->Accept(100);  // any reasoning token
+  gated->Accept(*think_end);
+  ASSERT_TRUE(gated->Mask(logits, eos));
+  const auto allowed = count_allowed(logits);
+  EXPECT_GT(allowed, 0);
+  EXPECT_LT(allowed, 50) << "the choice grammar must apply after </think>";
+  // Without the tag the grammar applies from the first token.
+  auto plain = StructuredOutput::NewConstraint(grammar);
+  std::vector<float> fresh(static_cast<size_t>(tok->vocab_size()), 0.0f);
+  ASSERT_TRUE(plain->Mask(fresh, eos));
+  EXPECT_EQ(count_allowed(fresh), allowed);
+}
+
+// "required" output streams as a header per call (id, name) and argument fragments whose
+// concatenation is the call's parameters text, however the output is cut into pieces.
+TEST(ForcedCallStreamer, HeadersThenArgumentFragmentsForAnyChunking) {
+  const std::string output =
+      R"([{"name":"get_weather","parameters":{"city":"Pa\"ris}","n":[1,{"a":"}"}]}}, )"
+      R"({"name": "get_time", "parameters": {}}])";
+  for (size_t chunk = 1; chunk <= 9; ++chunk) {
+    ForcedCallStreamer s;
+    std::vector<ForcedCallStreamer::Event> events;
+    for (size_t at = 0; at < output.size(); at += chunk) s.Push(output.substr(at, chunk), &events);
+    std::vector<std::string> ids, names, args;
+    for (const auto& e : events) {
+      if (!e.id.empty()) {
+        ASSERT_EQ(e.index, static_cast<int>(ids.size())) << "chunk " << chunk;
+        ids.push_back(e.id);
+        names.push_back(e.name);
+        args.emplace_back();
+      }
+      ASSERT_GE(e.index, 0);
+      ASSERT_LT(e.index, static_cast<int>(args.size())) << "fragment before its header";
+      args[e.index] += e.arguments;
+    }
+    ASSERT_EQ(names, (std::vector<std::string>{"get_weather", "get_time"})) << "chunk " << chunk;
+    EXPECT_NE(ids[0], ids[1]);
+    EXPECT_EQ(args[0], R"({"city":"Pa\"ris}","n":[1,{"a":"}"}]})") << "chunk " << chunk;
+    EXPECT_EQ(args[1], "{}") << "chunk " << chunk;
+    EXPECT_EQ(s.calls_started(), 2);
+  }
+  // Cut short inside the first call's name: nothing is announced yet.
+  ForcedCallStreamer s;
+  std::vector<ForcedCallStreamer::Event> events;
+  s.Push(R"([{"name":"get_wea)", &events);
+  EXPECT_TRUE(events.empty());
+  EXPECT_EQ(s.calls_started(), 0);
 }
 
 Json Tools() {
