@@ -41,6 +41,7 @@ const char* OpName(OpKind op) {
     case OpKind::kGatherRows: return "GatherRows";
     case OpKind::kMoeGate: return "MoeGate";
     case OpKind::kMoeExperts: return "MoeExperts";
+    case OpKind::kBatchedMatMul: return "BatchedMatMul";
   }
   return "?";
 }
@@ -250,6 +251,16 @@ void CheckingBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bia
   HostCopy want = ZerosLike(out);
   reference_.MatMul(x0.t, w, bias, want.t);
   Compare(OpKind::kMatMul, "output", out, want.t, TolFor(w), WeightText(w));
+}
+
+void CheckingBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) {
+  if (!Checking(OpKind::kBatchedMatMul) || w.empty()) return inner_->BatchedMatMul(x, w, out);
+  HostCopy x0 = CopyOf(x);
+  inner_->BatchedMatMul(x, w, out);
+  MaybePerturb(OpKind::kBatchedMatMul, out);
+  HostCopy want = ZerosLike(out);
+  reference_.BatchedMatMul(x0.t, w, want.t);
+  Compare(OpKind::kBatchedMatMul, "output", out, want.t, TolFor(w[0]), WeightText(w[0]));
 }
 
 void CheckingBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& p) {

@@ -31,8 +31,8 @@ Weight Placeholder(int64_t rows, int64_t cols) {
 class ShapeCheckLoader : public WeightLoader {
  public:
   ShapeCheckLoader(const Checkpoint& c, const ModelConfig& config, Backend& backend,
-                   const LoadOptions& options, WeightPlan plan)
-      : WeightLoader(c, config, backend, options, std::move(plan)), ckpt_(c) {}
+                   const LoadOptions& options)
+      : WeightLoader(c, config, backend, options), ckpt_(c) {}
 
   std::vector<VerifyProblem> problems;
   std::set<std::string> used;
@@ -134,10 +134,8 @@ std::vector<VerifyProblem> CheckExpectedTensors(const Checkpoint& checkpoint,
                                                 const ModelConfig& config, Backend& backend) {
   auto factory = FindArchitecture(config.architecture);
   if (!factory.ok()) return {{"tensors", "config.json", factory.status().message()}};
-  LoadOptions options;
-  auto plan = MakeWeightPlan(options);
-  if (!plan.ok()) return {{"tensors", "config.json", plan.status().message()}};
-  ShapeCheckLoader loader(checkpoint, config, backend, options, std::move(*plan));
+  LoadOptions options;  // the default plan: tensors as stored
+  ShapeCheckLoader loader(checkpoint, config, backend, options);
   auto model = (*factory)(config, loader, backend);
   std::vector<VerifyProblem> problems = std::move(loader.problems);
   // The factory's own errors (a config it rejects) come after what the loader collected.

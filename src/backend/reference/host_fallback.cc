@@ -221,6 +221,18 @@ void HostFallbackBackend::MatMul(const Tensor& x, const Weight& w, const Tensor&
   m.Store();
 }
 
+void HostFallbackBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) {
+  Note(w.empty() ? std::string("BatchedMatMul") : Desc("BatchedMatMul", w[0]));
+  std::vector<Weight> hw;
+  hw.reserve(w.size());
+  for (const Weight& one : w) hw.push_back(HostCopy(one));
+  Tensor hx = x;
+  Mirror m(*this);
+  m.In(&hx).Out(&out).Fetch();
+  host_.BatchedMatMul(hx, hw, out);
+  m.Store();
+}
+
 void HostFallbackBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& p) {
   Note(p.style == RopeStyle::kHalf ? "Rope half" : "Rope interleaved");
   RopeParams hp = p;

@@ -42,6 +42,7 @@ class HostFallbackBackend : public Backend {
   void AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
                   Tensor out) override;
   void MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) override;
+  void BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) override;
   void Rope(Tensor x, const Tensor& positions, const RopeParams& p) override;
   void KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
                const Tensor& slot_mapping) override;
