@@ -388,8 +388,9 @@ std::function<int()> SetupServe(CLI::App* sub) {
                   "Split <think> output into reasoning_content: auto (default: on when the chat "
                   "template opens a <think> block), deepseek_r1, none");
   sub->add_option("--tool-call-parser", a->tool_call_parser,
-                  "Parse tool calls out of the model's output: auto (default: from the "
-                  "vocabulary's call markers), deepseek_v3, hermes, llama3_json, none");
+                  "Parse tool calls out of the model's output: auto (default: the syntax the "
+                  "chat template writes, else the vocabulary's call markers), deepseek_v3, "
+                  "hermes, llama3_json, none");
   sub->add_option("--shutdown-timeout", a->shutdown_timeout,
                   "Seconds to let in-flight requests finish after SIGTERM (default 30; 0 aborts "
                   "them at once)");
