@@ -148,7 +148,7 @@ void HostFallbackBackend::Note(const std::string& what) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!noted_.insert(what).second) return;
   DH_LOG(Warning,
-         "backend {}: {} is not implemented on the device; running the reference op through host "
+         "backend {}: {} has no device kernel; running the reference op through host "
          "copies (slow)",
          name(), what);
 }
