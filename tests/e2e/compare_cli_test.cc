@@ -20,30 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-// Runs `deepharness <args>` through the shell (arguments hold no spaces or quotes).
-CliRun RunCli(const std::string& args) {
-  const fs::path dir = fs::temp_directory_path();
-  const std::string tag = std::to_string(::getpid());
-  const fs::path out = dir / ("dh_cmp_out_" + tag), err = dir / ("dh_cmp_err_" + tag);
-  const std::string cmd =
-      std::string(DH_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string();
-  CliRun r;
-  const int status = std::system(cmd.c_str());
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  std::stringstream o, e;
-  o << std::ifstream(out).rdbuf();
-  e << std::ifstream(err).rdbuf();
-  r.out = o.str();
-  r.err = e.str();
-  fs::remove(out);
-  fs::remove(err);
-  return r;
-}
 
 std::string Temp(const std::string& name) {
   return (fs::temp_directory_path() / ("dh_cmp_" + std::to_string(::getpid()) + "_" + name))

@@ -18,30 +18,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-// Runs the binary through the shell (arguments hold no spaces or quotes).
-CliRun RunEval(const std::string& args) {
-  const fs::path dir = fs::temp_directory_path();
-  const std::string tag = std::to_string(::getpid());
-  const fs::path out = dir / ("dh_eval_out_" + tag), err = dir / ("dh_eval_err_" + tag);
-  const std::string cmd =
-      std::string(DH_BINARY) + " eval " + args + " >" + out.string() + " 2>" + err.string();
-  CliRun r;
-  const int status = std::system(cmd.c_str());
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  std::stringstream o, e;
-  o << std::ifstream(out).rdbuf();
-  e << std::ifstream(err).rdbuf();
-  r.out = o.str();
-  r.err = e.str();
-  fs::remove(out);
-  fs::remove(err);
-  return r;
-}
+// Runs `deepharness eval <args>` (RunCli).
+CliRun RunEval(const std::string& args) { return RunCli("eval " + args); }
 
 Json ReadJson(const std::string& path) { return Json::parse(std::ifstream(path), nullptr, false); }
 

@@ -300,4 +300,23 @@ std::string ServedModel(const ServerProcess& server) {
   return models["data"][0]["id"].get<std::string>();
 }
 
+CliRun RunCli(const std::string& args) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path();
+  const std::string tag = std::to_string(::getpid());
+  const std::filesystem::path out = dir / ("dh_cli_out_" + tag), err = dir / ("dh_cli_err_" + tag);
+  const std::string cmd =
+      std::string(DH_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string();
+  CliRun r;
+  const int status = std::system(cmd.c_str());
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  std::stringstream o, e;
+  o << std::ifstream(out).rdbuf();
+  e << std::ifstream(err).rdbuf();
+  r.out = o.str();
+  r.err = e.str();
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return r;
+}
+
 }  // namespace dh::e2e

@@ -23,6 +23,14 @@ const std::string& TestModelDir();
 // A TCP port that was free a moment ago.
 int FreePort();
 
+// One run of the binary: `deepharness <args>` through the shell (arguments hold no spaces or
+// quotes), with its exit code and what it wrote to stdout and stderr.
+struct CliRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+CliRun RunCli(const std::string& args);
+
 struct HttpResult {
   int status = 0;  // 0: connection failed
   std::string body;
