@@ -1,12 +1,14 @@
 // `deepharness compare --a TARGET --b TARGET --prompts FILE`: do two deployments answer alike?
 // A TARGET is an OpenAI-compatible URL or a local model spec (model=DIR,device=cpu,quant=int4,
-// tp=1), which is loaded here and served on a private loopback port so both kinds are measured
-// through the same client (src/tools/compare.h). Exit 0: every threshold passed; 1: one failed;
+// tp=N), which is served on a private loopback port so both kinds are measured through the same
+// client (src/tools/compare.h): loaded in this process with tp=1, by a child `serve` process
+// (which starts its own mpirun job) with tp > 1. Exit 0: every threshold passed; 1: one failed;
 // 2: could not run (bad flags, prompts file, target, or an unreachable server).
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
+#include "apps/child_server.h"
 #include "apps/command.h"
 #include "apps/in_process_server.h"
 #include "apps/model_options.h"
@@ -77,6 +79,7 @@ ModelOptions LocalModelOptions(const tools::CompareTargetSpec& t) {
   m.dtype = t.dtype;
   m.quant = t.quant;
   m.threads = t.threads;
+  m.tp_size = t.tp;
   m.quiet = true;  // the load's own progress bar and info lines would interleave with ours
   m.no_compile_cache = true;  // compare what the checkpoint gives, not a cache file
   return m;
@@ -97,26 +100,40 @@ int Run(CompareArgs& a) {
   }
 
   // Local targets: loaded and served on loopback before anything runs.
-  std::unique_ptr<InProcessServer> local_a, local_b;
+  std::unique_ptr<InProcessServer> in_process_a, in_process_b;
+  std::unique_ptr<ChildServer> child_a, child_b;
   tools::CompareEndpoint ea{ta->url, ta->model_name, "a"}, eb{tb->url, tb->model_name, "b"};
   const int http_threads = std::max(4, 2 * a.options.concurrency + 2);
   const int max_num_seqs = std::max(2, a.options.concurrency);
+  auto start_local = [&](const tools::CompareTargetSpec& t, const std::string& name,
+                         std::unique_ptr<InProcessServer>& in_process,
+                         std::unique_ptr<ChildServer>& child) -> Result<std::string> {
+    if (t.tp > 1) {
+      DH_ASSIGN_OR_RETURN(child, ChildServer::Start(LocalModelOptions(t), name, max_num_seqs,
+                                                    /*ready_timeout_s=*/600));
+      return child->url();
+    }
+    DH_ASSIGN_OR_RETURN(in_process,
+                        InProcessServer::Start(LocalModelOptions(t), name, max_num_seqs,
+                                               http_threads));
+    return in_process->url();
+  };
   if (ta->local) {
-    auto s = InProcessServer::Start(LocalModelOptions(*ta), "a", max_num_seqs, http_threads);
-    if (!s.ok()) return CouldNotRun(s.status().WithContext("--a " + ta->text));
-    local_a = std::move(*s);
-    ea = {local_a->url(), "a", "a"};
+    auto url = start_local(*ta, "a", in_process_a, child_a);
+    if (!url.ok()) return CouldNotRun(url.status().WithContext("--a " + ta->text));
+    ea = {*url, "a", "a"};
   }
   if (tb->local) {
-    auto s = InProcessServer::Start(LocalModelOptions(*tb), "b", max_num_seqs, http_threads);
-    if (!s.ok()) return CouldNotRun(s.status().WithContext("--b " + tb->text));
-    local_b = std::move(*s);
-    eb = {local_b->url(), "b", "b"};
+    auto url = start_local(*tb, "b", in_process_b, child_b);
+    if (!url.ok()) return CouldNotRun(url.status().WithContext("--b " + tb->text));
+    eb = {*url, "b", "b"};
   }
   a.options.progress = a.options.progress && !a.quiet;
   auto result = tools::RunCompare(*prompts, ea, eb, a.options);
-  if (local_a) local_a->Stop();
-  if (local_b) local_b->Stop();
+  for (auto* s : {in_process_a.get(), in_process_b.get()})
+    if (s) s->Stop();
+  for (auto* s : {child_a.get(), child_b.get()})
+    if (s) s->Stop();
   if (!result.ok()) return CouldNotRun(result.status());
   if (ta->local) result->model_a = ta->model_path;
   if (tb->local) result->model_b = tb->model_path;

@@ -4,6 +4,9 @@
 // grammar generates a subset that still validates (declared properties only, in key order;
 // numbers of at most 16 integer digits and 2 exponent digits); where a keyword would need more than a grammar can
 // enforce, it is an Unsupported error naming it (strict) or skipped and reported (lenient).
+// Over 700 lines on purpose: one SchemaCompiler class whose keyword handlers (types, objects,
+// arrays, numbers, strings, combinators, $ref) call each other; split across files they would
+// need a header exposing the compiler's private state to every part.
 #include <cmath>
 #include <map>
 #include <set>

@@ -169,6 +169,26 @@ TEST(CompareCliTest, UrlTargetAgainstServe) {
   fs::remove(json);
 }
 
+// tp=2: a child `serve --tp-size 2` (its own mpirun job) against the in-process tp=1 model. The
+// all-reduce sums in another order, so logprobs agree to rounding and greedy text is the same.
+TEST(CompareCliTest, LocalTensorParallelTargetMatchesOneProcess) {
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
+  const std::string json = Temp("tp2.json");
+  const std::string m = TestModelDir();
+  CliRun r = RunCli("compare --a model=" + m + ",threads=1 --b model=" + m + ",tp=2,threads=1" +
+                    kCommon + PromptsFile() + " --json-file " + json);
+  if (r.err.find("this build has no MPI") != std::string::npos) GTEST_SKIP() << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const Json j = Json::parse(Slurp(json), nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_TRUE(j["pass"].get<bool>());
+  const Json& g = j["overall"]["greedy"];
+  EXPECT_DOUBLE_EQ(g["exact_match_rate"].get<double>(), 1.0);
+  ASSERT_TRUE(g["mean_logprob_diff"].is_number());
+  EXPECT_LT(g["mean_logprob_diff"].get<double>(), 1e-4);
+  fs::remove(json);
+}
+
 TEST(CompareCliTest, BadInputIsOneLineAndExit2) {
   const std::string m = TestModelDir();
   const std::string prompts = " --prompts " + PromptsFile();
@@ -182,9 +202,8 @@ TEST(CompareCliTest, BadInputIsOneLineAndExit2) {
        "error: /nonexistent.jsonl: cannot read the prompts file\n"},
       {"compare --a model=" + m + " --b model=" + m + " --prompts " + bad_file,
        "error: " + bad_file + ":2: \"prompt\": expected a non-empty string\n"},
-      {"compare --a model=" + m + ",tp=2 --b model=" + m + prompts,
-       "error: --a: tp=2: this build runs a local model on one device only (tp=1); serve it "
-       "with tensor parallelism and pass its URL instead\n"},
+      {"compare --a model=" + m + ",tp=0 --b model=" + m + prompts,
+       "error: --a: tp=0: expected 1 to 64 ranks\n"},
       {"compare --a ftp://x --b model=" + m + prompts,
        "error: --a: 'ftp://x': expected an http:// URL or a spec with model=DIR\n"},
       {"compare --a model=" + m + " --b model=" + m + ",quant=int3" + prompts,

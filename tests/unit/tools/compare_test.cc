@@ -226,7 +226,8 @@ TEST(CompareTargetTest, UrlsAndLocalSpecs) {
       {"device=cpu", "--a: 'device=cpu': expected an http:// URL or a spec with model=DIR"},
       {"model=d,color=red", "--a: 'color': unknown key"},
       {"model=d,tp=x", "--a: tp=x: expected a non-negative integer"},
-      {"model=d,tp=2", "--a: tp=2: this build runs a local model on one device only"},
+      {"model=d,tp=0", "--a: tp=0: expected 1 to 64 ranks"},
+      {"model=d,tp=65", "--a: tp=65: expected 1 to 64 ranks"},
       {"model=d,quant", "--a: 'quant': expected KEY=VALUE"},
       {"model=", "--a: model: expected a value"},
   };

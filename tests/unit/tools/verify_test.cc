@@ -9,12 +9,14 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "backend/reference/reference_backend.h"
 #include "base/sha256.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
+#include "tensor/dtype.h"
 #include "tools/verify.h"
 
 namespace dh {
@@ -310,6 +312,98 @@ TEST_F(VerifyTest, FindingsInTensorsLargerThanOneReadChunk) {
   EXPECT_TRUE(Has(r, "values", big, "1 all-zero rows")) << Problems(r);
   EXPECT_TRUE(Has(r, "tensors", big, "unexpected tensor")) << Problems(r);
   EXPECT_GE(r.stats_bytes, uint64_t{2304} * 1024 * 4);
+}
+
+// The value statistics work on raw bits (magnitude compares, no decode). Against a decode of
+// every element: random bit patterns in every float format, with NaN, Inf, -0.0 rows, values at
+// and just past the |x| limit, and subnormals, must give the same counts and max |x|.
+TEST_F(VerifyTest, ValueStatisticsMatchADecodeOfEveryElementInEveryFormat) {
+  const fs::path d = Copy("llama_f32");
+  const int64_t rows = 8, cols = 96;
+  const std::vector<DType> dtypes = {DType::kF64, DType::kF32, DType::kF16, DType::kBF16,
+                                     DType::kF8E4M3, DType::kF8E5M2};
+  auto name_of = [](DType t) { return "model.stats_" + std::string(DTypeName(t)) + ".weight"; };
+  auto decode = [](DType t, const uint8_t* p) -> double {
+    uint16_t h;
+    switch (t) {
+      case DType::kF64: { double v; std::memcpy(&v, p, 8); return v; }
+      case DType::kF32: { float v; std::memcpy(&v, p, 4); return v; }
+      case DType::kF16: std::memcpy(&h, p, 2); return F16ToF32(h);
+      case DType::kBF16: std::memcpy(&h, p, 2); return BF16ToF32(h);
+      case DType::kF8E4M3: return F8E4M3ToF32(*p);
+      default: return F8E5M2ToF32(*p);
+    }
+  };
+  std::vector<std::tuple<std::string, DType, std::vector<int64_t>>> extra;
+  for (DType t : dtypes) extra.push_back({name_of(t), t, {rows, cols}});
+  Rewrite(d / "model.safetensors",
+          [](const std::string&, std::vector<uint8_t>&, std::vector<int64_t>&) { return true; },
+          extra);
+  struct Expect { uint64_t nan = 0, inf = 0, absurd = 0, zero_rows = 0; double max_abs = 0; };
+  std::map<std::string, Expect> expect;
+  uint64_t state = 0x9e3779b97f4a7c15u;
+  auto next = [&] {  // xorshift64*
+    state ^= state >> 12, state ^= state << 25, state ^= state >> 27;
+    return state * 0x2545f4914f6cdd1du;
+  };
+  Rewrite(d / "model.safetensors", [&](const std::string& name, std::vector<uint8_t>& b,
+                                        std::vector<int64_t>&) {
+    DType t = DType::kF32;
+    bool ours = false;
+    for (DType c : dtypes) if (name == name_of(c)) t = c, ours = true;
+    if (!ours) return true;
+    const size_t es = DTypeSize(t);
+    for (size_t i = 0; i < b.size(); i += 8) {
+      const uint64_t r = next();
+      std::memcpy(b.data() + i, &r, std::min<size_t>(8, b.size() - i));
+    }
+    // Row 2 is -0.0 and +0.0 only; row 5 holds the limit exactly and the next value past it.
+    for (int64_t c = 0; c < cols; ++c) {
+      std::memset(b.data() + (2 * cols + c) * es, 0, es);
+      if (c % 2) b[(2 * cols + c) * es + es - 1] = 0x80;  // little-endian sign bit
+    }
+    auto put = [&](int64_t at, double v) {
+      uint8_t* p = b.data() + at * es;
+      switch (t) {
+        case DType::kF64: std::memcpy(p, &v, 8); break;
+        case DType::kF32: { const float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
+        default: break;  // the narrow formats cannot hold 10000 exactly; random bits cover them
+      }
+    };
+    put(5 * cols, 10000.0);
+    put(5 * cols + 1, std::nextafter(10000.0f, 1e9f));
+    Expect e;
+    for (int64_t r = 0; r < rows; ++r) {
+      bool zero = true;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double v = decode(t, b.data() + (r * cols + c) * es);
+        zero = zero && v == 0.0;
+        if (std::isnan(v)) ++e.nan;
+        else if (std::isinf(v)) ++e.inf;
+        else {
+          e.max_abs = std::max(e.max_abs, std::fabs(v));
+          if (std::fabs(v) > 1e4) ++e.absurd;
+        }
+      }
+      e.zero_rows += zero;
+    }
+    expect[name] = e;
+    return true;
+  });
+  const VerifyReport r = Verify(d);
+  ASSERT_EQ(expect.size(), dtypes.size());
+  for (const auto& [name, e] : expect) {
+    SCOPED_TRACE(name);
+    const TensorStats* s = nullptr;
+    for (const TensorStats& x : r.stats) if (x.name == name) s = &x;
+    ASSERT_NE(s, nullptr) << Problems(r);
+    EXPECT_EQ(s->nan, e.nan);
+    EXPECT_EQ(s->inf, e.inf);
+    EXPECT_EQ(s->absurd, e.absurd);
+    EXPECT_EQ(s->zero_rows, e.zero_rows);
+    EXPECT_EQ(s->max_abs, e.max_abs);
+    EXPECT_GE(e.zero_rows, 1u);
+  }
 }
 
 TEST_F(VerifyTest, GptqPackingAndTruncation) {
