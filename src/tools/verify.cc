@@ -308,20 +308,33 @@ Result<uint64_t> StreamStats(const std::vector<const TensorInfo*>& tensors, doub
   std::mutex mu;
   uint64_t done = 0;
   std::atomic<size_t> next{0};
+  const size_t ahead = static_cast<size_t>(pool.num_threads());
   pool.RunOnAll([&](int) {
     std::vector<uint8_t> buf;
     std::map<std::string, int> fds;
+    auto fd_of = [&fds](const std::string& file) {
+      auto [slot, opened] = fds.try_emplace(file, -1);
+      if (opened) {
+        slot->second = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+        if (slot->second >= 0) ::posix_fadvise(slot->second, 0, 0, POSIX_FADV_SEQUENTIAL);
+      }
+      return slot->second;
+    };
     while (true) {
       const size_t c = next.fetch_add(1);
       if (c >= chunks.size()) break;
       const StatsChunk& ch = chunks[c];
       const TensorInfo& t = *tensors[ch.tensor];
-      auto [slot, opened] = fds.try_emplace(t.file, -1);
-      if (opened) {
-        slot->second = ::open(t.file.c_str(), O_RDONLY | O_CLOEXEC);
-        if (slot->second >= 0) ::posix_fadvise(slot->second, 0, 0, POSIX_FADV_SEQUENTIAL);
+      const int fd = fd_of(t.file);
+      // The chunk the threads take after this round starts reading now, while this one is read
+      // and counted: a disk's readahead window alone is far smaller than a chunk.
+      if (c + ahead < chunks.size()) {
+        const StatsChunk& later = chunks[c + ahead];
+        const int later_fd = fd_of(tensors[later.tensor]->file);
+        if (later_fd >= 0)
+          ::posix_fadvise(later_fd, static_cast<off_t>(later.file_offset),
+                          static_cast<off_t>(later.bytes), POSIX_FADV_WILLNEED);
       }
-      const int fd = slot->second;
       buf.resize(ch.bytes);
       uint64_t got = 0;
       while (fd >= 0 && got < ch.bytes) {
