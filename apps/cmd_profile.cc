@@ -31,8 +31,9 @@ int Profile(ProfileArgs& a) {
   if (a.model.model_path.empty()) {
     a.model.model_path = DefaultModelPath();
     if (a.model.model_path.empty()) {
-      return ReportError(NotFound("no --model-path given and no embedded model found (looked in {})",
-                                  DefaultModelCandidates()));
+      return ReportError(
+          NotFound("no --model-path given and no embedded model found (looked in {})",
+                   DefaultModelCandidates()));
     }
   }
   if (a.json) a.model.quiet = true;
@@ -43,8 +44,8 @@ int Profile(ProfileArgs& a) {
 
   tools::ProfileReport report;
   report.label = fmt::format("{} (batch {}, pp{}, tg{})",
-                             std::filesystem::path(a.model.model_path).filename().string(),
-                             a.batch, a.prompt, a.gen);
+                             std::filesystem::path(a.model.model_path).filename().string(), a.batch,
+                             a.prompt, a.gen);
   const int threads = loaded->parallel.threads > 0 ? loaded->parallel.threads : AvailableCpus();
   {
     ThreadPool pool(threads);
@@ -94,7 +95,8 @@ std::function<int()> SetupProfile(CLI::App* sub) {
   auto a = std::make_shared<ProfileArgs>();
   AddModelOptions(sub, &a->model, /*require_model=*/false);
   AddObservabilityOptions(sub, &a->model.observe, kPluginFlags);
-  sub->add_option("-p,--prompt", a->prompt, "Prompt tokens per sequence of the prefill (default 512; 0 skips)");
+  sub->add_option("-p,--prompt", a->prompt,
+                  "Prompt tokens per sequence of the prefill (default 512; 0 skips)");
   sub->add_option("-n,--gen", a->gen,
                   "Decode steps from an empty cache, as bench's tg (default 64; 0 skips)");
   sub->add_option("--batch", a->batch, "Sequences per step (default 1)");

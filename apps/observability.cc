@@ -37,8 +37,8 @@ void AddObservabilityOptions(CLI::App* sub, ObservabilityOptions* o, unsigned fl
   }
 }
 
-Result<std::unique_ptr<Observability>> Observability::Start(const ObservabilityOptions& o,
-                                                            int rank, bool quiet) {
+Result<std::unique_ptr<Observability>> Observability::Start(const ObservabilityOptions& o, int rank,
+                                                            bool quiet) {
   std::unique_ptr<Observability> s(new Observability());
   s->quiet_ = quiet;
   if (o.trace_max_events < 0) {
@@ -96,25 +96,30 @@ std::string Observability::OpMetricsText(const std::string& prefix) const {
   std::string out;
   std::map<std::string, OpTotals> by_op;
   for (const OpTotalsRow& r : tracing_backend_->Totals()) by_op[r.op].Add(r.totals);
-  out += fmt::format("# HELP {0}op_seconds_total Time inside backend ops, by op class.\n"
-                     "# TYPE {0}op_seconds_total counter\n", prefix);
+  out += fmt::format(
+      "# HELP {0}op_seconds_total Time inside backend ops, by op class.\n"
+      "# TYPE {0}op_seconds_total counter\n",
+      prefix);
   for (const auto& [op, t] : by_op) {
     out += fmt::format("{}op_seconds_total{{op=\"{}\"}} {:.6f}\n", prefix, op, t.seconds);
   }
-  out += fmt::format("# HELP {0}op_calls_total Backend op calls, by op class.\n"
-                     "# TYPE {0}op_calls_total counter\n", prefix);
+  out += fmt::format(
+      "# HELP {0}op_calls_total Backend op calls, by op class.\n"
+      "# TYPE {0}op_calls_total counter\n",
+      prefix);
   for (const auto& [op, t] : by_op) {
     out += fmt::format("{}op_calls_total{{op=\"{}\"}} {}\n", prefix, op, t.calls);
   }
   if (routing_) {
-    out += fmt::format("# HELP {0}moe_routed_tokens_total Tokens the router sent to each routed "
-                       "expert, per MoE layer.\n# TYPE {0}moe_routed_tokens_total counter\n",
-                       prefix);
+    out += fmt::format(
+        "# HELP {0}moe_routed_tokens_total Tokens the router sent to each routed "
+        "expert, per MoE layer.\n# TYPE {0}moe_routed_tokens_total counter\n",
+        prefix);
     for (int64_t l = 0; l < routing_->num_layers(); ++l) {
       if (!routing_->LayerSeen(l)) continue;
       for (int64_t e = 0; e < routing_->num_experts(); ++e) {
-        out += fmt::format("{}moe_routed_tokens_total{{layer=\"{}\",expert=\"{}\"}} {}\n",
-                           prefix, l, e, routing_->Count(l, e));
+        out += fmt::format("{}moe_routed_tokens_total{{layer=\"{}\",expert=\"{}\"}} {}\n", prefix,
+                           l, e, routing_->Count(l, e));
       }
     }
   }

@@ -2,12 +2,11 @@
 #include "backend/plugin_backend.h"
 
 #include <dlfcn.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "base/check.h"
 
@@ -32,8 +31,10 @@ Result<std::unique_ptr<PluginBackend>> PluginBackend::Create(
     std::unique_ptr<Backend> inner, const std::vector<std::string>& paths) {
   const std::string device = inner->name();
   if (device != "cpu" && device != "reference") {
-    return Unsupported("--plugin: plugin ops run on host memory; the {} backend's is not "
-                       "(use --device cpu)", device);
+    return Unsupported(
+        "--plugin: plugin ops run on host memory; the {} backend's is not "
+        "(use --device cpu)",
+        device);
   }
   std::unique_ptr<PluginBackend> b(new PluginBackend(std::move(inner)));
   for (const std::string& path : paths) {
@@ -77,8 +78,8 @@ int PluginBackend::RegisterOp(void* context, const char* op_name, void (*fn)(voi
   if (!self->register_error_.empty()) return 1;
   const auto& known = KnownOps();
   if (std::find(known.begin(), known.end(), name) == known.end()) {
-    self->register_error_ = fmt::format("registers unknown op '{}' (known: {})", name,
-                                        fmt::join(known, ", "));
+    self->register_error_ =
+        fmt::format("registers unknown op '{}' (known: {})", name, fmt::join(known, ", "));
     return 1;
   }
   if (!fn) {
@@ -111,8 +112,9 @@ std::vector<std::string> PluginBackend::Usage() const {
 void PluginBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) {
   Op* op = ops_.empty() ? nullptr : Find("rms_norm");
   if (!op || !Contiguous({&x, &weight, &out})) return inner().RmsNorm(x, weight, eps, out);
-  const dh_rms_norm_args args{x.as<const float>(), weight.as<const float>(), out.as<float>(),
-                              x.numel() / x.dim(-1), x.dim(-1), eps};
+  const dh_rms_norm_args args{x.as<const float>(), weight.as<const float>(),
+                              out.as<float>(),     x.numel() / x.dim(-1),
+                              x.dim(-1),           eps};
   const int rc = reinterpret_cast<dh_rms_norm_fn>(op->fn)(&args);
   DH_CHECK(rc == 0, "plugin {}: rms_norm returned {}", op->library, rc);
   ++op->calls;

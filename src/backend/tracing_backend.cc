@@ -1,9 +1,9 @@
 // TracingBackend (tracing_backend.h).
 #include "backend/tracing_backend.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "base/trace.h"
 
@@ -43,9 +43,9 @@ void TracingBackend::Timed(const char* op, double bytes, double flops, Call&& ca
     t.Add({1, seconds, bytes, flops});
   }
   if (Tracer* tracer = ActiveTracer()) {
-    tracer->Complete(op, "op", start, end,
-                     fmt::format("{}, {}, {}", detail(), JsonArg("bytes", bytes),
-                                 JsonArg("flops", flops)));
+    tracer->Complete(
+        op, "op", start, end,
+        fmt::format("{}, {}, {}", detail(), JsonArg("bytes", bytes), JsonArg("flops", flops)));
   }
 }
 
@@ -62,30 +62,41 @@ void TracingBackend::ResetTotals() {
 }
 
 void TracingBackend::Embedding(const Weight& table, const Tensor& ids, Tensor out) {
-  Timed("Embedding", 2 * Bytes(out) + Bytes(ids), 0,
-        [&] { inner().Embedding(table, ids, out); },
-        [&] { return Shapes({{"ids", &ids}, {"out", &out}}) + ", " + WeightArgs(table); });
+  Timed(
+      "Embedding", 2 * Bytes(out) + Bytes(ids), 0, [&] { inner().Embedding(table, ids, out); },
+      [&] {
+        return Shapes({{"ids", &ids}, {"out", &out}}) + ", " + WeightArgs(table);
+      });
 }
 
 void TracingBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) {
-  Timed("RmsNorm", Bytes(x) + Bytes(weight) + Bytes(out), 4 * Numel(x),
-        [&] { inner().RmsNorm(x, weight, eps, out); },
-        [&] { return Shapes({{"x", &x}, {"out", &out}}); });
+  Timed(
+      "RmsNorm", Bytes(x) + Bytes(weight) + Bytes(out), 4 * Numel(x),
+      [&] { inner().RmsNorm(x, weight, eps, out); },
+      [&] {
+        return Shapes({{"x", &x}, {"out", &out}});
+      });
 }
 
 void TracingBackend::AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
                                 Tensor out) {
-  Timed("AddRmsNorm", 2 * Bytes(residual) + Bytes(x) + Bytes(weight) + Bytes(out), 5 * Numel(x),
-        [&] { inner().AddRmsNorm(residual, x, weight, eps, out); },
-        [&] { return Shapes({{"x", &x}, {"out", &out}}); });
+  Timed(
+      "AddRmsNorm", 2 * Bytes(residual) + Bytes(x) + Bytes(weight) + Bytes(out), 5 * Numel(x),
+      [&] { inner().AddRmsNorm(residual, x, weight, eps, out); },
+      [&] {
+        return Shapes({{"x", &x}, {"out", &out}});
+      });
 }
 
 void TracingBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) {
   const double m = static_cast<double>(x.dim(0));
-  Timed("MatMul", Bytes(x) + static_cast<double>(w.nbytes()) + Bytes(bias) + Bytes(out),
-        2 * m * static_cast<double>(w.rows) * static_cast<double>(w.cols),
-        [&] { inner().MatMul(x, w, bias, out); },
-        [&] { return Shapes({{"x", &x}, {"out", &out}}) + ", " + WeightArgs(w); });
+  Timed(
+      "MatMul", Bytes(x) + static_cast<double>(w.nbytes()) + Bytes(bias) + Bytes(out),
+      2 * m * static_cast<double>(w.rows) * static_cast<double>(w.cols),
+      [&] { inner().MatMul(x, w, bias, out); },
+      [&] {
+        return Shapes({{"x", &x}, {"out", &out}}) + ", " + WeightArgs(w);
+      });
 }
 
 void TracingBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) {
@@ -94,24 +105,31 @@ void TracingBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, T
     weight_bytes += static_cast<double>(wh.nbytes());
     flops += 2 * static_cast<double>(x.dim(0)) * static_cast<double>(wh.rows * wh.cols);
   }
-  Timed("BatchedMatMul", Bytes(x) + weight_bytes + Bytes(out), flops,
-        [&] { inner().BatchedMatMul(x, w, out); },
-        [&] {
-          return Shapes({{"x", &x}, {"out", &out}}) + ", " +
-                 (w.empty() ? JsonArg("heads", 0.0) : WeightArgs(w[0]));
-        });
+  Timed(
+      "BatchedMatMul", Bytes(x) + weight_bytes + Bytes(out), flops,
+      [&] { inner().BatchedMatMul(x, w, out); },
+      [&] {
+        return Shapes({{"x", &x}, {"out", &out}}) + ", " +
+               (w.empty() ? JsonArg("heads", 0.0) : WeightArgs(w[0]));
+      });
 }
 
 void TracingBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& p) {
-  Timed("Rope", 2 * Bytes(x) + Bytes(positions), 3 * Numel(x),
-        [&] { inner().Rope(x, positions, p); }, [&] { return Shapes({{"x", &x}}); });
+  Timed(
+      "Rope", 2 * Bytes(x) + Bytes(positions), 3 * Numel(x), [&] { inner().Rope(x, positions, p); },
+      [&] {
+        return Shapes({{"x", &x}});
+      });
 }
 
 void TracingBackend::KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
                              const Tensor& slot_mapping) {
-  Timed("KvWrite", 2 * (Bytes(k) + Bytes(v)), 0,
-        [&] { inner().KvWrite(k, v, k_cache, v_cache, slot_mapping); },
-        [&] { return Shapes({{"k", &k}, {"v", &v}}); });
+  Timed(
+      "KvWrite", 2 * (Bytes(k) + Bytes(v)), 0,
+      [&] { inner().KvWrite(k, v, k_cache, v_cache, slot_mapping); },
+      [&] {
+        return Shapes({{"k", &k}, {"v", &v}});
+      });
 }
 
 void TracingBackend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -129,43 +147,59 @@ void TracingBackend::Attention(const Tensor& q, const Tensor& k_cache, const Ten
   const double heads = static_cast<double>(q.dim(1));
   const double dk = static_cast<double>(q.dim(2)), dv = static_cast<double>(out.dim(2));
   const double row_bytes = static_cast<double>(k_cache.dim(1)) * (dk + dv) * 4;
-  Timed("Attention", Bytes(q) + Bytes(out) + rows_read * row_bytes, 2 * pairs * heads * (dk + dv),
-        [&] { inner().Attention(q, k_cache, v_cache, meta, scale, out); },
-        [&] {
-          return Shapes({{"q", &q}, {"out", &out}}) + ", " +
-                 JsonArg("max_seq_len", static_cast<double>(meta.max_seq_len));
-        });
+  Timed(
+      "Attention", Bytes(q) + Bytes(out) + rows_read * row_bytes, 2 * pairs * heads * (dk + dv),
+      [&] { inner().Attention(q, k_cache, v_cache, meta, scale, out); },
+      [&] {
+        return Shapes({{"q", &q}, {"out", &out}}) + ", " +
+               JsonArg("max_seq_len", static_cast<double>(meta.max_seq_len));
+      });
 }
 
 void TracingBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor out) {
-  Timed("SiluMul", Bytes(gate) + Bytes(up) + Bytes(out), 4 * Numel(out),
-        [&] { inner().SiluMul(gate, up, out); }, [&] { return Shapes({{"out", &out}}); });
+  Timed(
+      "SiluMul", Bytes(gate) + Bytes(up) + Bytes(out), 4 * Numel(out),
+      [&] { inner().SiluMul(gate, up, out); },
+      [&] {
+        return Shapes({{"out", &out}});
+      });
 }
 
 void TracingBackend::Add(const Tensor& a, const Tensor& b, Tensor out) {
-  Timed("Add", Bytes(a) + Bytes(b) + Bytes(out), Numel(out), [&] { inner().Add(a, b, out); },
-        [&] { return Shapes({{"out", &out}}); });
+  Timed(
+      "Add", Bytes(a) + Bytes(b) + Bytes(out), Numel(out), [&] { inner().Add(a, b, out); },
+      [&] {
+        return Shapes({{"out", &out}});
+      });
 }
 
 void TracingBackend::Copy(const Tensor& src, Tensor dst) {
-  Timed("Copy", 2 * Bytes(dst), 0, [&] { inner().Copy(src, dst); },
-        [&] { return Shapes({{"src", &src}, {"dst", &dst}}); });
+  Timed(
+      "Copy", 2 * Bytes(dst), 0, [&] { inner().Copy(src, dst); },
+      [&] {
+        return Shapes({{"src", &src}, {"dst", &dst}});
+      });
 }
 
 void TracingBackend::GatherRows(const Tensor& x, const Tensor& rows, Tensor out) {
-  Timed("GatherRows", 2 * Bytes(out) + Bytes(rows), 0, [&] { inner().GatherRows(x, rows, out); },
-        [&] { return Shapes({{"x", &x}, {"out", &out}}); });
+  Timed(
+      "GatherRows", 2 * Bytes(out) + Bytes(rows), 0, [&] { inner().GatherRows(x, rows, out); },
+      [&] {
+        return Shapes({{"x", &x}, {"out", &out}});
+      });
 }
 
 void TracingBackend::MoeGate(const Tensor& logits, const Tensor& bias, const MoeGateParams& p,
                              Tensor topk_ids, Tensor topk_weights) {
-  Timed("MoeGate", Bytes(logits) + Bytes(bias) + Bytes(topk_ids) + Bytes(topk_weights),
-        4 * Numel(logits), [&] { inner().MoeGate(logits, bias, p, topk_ids, topk_weights); },
-        [&] { return Shapes({{"logits", &logits}, {"topk_ids", &topk_ids}}); });
+  Timed(
+      "MoeGate", Bytes(logits) + Bytes(bias) + Bytes(topk_ids) + Bytes(topk_weights),
+      4 * Numel(logits), [&] { inner().MoeGate(logits, bias, p, topk_ids, topk_weights); },
+      [&] {
+        return Shapes({{"logits", &logits}, {"topk_ids", &topk_ids}});
+      });
 }
 
-void TracingBackend::MoeExperts(const Tensor& x, const Tensor& topk_ids,
-                                const Tensor& topk_weights,
+void TracingBackend::MoeExperts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                                 std::span<const ExpertWeights> experts, Tensor out) {
   // The experts read: at most one per routed (token, slot), at most all of them.
   double weight_bytes = 0, flops = 0;
@@ -175,15 +209,17 @@ void TracingBackend::MoeExperts(const Tensor& x, const Tensor& topk_ids,
         static_cast<double>(e.gate.nbytes() + e.up.nbytes() + e.down.nbytes());
     const double routed = Numel(topk_ids);
     weight_bytes = per_expert * std::min(routed, static_cast<double>(experts.size()));
-    flops = 2 * routed * static_cast<double>(e.gate.rows * e.gate.cols + e.up.rows * e.up.cols +
-                                             e.down.rows * e.down.cols);
+    flops = 2 * routed *
+            static_cast<double>(e.gate.rows * e.gate.cols + e.up.rows * e.up.cols +
+                                e.down.rows * e.down.cols);
   }
-  Timed("MoeExperts", Bytes(x) + Bytes(topk_ids) + Bytes(topk_weights) + Bytes(out) + weight_bytes,
-        flops, [&] { inner().MoeExperts(x, topk_ids, topk_weights, experts, out); },
-        [&] {
-          return Shapes({{"x", &x}, {"topk_ids", &topk_ids}}) + ", " +
-                 JsonArg("experts", static_cast<double>(experts.size()));
-        });
+  Timed(
+      "MoeExperts", Bytes(x) + Bytes(topk_ids) + Bytes(topk_weights) + Bytes(out) + weight_bytes,
+      flops, [&] { inner().MoeExperts(x, topk_ids, topk_weights, experts, out); },
+      [&] {
+        return Shapes({{"x", &x}, {"topk_ids", &topk_ids}}) + ", " +
+               JsonArg("experts", static_cast<double>(experts.size()));
+      });
 }
 
 }  // namespace dh

@@ -1,9 +1,9 @@
 // Tracer and TraceSpan (trace.h).
 #include "base/trace.h"
 
-#include <cstdio>
-
 #include <fmt/format.h>
+
+#include <cstdio>
 
 namespace dh {
 namespace trace_internal {
@@ -23,9 +23,7 @@ int ThreadId() {
 
 }  // namespace
 
-void SetTracer(Tracer* tracer) {
-  trace_internal::tracer.store(tracer, std::memory_order_release);
-}
+void SetTracer(Tracer* tracer) { trace_internal::tracer.store(tracer, std::memory_order_release); }
 
 const char* CurrentTraceLabel() { return current_label; }
 
@@ -82,8 +80,8 @@ void Tracer::Async(std::string_view name, std::string_view cat, uint64_t id,
                    Clock::time_point start, Clock::time_point end, std::string args) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!Reserve(2)) return;
-  events_.push_back({'b', 0, id, Micros(start), 0, std::string(name), std::string(cat),
-                     std::move(args)});
+  events_.push_back(
+      {'b', 0, id, Micros(start), 0, std::string(name), std::string(cat), std::move(args)});
   events_.push_back({'e', 0, id, Micros(end), 0, std::string(name), std::string(cat), {}});
 }
 
@@ -92,8 +90,8 @@ void Tracer::Instant(std::string_view name, std::string_view cat, Clock::time_po
   const int tid = ThreadId();
   std::lock_guard<std::mutex> lock(mu_);
   if (!Reserve(1)) return;
-  events_.push_back({'i', tid, 0, Micros(at), 0, std::string(name), std::string(cat),
-                     std::move(args)});
+  events_.push_back(
+      {'i', tid, 0, Micros(at), 0, std::string(name), std::string(cat), std::move(args)});
 }
 
 size_t Tracer::num_events() const {

@@ -34,14 +34,16 @@ void RoutingCounter::OnTap(Backend& backend, std::string_view name, const Tensor
   backend.CopyToHost(host_.data(), t);
   for (const int32_t e : host_) {
     if (e >= 0 && e < num_experts_) {
-      counts_[static_cast<size_t>(layer * num_experts_ + e)].fetch_add(1, std::memory_order_relaxed);
+      counts_[static_cast<size_t>(layer * num_experts_ + e)].fetch_add(1,
+                                                                       std::memory_order_relaxed);
     }
   }
   seen_[static_cast<size_t>(layer)].store(true, std::memory_order_relaxed);
 }
 
 uint64_t RoutingCounter::Count(int64_t layer, int64_t expert) const {
-  return counts_[static_cast<size_t>(layer * num_experts_ + expert)].load(std::memory_order_relaxed);
+  return counts_[static_cast<size_t>(layer * num_experts_ + expert)].load(
+      std::memory_order_relaxed);
 }
 
 bool RoutingCounter::LayerSeen(int64_t layer) const {

@@ -8,8 +8,7 @@ namespace tap_internal {
 
 std::atomic<TapSink*> sink{nullptr};
 
-void TapLayerSlow(TapSink& s, Backend& b, int64_t layer, std::string_view suffix,
-                  const Tensor& t) {
+void TapLayerSlow(TapSink& s, Backend& b, int64_t layer, std::string_view suffix, const Tensor& t) {
   s.OnTap(b, fmt::format("model.layers.{}.{}", layer, suffix), t);
 }
 

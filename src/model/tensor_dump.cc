@@ -1,11 +1,11 @@
 // TensorDumper (tensor_dump.h).
 #include "model/tensor_dump.h"
 
-#include <charconv>
-#include <filesystem>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <charconv>
+#include <filesystem>
 
 #include "base/glob.h"
 #include "io/npy.h"
@@ -42,7 +42,8 @@ Status ParseDumpSteps(const std::string& text, DumpOptions* o) {
 Result<std::unique_ptr<TensorDumper>> TensorDumper::Create(const DumpOptions& options) {
   std::error_code ec;
   std::filesystem::create_directories(options.dir, ec);
-  if (ec) return IoError("--dump-tensors: cannot create directory {}: {}", options.dir, ec.message());
+  if (ec)
+    return IoError("--dump-tensors: cannot create directory {}: {}", options.dir, ec.message());
   std::unique_ptr<TensorDumper> d(new TensorDumper(options));
   const std::string path = options.dir + "/manifest.tsv";
   d->manifest_ = std::fopen(path.c_str(), "w");
@@ -75,7 +76,8 @@ Status TensorDumper::Finish() {
   if (manifest_) {
     const bool closed = std::fclose(manifest_) == 0;
     manifest_ = nullptr;
-    if (!closed && error_.ok()) error_ = IoError("--dump-tensors: cannot write {}/manifest.tsv", options_.dir);
+    if (!closed && error_.ok())
+      error_ = IoError("--dump-tensors: cannot write {}/manifest.tsv", options_.dir);
   }
   return error_;
 }

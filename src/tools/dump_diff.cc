@@ -1,11 +1,11 @@
 // DiffDumps and FormatDumpDiff (dump_diff.h).
 #include "tools/dump_diff.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <cmath>
 #include <map>
-
-#include <fmt/format.h>
 
 #include "base/mapped_file.h"
 #include "io/npy.h"
@@ -50,21 +50,21 @@ Result<std::vector<ManifestEntry>> ReadManifest(const std::string& dir) {
     const auto f = SplitTabs(line);
     ManifestEntry e;
     if (f.size() != 5) {
-      return InvalidArgument("{}: line {}: expected 5 tab-separated fields, got {}", path,
-                             line_no, f.size());
+      return InvalidArgument("{}: line {}: expected 5 tab-separated fields, got {}", path, line_no,
+                             f.size());
     }
     auto [p, ec] = std::from_chars(f[0].data(), f[0].data() + f[0].size(), e.step);
     if (ec != std::errc() || p != f[0].data() + f[0].size() || e.step < 0) {
-      return InvalidArgument("{}: line {}: field 'step': '{}' is not a step number", path,
-                             line_no, f[0]);
+      return InvalidArgument("{}: line {}: field 'step': '{}' is not a step number", path, line_no,
+                             f[0]);
     }
     e.tap = f[1];
     e.dtype = f[2];
     e.shape = f[3];
     e.file = f[4];
     if (e.file.empty() || e.file.find('/') != std::string::npos || e.file[0] == '.') {
-      return InvalidArgument("{}: line {}: field 'file': '{}' is not a file name in the dump",
-                             path, line_no, e.file);
+      return InvalidArgument("{}: line {}: field 'file': '{}' is not a file name in the dump", path,
+                             line_no, e.file);
     }
     entries.push_back(std::move(e));
   }
@@ -122,9 +122,15 @@ Result<TapDiff> CompareTap(const ManifestEntry& ea, const std::string& dir_a,
   for (int64_t v : a.shape) n *= v;
   d.elements = n;
   switch (a.dtype) {
-    case DType::kF32: CompareValues(a.as<float>(), b.as<float>(), n, o, &d); break;
-    case DType::kI32: CompareValues(a.as<int32_t>(), b.as<int32_t>(), n, {0, 0}, &d); break;
-    case DType::kI64: CompareValues(a.as<int64_t>(), b.as<int64_t>(), n, {0, 0}, &d); break;
+    case DType::kF32:
+      CompareValues(a.as<float>(), b.as<float>(), n, o, &d);
+      break;
+    case DType::kI32:
+      CompareValues(a.as<int32_t>(), b.as<int32_t>(), n, {0, 0}, &d);
+      break;
+    case DType::kI64:
+      CompareValues(a.as<int64_t>(), b.as<int64_t>(), n, {0, 0}, &d);
+      break;
     default:
       return InvalidArgument("{}/{}: dtype {} is not compared", dir_a, ea.file, DTypeName(a.dtype));
   }
@@ -173,14 +179,19 @@ Result<DumpDiff> DiffDumps(const std::string& dir_a, const std::string& dir_b,
 std::string FormatDumpDiff(const DumpDiff& diff, const DumpDiffOptions& o) {
   size_t width = 3;
   for (const TapDiff& d : diff.taps) width = std::max(width, d.tap.size());
-  std::string out = fmt::format("{:>4}  {:<{}}  {:<14}  {:>10}  {:>10}  {:>9}  {}\n", "step",
-                                "tap", width, "shape", "max_abs", "max_rel", "mismatch", "verdict");
+  std::string out = fmt::format("{:>4}  {:<{}}  {:<14}  {:>10}  {:>10}  {:>9}  {}\n", "step", "tap",
+                                width, "shape", "max_abs", "max_rel", "mismatch", "verdict");
   for (const TapDiff& d : diff.taps) {
     const char* verdict = "ok";
     switch (d.verdict) {
-      case TapDiff::Verdict::kSame: break;
-      case TapDiff::Verdict::kDiffers: verdict = "DIFFERS"; break;
-      case TapDiff::Verdict::kShapeDiffers: verdict = "SHAPE DIFFERS"; break;
+      case TapDiff::Verdict::kSame:
+        break;
+      case TapDiff::Verdict::kDiffers:
+        verdict = "DIFFERS";
+        break;
+      case TapDiff::Verdict::kShapeDiffers:
+        verdict = "SHAPE DIFFERS";
+        break;
     }
     out += fmt::format("{:>4}  {:<{}}  {:<14}  {:>10.3e}  {:>10.3e}  {:>9}  {}\n", d.step, d.tap,
                        width, d.shape, d.max_abs, d.max_rel, d.mismatched, verdict);
@@ -188,8 +199,8 @@ std::string FormatDumpDiff(const DumpDiff& diff, const DumpDiffOptions& o) {
   for (const std::string& k : diff.only_in_a) out += fmt::format("only in A: {}\n", k);
   for (const std::string& k : diff.only_in_b) out += fmt::format("only in B: {}\n", k);
   if (diff.same()) {
-    out += fmt::format("all {} taps in both dumps match (rtol {:g}, atol {:g})\n",
-                       diff.taps.size(), o.rtol, o.atol);
+    out += fmt::format("all {} taps in both dumps match (rtol {:g}, atol {:g})\n", diff.taps.size(),
+                       o.rtol, o.atol);
   } else {
     const TapDiff& d = diff.taps[static_cast<size_t>(diff.first_difference)];
     out += fmt::format("first differing tap: step {} {}", d.step, d.tap);

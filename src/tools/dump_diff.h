@@ -26,14 +26,14 @@ struct TapDiff {
   std::string shape;     // A's ("4x128"); "4x128 vs 4x64" when the shapes differ
   int64_t elements = 0;  // compared
   int64_t mismatched = 0;
-  double max_abs = 0;    // max |a - b|
-  double max_rel = 0;    // max |a - b| / |b| over b != 0
+  double max_abs = 0;  // max |a - b|
+  double max_rel = 0;  // max |a - b| / |b| over b != 0
   Verdict verdict = Verdict::kSame;
 };
 
 struct DumpDiff {
-  std::vector<TapDiff> taps;  // the taps in both, in A's manifest order
-  int first_difference = -1;  // index into taps; -1: every tap in both matches
+  std::vector<TapDiff> taps;                      // the taps in both, in A's manifest order
+  int first_difference = -1;                      // index into taps; -1: every tap in both matches
   std::vector<std::string> only_in_a, only_in_b;  // "s<step>.<tap>"
   bool same() const { return first_difference < 0; }
 };

@@ -1,10 +1,10 @@
 // Profile tables (profile.h).
 #include "tools/profile.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
-
-#include <fmt/format.h>
 
 namespace dh::tools {
 namespace {
@@ -44,15 +44,14 @@ std::string Table(const std::string& title, const std::vector<ProfileRow>& rows)
   size_t width = title.size();
   for (const ProfileRow& r : rows) width = std::max(width, r.name.size());
   std::string out =
-      fmt::format("{:<{}}  {:>7}  {:>10}  {:>9}  {:>6}  {:>8}  {:>6}  {:>9}  {:>6}\n", title,
-                  width, "calls", "total ms", "mean us", "share", "GB/s", "of bw", "GFLOP/s",
-                  "of peak");
+      fmt::format("{:<{}}  {:>7}  {:>10}  {:>9}  {:>6}  {:>8}  {:>6}  {:>9}  {:>6}\n", title, width,
+                  "calls", "total ms", "mean us", "share", "GB/s", "of bw", "GFLOP/s", "of peak");
   for (const ProfileRow& r : rows) {
-    out += fmt::format("{:<{}}  {:>7}  {:>10.3f}  {:>9.2f}  {:>6}  {:>8.2f}  {:>6}  {:>9.2f}  {:>6}\n",
-                       r.name, width, r.totals.calls, r.totals.seconds * 1e3,
-                       r.totals.calls ? r.totals.seconds * 1e6 / r.totals.calls : 0.0,
-                       Percent(r.share), r.gbs, Percent(r.bandwidth_fraction), r.gflops,
-                       Percent(r.peak_fraction));
+    out += fmt::format(
+        "{:<{}}  {:>7}  {:>10.3f}  {:>9.2f}  {:>6}  {:>8.2f}  {:>6}  {:>9.2f}  {:>6}\n", r.name,
+        width, r.totals.calls, r.totals.seconds * 1e3,
+        r.totals.calls ? r.totals.seconds * 1e6 / r.totals.calls : 0.0, Percent(r.share), r.gbs,
+        Percent(r.bandwidth_fraction), r.gflops, Percent(r.peak_fraction));
   }
   return out;
 }
@@ -60,10 +59,14 @@ std::string Table(const std::string& title, const std::vector<ProfileRow>& rows)
 nlohmann::json RowsJson(const std::vector<ProfileRow>& rows) {
   nlohmann::json out = nlohmann::json::array();
   for (const ProfileRow& r : rows) {
-    nlohmann::json j = {{"name", r.name},       {"calls", r.totals.calls},
-                        {"seconds", r.totals.seconds}, {"bytes", r.totals.bytes},
-                        {"flops", r.totals.flops}, {"share", r.share},
-                        {"gbs", r.gbs},         {"gflops", r.gflops}};
+    nlohmann::json j = {{"name", r.name},
+                        {"calls", r.totals.calls},
+                        {"seconds", r.totals.seconds},
+                        {"bytes", r.totals.bytes},
+                        {"flops", r.totals.flops},
+                        {"share", r.share},
+                        {"gbs", r.gbs},
+                        {"gflops", r.gflops}};
     if (r.bandwidth_fraction >= 0) j["bandwidth_fraction"] = r.bandwidth_fraction;
     if (r.peak_fraction >= 0) j["peak_fraction"] = r.peak_fraction;
     out.push_back(j);
@@ -91,8 +94,9 @@ std::string FormatProfile(const ProfileReport& r) {
                      r.bandwidth_gbs > 0 ? fmt::format("{:.1f} GB/s", r.bandwidth_gbs) : "-",
                      r.peak_gflops > 0 ? fmt::format("{:.1f} GFLOP/s", r.peak_gflops) : "-");
   for (const ProfilePhase& p : r.phases) {
-    out += fmt::format("\n{}: {:.3f} s wall, {:.3f} s in ops ({})\n", p.name, p.wall_seconds,
-                       p.op_seconds, Percent(p.wall_seconds > 0 ? p.op_seconds / p.wall_seconds : -1));
+    out +=
+        fmt::format("\n{}: {:.3f} s wall, {:.3f} s in ops ({})\n", p.name, p.wall_seconds,
+                    p.op_seconds, Percent(p.wall_seconds > 0 ? p.op_seconds / p.wall_seconds : -1));
     out += Table("op", p.by_op);
     out += "\n";
     out += Table("layer type", p.by_layer);

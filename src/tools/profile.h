@@ -6,10 +6,9 @@
 // furthest from its limit stands out.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "backend/tracing_backend.h"
 
@@ -18,20 +17,20 @@ namespace dh::tools {
 struct ProfileRow {
   std::string name;
   OpTotals totals;
-  double share = 0;          // of the phase's time in ops
+  double share = 0;  // of the phase's time in ops
   double gbs = 0, gflops = 0;
   double bandwidth_fraction = -1, peak_fraction = -1;  // < 0: yardstick not measured
 };
 
 struct ProfilePhase {
-  std::string name;          // "prefill", "decode"
-  double wall_seconds = 0;   // the whole workload of the phase
-  double op_seconds = 0;     // inside backend ops
+  std::string name;                         // "prefill", "decode"
+  double wall_seconds = 0;                  // the whole workload of the phase
+  double op_seconds = 0;                    // inside backend ops
   std::vector<ProfileRow> by_op, by_layer;  // by total time, largest first
 };
 
 struct ProfileReport {
-  std::string label;  // the model and workload
+  std::string label;                          // the model and workload
   double bandwidth_gbs = 0, peak_gflops = 0;  // <= 0: not measured
   std::vector<ProfilePhase> phases;
 };

@@ -33,7 +33,8 @@ class Observability : public ::testing::Test {
   CliRun Dump(const std::string& name, const std::string& extra) {
     return RunCli("generate -q --threads 1 --model-path " + kModel +
                   " --token-ids 0,17,42,99,7 --max-tokens 3 --ignore-eos --no-compile-cache "
-                  "--dump-tensors " + (dir_ / name).string() + " " + extra);
+                  "--dump-tensors " +
+                  (dir_ / name).string() + " " + extra);
   }
   std::vector<std::vector<std::string>> Manifest(const std::string& name) {
     std::ifstream f(dir_ / name / "manifest.tsv");
@@ -67,16 +68,26 @@ TEST_F(Observability, DumpNamesFollowHuggingFaceModules) {
     steps = std::max(steps, std::stoi(row[0]) + 1);
   }
   EXPECT_EQ(steps, 3);
-  for (const char* tap :
-       {"model.embed_tokens", "model.layers.0.input_layernorm",
-        "model.layers.0.self_attn.q_a_proj", "model.layers.0.self_attn.q_a_layernorm",
-        "model.layers.0.self_attn.q_b_proj", "model.layers.0.self_attn.kv_a_proj_with_mqa",
-        "model.layers.0.self_attn.kv_a_layernorm", "model.layers.0.self_attn.kv_b_proj",
-        "model.layers.0.self_attn.o_proj", "model.layers.0.self_attn",
-        "model.layers.0.post_attention_layernorm", "model.layers.0.mlp.gate_proj",
-        "model.layers.0.mlp", "model.layers.1.mlp.gate", "model.layers.1.mlp.gate.topk_idx",
-        "model.layers.1.mlp.gate.topk_weight", "model.layers.1.mlp.shared_experts.down_proj",
-        "model.layers.2.mlp", "model.norm", "logits"}) {
+  for (const char* tap : {"model.embed_tokens",
+                          "model.layers.0.input_layernorm",
+                          "model.layers.0.self_attn.q_a_proj",
+                          "model.layers.0.self_attn.q_a_layernorm",
+                          "model.layers.0.self_attn.q_b_proj",
+                          "model.layers.0.self_attn.kv_a_proj_with_mqa",
+                          "model.layers.0.self_attn.kv_a_layernorm",
+                          "model.layers.0.self_attn.kv_b_proj",
+                          "model.layers.0.self_attn.o_proj",
+                          "model.layers.0.self_attn",
+                          "model.layers.0.post_attention_layernorm",
+                          "model.layers.0.mlp.gate_proj",
+                          "model.layers.0.mlp",
+                          "model.layers.1.mlp.gate",
+                          "model.layers.1.mlp.gate.topk_idx",
+                          "model.layers.1.mlp.gate.topk_weight",
+                          "model.layers.1.mlp.shared_experts.down_proj",
+                          "model.layers.2.mlp",
+                          "model.norm",
+                          "logits"}) {
     EXPECT_TRUE(step0.count(tap)) << tap;
   }
 }
@@ -108,18 +119,19 @@ TEST_F(Observability, FilterAndStepsChooseWhatIsWritten) {
   for (const auto& row : Manifest("f")) {
     if (row[0] != "step") seen.insert(row[0] + " " + row[1]);
   }
-  EXPECT_EQ(seen, (std::set<std::string>{
-                      "1 logits", "1 model.layers.1.mlp.gate", "1 model.layers.1.mlp.gate.topk_idx",
-                      "1 model.layers.1.mlp.gate.topk_weight", "2 logits",
-                      "2 model.layers.1.mlp.gate", "2 model.layers.1.mlp.gate.topk_idx",
-                      "2 model.layers.1.mlp.gate.topk_weight"}));
+  EXPECT_EQ(seen,
+            (std::set<std::string>{
+                "1 logits", "1 model.layers.1.mlp.gate", "1 model.layers.1.mlp.gate.topk_idx",
+                "1 model.layers.1.mlp.gate.topk_weight", "2 logits", "2 model.layers.1.mlp.gate",
+                "2 model.layers.1.mlp.gate.topk_idx", "2 model.layers.1.mlp.gate.topk_weight"}));
 }
 
 TEST_F(Observability, TraceHoldsStepsLayersOpsAndRequestPhases) {
   const fs::path trace = dir_ / "t.json";
   const CliRun r = RunCli("run -q --threads 1 --model-path " + kModel +
                           " --prompt 'To be' --max-tokens 4 --temperature 0 --no-compile-cache "
-                          "--trace-out " + trace.string());
+                          "--trace-out " +
+                          trace.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::ifstream f(trace);
   const Json j = Json::parse(f, nullptr, false);
@@ -131,8 +143,8 @@ TEST_F(Observability, TraceHoldsStepsLayersOpsAndRequestPhases) {
     if (e.contains("cat")) cats.insert(e.at("cat").get<std::string>());
     if (e.at("name") == "MatMul" && e.at("ph") == "X") {
       const Json& a = e.at("args");
-      matmul_has_args = a.contains("x") && a.contains("format") && a.at("flops").get<double>() > 0 &&
-                        a.at("bytes").get<double>() > 0;
+      matmul_has_args = a.contains("x") && a.contains("format") &&
+                        a.at("flops").get<double>() > 0 && a.at("bytes").get<double>() > 0;
     }
   }
   for (const char* n : {"engine.step", "forward", "embedding", "model.layers.0", "model.layers.2",
@@ -149,7 +161,8 @@ TEST_F(Observability, TraceIsBoundedByMaxEvents) {
   const fs::path trace = dir_ / "t.json";
   const CliRun r = RunCli("generate -q --threads 1 --model-path " + kModel +
                           " --token-ids 0,17,42 --max-tokens 4 --ignore-eos --no-compile-cache "
-                          "--trace-out " + trace.string() + " --trace-max-events 40");
+                          "--trace-out " +
+                          trace.string() + " --trace-max-events 40");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::ifstream f(trace);
   const Json j = Json::parse(f, nullptr, false);
@@ -163,8 +176,8 @@ TEST_F(Observability, PluginRmsNormIsUsedAndMatchesTheBuiltInOp) {
   ASSERT_EQ(Dump("builtin", "").exit_code, 0);
   const CliRun r = RunCli("generate --threads 1 --model-path " + kModel +
                           " --token-ids 0,17,42,99,7 --max-tokens 3 --ignore-eos "
-                          "--no-compile-cache --dump-tensors " + (dir_ / "plugin").string() +
-                          " --plugin " + plugin);
+                          "--no-compile-cache --dump-tensors " +
+                          (dir_ / "plugin").string() + " --plugin " + plugin);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // Layer 0's input norm and MLA's two latent norms per layer: 7 RmsNorm calls a step, 3 steps.
   EXPECT_NE(r.err.find("plugin: rms_norm from rms_norm_plugin.so: 21 calls"), std::string::npos)
@@ -182,8 +195,8 @@ TEST_F(Observability, BrokenPluginsAreRefusedWithTheReason) {
       {"unknown_op_plugin.so", "registers unknown op 'fused_everything'"},
       {"no_such_plugin.so", "cannot load"}};
   for (const auto& [file, reason] : cases) {
-    const CliRun r = RunCli("generate --model-path " + kModel + " --token-ids 1 --plugin " +
-                            dir + file);
+    const CliRun r =
+        RunCli("generate --model-path " + kModel + " --token-ids 1 --plugin " + dir + file);
     EXPECT_EQ(r.exit_code, 2) << file << "\n" << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_NE(r.err.find("--plugin " + dir + file + ": " + reason), std::string::npos) << r.err;
@@ -194,8 +207,11 @@ TEST(OpMetrics, ServeExportsOpTimesAndRoutedTokensPerExpert) {
   ServerProcess server;
   ASSERT_TRUE(server.Start({"--model-path", kModel, "--op-metrics", "--threads", "1"}))
       << server.log();
-  const Json req = {{"model", ServedModel(server)}, {"prompt", "To be"}, {"max_tokens", 4},
-                    {"temperature", 0}, {"ignore_eos", true}};
+  const Json req = {{"model", ServedModel(server)},
+                    {"prompt", "To be"},
+                    {"max_tokens", 4},
+                    {"temperature", 0},
+                    {"ignore_eos", true}};
   const HttpResult r = server.PostJson("/v1/completions", req);
   ASSERT_EQ(r.status, 200) << r.body;
   const auto m = server.Metrics();

@@ -33,15 +33,15 @@ class DumpDiffTest : public ::testing::Test {
     const std::string file = "s" + std::to_string(step) + "." + name + ".npy";
     const int64_t shape[] = {static_cast<int64_t>(v.size())};
     ASSERT_TRUE(WriteNpy((root_ / dir / file).string(), DType::kF32, v.data(), shape).ok());
-    Line(dir, std::to_string(step) + "\t" + name + "\tf32\t" + std::to_string(v.size()) + "\t" +
-                  file);
+    Line(dir,
+         std::to_string(step) + "\t" + name + "\tf32\t" + std::to_string(v.size()) + "\t" + file);
   }
   void PutIds(const std::string& dir, int step, const std::string& name, std::vector<int32_t> v) {
     const std::string file = "s" + std::to_string(step) + "." + name + ".npy";
     const int64_t shape[] = {static_cast<int64_t>(v.size())};
     ASSERT_TRUE(WriteNpy((root_ / dir / file).string(), DType::kI32, v.data(), shape).ok());
-    Line(dir, std::to_string(step) + "\t" + name + "\ti32\t" + std::to_string(v.size()) + "\t" +
-                  file);
+    Line(dir,
+         std::to_string(step) + "\t" + name + "\ti32\t" + std::to_string(v.size()) + "\t" + file);
   }
   void Line(const std::string& dir, const std::string& line) {
     const fs::path m = root_ / dir / "manifest.tsv";
