@@ -41,6 +41,7 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
   };
   auto a = std::make_shared<Args>();
   AddModelOptions(sub, &a->model, /*require_model=*/false);
+  AddObservabilityOptions(sub, &a->model.observe, kTraceFlags | kPluginFlags);
   sub->add_option("--prompt,-p", a->bench.prompt,
                   "pp: prompt tokens per sequence, one forward (default 512; 0 skips)");
   sub->add_option("--gen,-n", a->bench.gen,

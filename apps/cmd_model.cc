@@ -35,6 +35,7 @@ std::function<int()> SetupLogits(CLI::App* sub) {
   };
   auto a = std::make_shared<Args>();
   AddModelOptions(sub, &a->model, /*require_model=*/false);
+  AddObservabilityOptions(sub, &a->model.observe, kTraceFlags | kDumpFlags | kPluginFlags);
   sub->add_option("--token-ids", a->ids, "Comma-separated prompt token ids")->required();
   sub->add_option("--output,-o", a->output, "Output .npy file: float32 [n_tokens, vocab_size]")
       ->required();
@@ -70,6 +71,7 @@ std::function<int()> SetupGenerate(CLI::App* sub) {
   };
   auto a = std::make_shared<Args>();
   AddModelOptions(sub, &a->model, /*require_model=*/false);
+  AddObservabilityOptions(sub, &a->model.observe, kTraceFlags | kDumpFlags | kPluginFlags);
   sub->add_option("--token-ids", a->ids, "Comma-separated prompt token ids")->required();
   sub->add_option("--max-tokens", a->max_tokens, "New tokens to generate (default 16)");
   sub->add_option("--temperature", a->temperature, "0 = greedy (default); > 0 samples");

@@ -68,6 +68,7 @@ struct ServeArgs {
   int rank_timeout = 30;  // --rank-timeout: seconds a tensor-parallel step may take
   std::string self_check = "auto";  // --self-check (apps/self_check.h)
   bool no_self_check = false;
+  bool op_metrics = false;
   SelfCheckMode self_check_mode = SelfCheckMode::kAuto;
 };
 
@@ -248,6 +249,7 @@ int RunServe(ServeArgs& a) {
       return c;
     };
   }
+  if (a.op_metrics) a.model.observe.profile = true;  // a TracingBackend keeps op totals
   auto model = LoadFromOptions(a.model, wrap);
   if (!model.ok()) return fail(model.status());
   std::string self_check_json;
@@ -304,6 +306,8 @@ int RunServe(ServeArgs& a) {
   eo.num_kv_blocks = a.num_kv_blocks;
   eo.enable_prefix_caching = !a.no_prefix_caching;
   eo.kv_cache_memory = a.kv_cache_bytes;
+  const int64_t num_layers = model->model->config().num_hidden_layers;
+  const int64_t num_experts = model->model->config().n_routed_experts;
   Engine engine(eo, std::move(model->model), *model->backend, tokenizer->get());
   if (Status st = engine.Start(); !st.ok()) return fail(st);
 
@@ -315,6 +319,14 @@ int RunServe(ServeArgs& a) {
   ctx.model_load_seconds = model->load_seconds;
   ctx.model_created_unix = std::time(nullptr);
   ctx.self_check_json = self_check_json;
+  if (a.op_metrics) {
+    // From here on: the self-check's ops and tokens are not counted.
+    Observability* obs = model->observability.get();
+    if (Status st = obs->EnableOpMetrics(num_layers, num_experts); !st.ok()) {
+      return fail(st);
+    }
+    ctx.extra_metrics = [obs](const std::string& prefix) { return obs->OpMetricsText(prefix); };
+  }
   http.SetReasoningParser(reasoning == "deepseek_r1" ? "deepseek_r1" : "");
   http.Attach(ctx);
   loaded.store(true);
@@ -355,6 +367,7 @@ int RunServe(ServeArgs& a) {
 std::function<int()> SetupServe(CLI::App* sub) {
   auto a = std::make_shared<ServeArgs>();
   AddModelOptions(sub, &a->model, /*require_model=*/false);
+  AddObservabilityOptions(sub, &a->model.observe, kTraceFlags | kPluginFlags);
   sub->footer("Without --model-path the embedded model (models/" + std::string(kDefaultModelName) +
               " next to the binary) is served.");
   sub->add_option("--max-seq-len,--max-model-len", a->max_seq_len,
@@ -417,6 +430,10 @@ std::function<int()> SetupServe(CLI::App* sub) {
                   "all layers when the weights are <= 256 MiB, else the first 2), full, first, off")
       ->expected(0, 1);
   sub->add_flag("--no-self-check", a->no_self_check, "Skip the start-up self-check");
+  sub->add_flag("--op-metrics", a->op_metrics,
+                "Time every backend op and count routed tokens per MoE expert, exported in "
+                "/metrics as op_seconds_total{op}, op_calls_total{op} and "
+                "moe_routed_tokens_total{layer,expert} (docs/observability.md)");
   sub->add_option("--max-connections", a->max_connections,
                   "Open connections at most; more get 503 and are closed (default 4096)");
   return [a]() -> int { return RunServe(*a); };

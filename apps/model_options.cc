@@ -68,7 +68,21 @@ Result<LoadedModel> LoadFromOptions(const ModelOptions& o, const BackendWrapper&
   bo.num_threads = loaded.parallel.threads;
   bo.trace_kernels = o.trace_kernels;
   DH_ASSIGN_OR_RETURN(loaded.backend, CreateBackend(o.device, bo));
+  DH_ASSIGN_OR_RETURN(loaded.observability,
+                      Observability::Start(o.observe, loaded.parallel.options.rank, o.quiet));
+  // Innermost the plugins (so the self-check compares their ops too), outermost the tracer.
+  if (!o.observe.plugins.empty()) {
+    DH_ASSIGN_OR_RETURN(std::unique_ptr<PluginBackend> plugins,
+                        PluginBackend::Create(std::move(loaded.backend), o.observe.plugins));
+    loaded.observability->set_plugin_backend(plugins.get());
+    loaded.backend = std::move(plugins);
+  }
   if (wrap) loaded.backend = wrap(std::move(loaded.backend));
+  if (o.observe.tracing()) {
+    auto traced = std::make_unique<TracingBackend>(std::move(loaded.backend));
+    loaded.observability->set_tracing_backend(traced.get());
+    loaded.backend = std::move(traced);
+  }
   lo.file.use_mmap = o.mmap && !o.no_mmap;
   lo.file.mlock = o.mlock;
   lo.show_progress = !o.quiet && IsLeadRank(loaded);

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "apps/observability.h"
 #include "apps/parallel.h"
 #include "backend/backend.h"
 #include "model/model.h"
@@ -41,6 +42,8 @@ struct ModelOptions {
   // Tensor / expert parallelism (apps/parallel.h, docs/parallel.md); > 1 needs mpirun -np N.
   int tp_size = 1;
   int ep_size = 0;  // 0: = tp_size
+  // Tracing, tensor dumps, plugins: flags added per command (AddObservabilityOptions).
+  ObservabilityOptions observe;
 };
 
 // Adds the flags; `require_model` makes --model-path mandatory.
@@ -52,11 +55,14 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   double load_seconds = 0;
   CompileCacheResult compile_cache;  // whether the weights came from a compiled cache
+  // Last: destroyed first, so the trace and the dump are written while the model still exists.
+  std::unique_ptr<Observability> observability;
 };
 
 // Parses the weight flags (ParseWeightPlan) before anything else, then creates the backend and
 // loads the model. `wrap` (optional) replaces the created backend before the model is loaded on it, e.g. with
-// the self-check's CheckingBackend (apps/self_check.h).
+// the self-check's CheckingBackend (apps/self_check.h). With tracing options (ModelOptions::observe)
+// a TracingBackend wraps the result, and the Observability session starts before the load.
 using BackendWrapper = std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>;
 Result<LoadedModel> LoadFromOptions(const ModelOptions& o, const BackendWrapper& wrap = {});
 

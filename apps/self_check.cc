@@ -129,7 +129,7 @@ Result<SelfCheckMode> ParseSelfCheckMode(const std::string& text) {
 }
 
 CheckingBackend::CheckingBackend(std::unique_ptr<Backend> inner)
-    : inner_(std::move(inner)), reference_(BackendOptions{.num_threads = 1}) {
+    : ForwardingBackend(std::move(inner)), reference_(BackendOptions{.num_threads = 1}) {
   if (const char* env = std::getenv("DEEPHARNESS_TEST_SELF_CHECK_PERTURB")) {
     perturb_op_ = env;
     DH_LOG(Warning, "DEEPHARNESS_TEST_SELF_CHECK_PERTURB={} is set: a test hook that makes the "
@@ -204,17 +204,17 @@ void CheckingBackend::Compare(OpKind op, const char* what, const Tensor& got, co
         "self-check: {} differs between the {} backend and the reference backend at op {} of "
         "forward step {} (decoder layer {}{}; {} {}{}): max |diff| {:.4g} at element {} ({} "
         "{:.6g}, reference {:.6g}), tolerance {:.3g} = {:g} x max(1, max|reference| {:.4g})",
-        OpName(op), inner_->name(), op_in_step_, step_, layer,
+        OpName(op), inner().name(), op_in_step_, step_, layer,
         max_layers_ < 0 ? "" : " or the final norm/lm_head", what, ShapeText(got),
-        detail.empty() ? "" : ", " + detail, max_diff, worst, inner_->name(), worst_got,
+        detail.empty() ? "" : ", " + detail, max_diff, worst, inner().name(), worst_got,
         worst_want, tol, rtol, max_ref);
   }
 }
 
 void CheckingBackend::Embedding(const Weight& table, const Tensor& ids, Tensor out) {
-  if (!Checking(OpKind::kEmbedding)) return inner_->Embedding(table, ids, out);
+  if (!Checking(OpKind::kEmbedding)) return inner().Embedding(table, ids, out);
   HostCopy ids0 = CopyOf(ids);
-  inner_->Embedding(table, ids, out);
+  inner().Embedding(table, ids, out);
   MaybePerturb(OpKind::kEmbedding, out);
   HostCopy want = ZerosLike(out);
   reference_.Embedding(table, ids0.t, want.t);
@@ -222,9 +222,9 @@ void CheckingBackend::Embedding(const Weight& table, const Tensor& ids, Tensor o
 }
 
 void CheckingBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) {
-  if (!Checking(OpKind::kRmsNorm)) return inner_->RmsNorm(x, weight, eps, out);
+  if (!Checking(OpKind::kRmsNorm)) return inner().RmsNorm(x, weight, eps, out);
   HostCopy x0 = CopyOf(x);
-  inner_->RmsNorm(x, weight, eps, out);
+  inner().RmsNorm(x, weight, eps, out);
   MaybePerturb(OpKind::kRmsNorm, out);
   HostCopy want = ZerosLike(out);
   reference_.RmsNorm(x0.t, weight, eps, want.t);
@@ -233,9 +233,9 @@ void CheckingBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, 
 
 void CheckingBackend::AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
                                  Tensor out) {
-  if (!Checking(OpKind::kAddRmsNorm)) return inner_->AddRmsNorm(residual, x, weight, eps, out);
+  if (!Checking(OpKind::kAddRmsNorm)) return inner().AddRmsNorm(residual, x, weight, eps, out);
   HostCopy r0 = CopyOf(residual), x0 = CopyOf(x);
-  inner_->AddRmsNorm(residual, x, weight, eps, out);
+  inner().AddRmsNorm(residual, x, weight, eps, out);
   MaybePerturb(OpKind::kAddRmsNorm, out);
   HostCopy want = ZerosLike(out);
   reference_.AddRmsNorm(r0.t, x0.t, weight, eps, want.t);
@@ -244,9 +244,9 @@ void CheckingBackend::AddRmsNorm(Tensor residual, const Tensor& x, const Tensor&
 }
 
 void CheckingBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) {
-  if (!Checking(OpKind::kMatMul)) return inner_->MatMul(x, w, bias, out);
+  if (!Checking(OpKind::kMatMul)) return inner().MatMul(x, w, bias, out);
   HostCopy x0 = CopyOf(x);
-  inner_->MatMul(x, w, bias, out);
+  inner().MatMul(x, w, bias, out);
   MaybePerturb(OpKind::kMatMul, out);
   HostCopy want = ZerosLike(out);
   reference_.MatMul(x0.t, w, bias, want.t);
@@ -254,9 +254,9 @@ void CheckingBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bia
 }
 
 void CheckingBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) {
-  if (!Checking(OpKind::kBatchedMatMul) || w.empty()) return inner_->BatchedMatMul(x, w, out);
+  if (!Checking(OpKind::kBatchedMatMul) || w.empty()) return inner().BatchedMatMul(x, w, out);
   HostCopy x0 = CopyOf(x);
-  inner_->BatchedMatMul(x, w, out);
+  inner().BatchedMatMul(x, w, out);
   MaybePerturb(OpKind::kBatchedMatMul, out);
   HostCopy want = ZerosLike(out);
   reference_.BatchedMatMul(x0.t, w, want.t);
@@ -264,9 +264,9 @@ void CheckingBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, 
 }
 
 void CheckingBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& p) {
-  if (!Checking(OpKind::kRope)) return inner_->Rope(x, positions, p);
+  if (!Checking(OpKind::kRope)) return inner().Rope(x, positions, p);
   HostCopy x0 = CopyOf(x);
-  inner_->Rope(x, positions, p);
+  inner().Rope(x, positions, p);
   MaybePerturb(OpKind::kRope, x);
   reference_.Rope(x0.t, positions, p);
   Compare(OpKind::kRope, "output", x, x0.t, kTolF32, "");
@@ -276,9 +276,9 @@ void CheckingBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& 
 // written rows are copied, the reference writes the same slots again, and the rows are compared.
 void CheckingBackend::KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
                               const Tensor& slot_mapping) {
-  if (!Checking(OpKind::kKvWrite)) return inner_->KvWrite(k, v, k_cache, v_cache, slot_mapping);
+  if (!Checking(OpKind::kKvWrite)) return inner().KvWrite(k, v, k_cache, v_cache, slot_mapping);
   HostCopy k0 = CopyOf(k), v0 = CopyOf(v), slots = CopyOf(slot_mapping);
-  inner_->KvWrite(k, v, k_cache, v_cache, slot_mapping);
+  inner().KvWrite(k, v, k_cache, v_cache, slot_mapping);
   auto rows = [&](const Tensor& cache) {
     std::vector<HostCopy> out;
     if (cache.empty()) return out;
@@ -300,9 +300,9 @@ void CheckingBackend::KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, 
 
 void CheckingBackend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                 const AttentionMeta& meta, float scale, Tensor out) {
-  if (!Checking(OpKind::kAttention)) return inner_->Attention(q, k_cache, v_cache, meta, scale, out);
+  if (!Checking(OpKind::kAttention)) return inner().Attention(q, k_cache, v_cache, meta, scale, out);
   HostCopy q0 = CopyOf(q);
-  inner_->Attention(q, k_cache, v_cache, meta, scale, out);
+  inner().Attention(q, k_cache, v_cache, meta, scale, out);
   MaybePerturb(OpKind::kAttention, out);
   HostCopy want = ZerosLike(out);
   reference_.Attention(q0.t, k_cache, v_cache, meta, scale, want.t);
@@ -310,9 +310,9 @@ void CheckingBackend::Attention(const Tensor& q, const Tensor& k_cache, const Te
 }
 
 void CheckingBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor out) {
-  if (!Checking(OpKind::kSiluMul)) return inner_->SiluMul(gate, up, out);
+  if (!Checking(OpKind::kSiluMul)) return inner().SiluMul(gate, up, out);
   HostCopy g0 = CopyOf(gate), u0 = CopyOf(up);
-  inner_->SiluMul(gate, up, out);
+  inner().SiluMul(gate, up, out);
   MaybePerturb(OpKind::kSiluMul, out);
   HostCopy want = ZerosLike(out);
   reference_.SiluMul(g0.t, u0.t, want.t);
@@ -320,9 +320,9 @@ void CheckingBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor out) 
 }
 
 void CheckingBackend::Add(const Tensor& a, const Tensor& b, Tensor out) {
-  if (!Checking(OpKind::kAdd)) return inner_->Add(a, b, out);
+  if (!Checking(OpKind::kAdd)) return inner().Add(a, b, out);
   HostCopy a0 = CopyOf(a), b0 = CopyOf(b);
-  inner_->Add(a, b, out);
+  inner().Add(a, b, out);
   MaybePerturb(OpKind::kAdd, out);
   HostCopy want = ZerosLike(out);
   reference_.Add(a0.t, b0.t, want.t);
@@ -332,8 +332,8 @@ void CheckingBackend::Add(const Tensor& a, const Tensor& b, Tensor out) {
 // Copy's source and destination never alias, so the reference reads the source as it is (a
 // host copy would lose its stride-0 broadcast dimensions).
 void CheckingBackend::Copy(const Tensor& src, Tensor dst) {
-  if (!Checking(OpKind::kCopy)) return inner_->Copy(src, dst);
-  inner_->Copy(src, dst);
+  if (!Checking(OpKind::kCopy)) return inner().Copy(src, dst);
+  inner().Copy(src, dst);
   MaybePerturb(OpKind::kCopy, dst);
   HostCopy want = ZerosLike(dst);
   reference_.Copy(src, want.t);
@@ -341,9 +341,9 @@ void CheckingBackend::Copy(const Tensor& src, Tensor dst) {
 }
 
 void CheckingBackend::GatherRows(const Tensor& x, const Tensor& rows, Tensor out) {
-  if (!Checking(OpKind::kGatherRows)) return inner_->GatherRows(x, rows, out);
+  if (!Checking(OpKind::kGatherRows)) return inner().GatherRows(x, rows, out);
   HostCopy x0 = CopyOf(x), r0 = CopyOf(rows);
-  inner_->GatherRows(x, rows, out);
+  inner().GatherRows(x, rows, out);
   MaybePerturb(OpKind::kGatherRows, out);
   HostCopy want = ZerosLike(out);
   reference_.GatherRows(x0.t, r0.t, want.t);
@@ -354,9 +354,9 @@ void CheckingBackend::GatherRows(const Tensor& x, const Tensor& rows, Tensor out
 // which a backend lists the top-k is not part of the op's contract.
 void CheckingBackend::MoeGate(const Tensor& logits, const Tensor& bias, const MoeGateParams& p,
                               Tensor topk_ids, Tensor topk_weights) {
-  if (!Checking(OpKind::kMoeGate)) return inner_->MoeGate(logits, bias, p, topk_ids, topk_weights);
+  if (!Checking(OpKind::kMoeGate)) return inner().MoeGate(logits, bias, p, topk_ids, topk_weights);
   HostCopy l0 = CopyOf(logits);
-  inner_->MoeGate(logits, bias, p, topk_ids, topk_weights);
+  inner().MoeGate(logits, bias, p, topk_ids, topk_weights);
   MaybePerturb(OpKind::kMoeGate, topk_weights);
   HostCopy got_ids = CopyOf(topk_ids), got_w = CopyOf(topk_weights);
   HostCopy want_ids = ZerosLike(topk_ids), want_w = ZerosLike(topk_weights);
@@ -383,9 +383,9 @@ void CheckingBackend::MoeExperts(const Tensor& x, const Tensor& topk_ids,
                                  const Tensor& topk_weights,
                                  std::span<const ExpertWeights> experts, Tensor out) {
   if (!Checking(OpKind::kMoeExperts))
-    return inner_->MoeExperts(x, topk_ids, topk_weights, experts, out);
+    return inner().MoeExperts(x, topk_ids, topk_weights, experts, out);
   HostCopy x0 = CopyOf(x), i0 = CopyOf(topk_ids), w0 = CopyOf(topk_weights);
-  inner_->MoeExperts(x, topk_ids, topk_weights, experts, out);
+  inner().MoeExperts(x, topk_ids, topk_weights, experts, out);
   MaybePerturb(OpKind::kMoeExperts, out);
   HostCopy want = ZerosLike(out);
   reference_.MoeExperts(x0.t, i0.t, w0.t, experts, want.t);

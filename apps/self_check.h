@@ -3,15 +3,16 @@
 // reference backend with the same inputs and compares the outputs within the golden tolerances.
 // The first op that differs is named (kind, layer, step, shapes) and the server refuses to start.
 //
-// CheckingBackend forwards everything to the chosen backend; it compares only between BeginCheck
-// and EndCheck, so serving afterwards costs one extra virtual call per op. It reads op tensors
-// in host memory, so it checks host backends (cpu) only.
+// CheckingBackend forwards everything to the chosen backend (a ForwardingBackend overriding the
+// ops); it compares only between BeginCheck and EndCheck, so serving afterwards costs one extra
+// virtual call per op. It reads op tensors in host memory, so it checks host backends (cpu) only.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/forwarding_backend.h"
 #include "backend/reference/reference_backend.h"
 #include "model/model.h"
 
@@ -21,7 +22,7 @@ namespace dh::app {
 enum class SelfCheckMode { kAuto, kFull, kFirstLayers, kOff };
 Result<SelfCheckMode> ParseSelfCheckMode(const std::string& text);
 
-class CheckingBackend : public Backend {
+class CheckingBackend : public ForwardingBackend {
  public:
   explicit CheckingBackend(std::unique_ptr<Backend> inner);
 
@@ -33,15 +34,6 @@ class CheckingBackend : public Backend {
   // Stops comparing; the first difference found (OK when none).
   Status EndCheck();
   int64_t ops_checked() const { return ops_checked_; }
-  Backend& inner() { return *inner_; }
-
-  std::string name() const override { return inner_->name(); }
-  bool Supports(const OpDesc& op) const override { return inner_->Supports(op); }
-  std::unique_ptr<Buffer> Allocate(size_t bytes) override { return inner_->Allocate(bytes); }
-  void CopyToDevice(const Tensor& dst, const void* src) override { inner_->CopyToDevice(dst, src); }
-  void CopyToHost(void* dst, const Tensor& src) override { inner_->CopyToHost(dst, src); }
-  void Synchronize() override { inner_->Synchronize(); }
-  Result<Weight> PrepareWeight(const Weight& w) override { return inner_->PrepareWeight(w); }
 
   void Embedding(const Weight& table, const Tensor& ids, Tensor out) override;
   void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override;
@@ -74,7 +66,6 @@ class CheckingBackend : public Backend {
   // that op while checking only, so it can make the check fail but never changes served output.
   void MaybePerturb(OpKind op, Tensor out);
 
-  std::unique_ptr<Backend> inner_;
   ReferenceBackend reference_;
   bool checking_ = false;
   int max_layers_ = -1;

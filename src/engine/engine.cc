@@ -13,6 +13,7 @@
 
 #include "base/check.h"
 #include "base/log.h"
+#include "base/trace.h"
 #include "engine/request_channel.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -37,6 +38,32 @@ struct ActiveRequest {
   RequestOutput delta;  // accumulated during a step, published at its end
   bool has_delta = false;
 };
+
+// The prefill chunks of a step on their requests' tracks.
+void TraceChunks(Tracer& t, const SchedulerOutput& out, EngineTime start, EngineTime end) {
+  for (const ScheduledChunk& c : out.chunks) {
+    if (c.start >= c.seq->num_prompt_tokens) continue;  // a decode step
+    t.Async("prefill chunk", "request", static_cast<uint64_t>(c.seq->seq_id), start, end,
+            fmt::format("{}, {}", JsonArg("start", c.start), JsonArg("tokens", c.num_tokens)));
+  }
+}
+
+// A finished request on the trace: its own track (keyed by the sequence id) with the request
+// span and its phases, queued -> prefill -> decode (docs/observability.md).
+void TraceRequest(Tracer& t, const ActiveRequest& r, FinishReason reason) {
+  const RequestTiming& tm = r.timing;
+  const uint64_t id = static_cast<uint64_t>(r.seq.seq_id);
+  const EngineTime scheduled = tm.first_scheduled == EngineTime{} ? tm.finished : tm.first_scheduled;
+  t.Async("request " + r.channel->id, "request", id, tm.arrival, tm.finished,
+          fmt::format("{}, {}, {}", JsonArg("prompt_tokens", r.seq.num_prompt_tokens),
+                      JsonArg("completion_tokens", r.seq.num_generated()),
+                      JsonArg("finish_reason", FinishReasonName(reason))));
+  t.Async("queued", "request", id, tm.arrival, scheduled);
+  if (tm.first_token != EngineTime{}) {
+    t.Async("prefill", "request", id, scheduled, tm.first_token);
+    t.Async("decode", "request", id, tm.first_token, tm.finished);
+  }
+}
 
 }  // namespace
 
@@ -355,6 +382,7 @@ void Engine::Impl::Ingest() {
 }
 
 void Engine::Impl::Step() {
+  TraceSpan span("engine.step");
   SchedulerOutput out = scheduler->Schedule();
   const EngineTime now = EngineClock::now();
   if (out.empty()) {
@@ -384,6 +412,10 @@ void Engine::Impl::Step() {
                       options.block_size, all_logits);
     if (!all_logits && !c.samples) batch.logits_rows.pop_back();  // this chunk needs no logits
   }
+  if (span.active()) {
+    span.SetArgs(fmt::format("{}, {}", JsonArg("sequences", batch.num_seqs()),
+                             JsonArg("tokens", batch.num_tokens())));
+  }
   logits.clear();
   Status st = model->Forward(batch, *kv, &logits);
   const size_t rows = batch.logits_rows.size();
@@ -399,6 +431,7 @@ void Engine::Impl::Step() {
     return;
   }
   ++num_steps;
+  if (Tracer* t = ActiveTracer()) TraceChunks(*t, out, now, EngineClock::now());
   scheduler->CompleteStep(out);
   ProcessChunkOutputs(out, batch, first_row, EngineClock::now());
   Publish();
@@ -515,6 +548,7 @@ void Engine::Impl::Finish(ActiveRequest& r, FinishReason reason, EngineTime now,
     }
   }
   r.timing.finished = now;
+  if (Tracer* t = ActiveTracer()) TraceRequest(*t, r, reason);
   r.delta.finished = true;
   r.delta.finish_reason = reason;
   r.delta.error = std::move(error);

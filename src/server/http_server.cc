@@ -289,7 +289,9 @@ Status OpenAIServer::Bind() {
     s.generation_tokens = static_cast<uint64_t>(stats.generation_tokens);
     s.model_load_seconds = handlers_->context.model_load_seconds;
     s.resident_memory_bytes = ResidentMemoryBytes();
-    res.set_content(metrics_->Render(s), "text/plain; version=0.0.4; charset=utf-8");
+    std::string body = metrics_->Render(s);
+    if (handlers_->context.extra_metrics) body += handlers_->context.extra_metrics(metrics_->prefix());
+    res.set_content(body, "text/plain; version=0.0.4; charset=utf-8");
   });
 
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {

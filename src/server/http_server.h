@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -61,6 +62,9 @@ struct ServingContext {
   int64_t model_created_unix = 0;
   // The start-up self-check's result as a JSON object, shown by /health (empty: not run).
   std::string self_check_json;
+  // Appended to /metrics when set (serve --op-metrics: op times, routed tokens per expert);
+  // called on HTTP threads with the metric name prefix.
+  std::function<std::string(const std::string& prefix)> extra_metrics;
 };
 
 class OpenAIServer {

@@ -13,6 +13,7 @@
 #include "model/layers/decoder.h"
 #include "model/layers/moe.h"
 #include "model/layers/parallel.h"
+#include "model/tap.h"
 
 namespace dh {
 namespace {
@@ -28,6 +29,7 @@ struct MlaAttention {
   Tensor q_a_norm, kv_a_norm;
   std::vector<Weight> uk_t;  // per head [kv_lora, nope]: q_nope -> latent
   std::vector<Weight> uv;    // per head [vdim, kv_lora]: latent -> v
+  std::string q_a_norm_tap, kv_a_norm_tap;  // "<prefix>.q_a_layernorm", "<prefix>.kv_a_layernorm"
 
   static Result<MlaAttention> Load(WeightLoader& w, const std::string& p, const ModelConfig& c);
   Tensor Forward(Backend& b, Arena& a, const StepInputs& step, const RopeParams& rope,
@@ -55,6 +57,8 @@ Result<MlaAttention> MlaAttention::Load(WeightLoader& w, const std::string& p,
   m.kv_lora = c.kv_lora_rank;
   const int64_t H = c.hidden_size, qk = m.nope + m.rope;
   m.has_q_lora = c.q_lora_rank.has_value();
+  m.q_a_norm_tap = p + ".q_a_layernorm";
+  m.kv_a_norm_tap = p + ".kv_a_layernorm";
   if (m.has_q_lora) {
     const int64_t r = *c.q_lora_rank;
     DH_ASSIGN_OR_RETURN(m.q_a, Linear::Load(w, p + ".q_a_proj", r, H, c.attention_bias));
@@ -128,6 +132,7 @@ Tensor MlaAttention::Forward(Backend& b, Arena& a, const StepInputs& step,
   if (has_q_lora) {
     Tensor qa = q_a.Forward(b, a, h);                 // [T, q_lora]
     b.RmsNorm(qa, q_a_norm, kLatentNormEps, qa);
+    Tap(b, q_a_norm_tap, qa);
     q = q_b.Forward(b, a, qa);                        // [T, heads * qk]
   } else {
     q = q_proj.Forward(b, a, h);
@@ -142,6 +147,7 @@ Tensor MlaAttention::Forward(Backend& b, Arena& a, const StepInputs& step,
   Tensor c_kv = a.Alloc(DType::kF32, {T, kv_lora});
   b.Copy(kva.Narrow(1, 0, kv_lora), c_kv);
   b.RmsNorm(c_kv, kv_a_norm, kLatentNormEps, c_kv);
+  Tap(b, kv_a_norm_tap, c_kv);
   b.Copy(c_kv, kva.Narrow(1, 0, kv_lora));
   Tensor latent = kva.Reshape({T, 1, kv_lora + rope});
   RopeParams kp = rope_params;
@@ -202,6 +208,7 @@ class MlaBlock final : public AttentionBlock {
                  KvStorage& kv, int layer, const Tensor& h) const override {
     return attn_.Forward(b, a, step, rope, kv.k(layer), h);
   }
+  const char* trace_label() const override { return "attention.mla"; }
 
  private:
   MlaAttention attn_;
@@ -214,6 +221,7 @@ class MoeBlock final : public FfnBlock {
   Tensor Forward(Backend& b, Arena& a, const Tensor& h) const override {
     return moe_.Forward(b, a, h);
   }
+  const char* trace_label() const override { return "ffn.moe"; }
   // The experts a token does not route to are not read. The absorbed kv_b copies are read
   // instead of kv_b itself at decode: neither is discounted.
   uint64_t InactiveBytesPerToken() const override {

@@ -2,6 +2,7 @@
 #include "model/layers/common.h"
 
 #include "model/layers/parallel.h"
+#include "model/tap.h"
 
 namespace dh {
 
@@ -10,6 +11,7 @@ Result<Linear> Linear::Load(WeightLoader& loader, const std::string& prefix, int
   Linear l;
   DH_ASSIGN_OR_RETURN(l.weight,
                       loader.MatrixPart(prefix + ".weight", out_features, in_features, slice));
+  if (slice.whole()) l.tap_name = prefix;
   if (!bias) return l;
   if (slice.axis == MatrixSlice::Axis::kRows) {
     DH_ASSIGN_OR_RETURN(l.bias,
@@ -27,6 +29,7 @@ Result<Linear> Linear::Load(WeightLoader& loader, const std::string& prefix, int
 Tensor Linear::Forward(Backend& backend, Arena& arena, const Tensor& x) const {
   Tensor out = arena.Alloc(DType::kF32, {x.dim(0), weight.rows});
   backend.MatMul(x, weight, bias, out);
+  if (!tap_name.empty()) Tap(backend, tap_name, out);
   return out;
 }
 
@@ -124,10 +127,12 @@ Status ComputeLogits(Backend& backend, Arena& arena, const StepInputs& step, Ten
   }
   Tensor normed = arena.Alloc(DType::kF32, {step.num_tokens, H});
   backend.AddRmsNorm(residual, hidden, norm_weight, eps, normed);
+  Tap(backend, "model.norm", normed);
   Tensor rows = arena.Alloc(DType::kF32, {R, H});
   backend.GatherRows(normed, step.logits_rows, rows);
   Tensor out = arena.Alloc(DType::kF32, {R, lm_head.rows});
   backend.MatMul(rows, lm_head, Tensor(), out);
+  Tap(backend, "logits", out);
   logits->resize(static_cast<size_t>(out.numel()));
   backend.CopyToHost(logits->data(), out);
   return Status::Ok();

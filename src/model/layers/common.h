@@ -16,6 +16,9 @@ namespace dh {
 struct Linear {
   Weight weight;
   Tensor bias;  // empty: none
+  // The tap of its output (model/tap.h): the HF module name, or empty for a tensor-parallel
+  // slice, whose output is not the module's.
+  std::string tap_name;
 
   // `prefix` is the HF module name ("model.layers.0.self_attn.q_proj"); the features are the
   // checkpoint's. A row slice (tensor parallelism) takes the matching part of the bias; a column

@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include "base/trace.h"
+#include "model/tap.h"
+
 namespace dh {
 
 Result<std::unique_ptr<Model>> Decoder::Load(const ModelConfig& c, WeightLoader& w,
@@ -52,6 +55,12 @@ Result<std::unique_ptr<Model>> Decoder::Load(const ModelConfig& c, WeightLoader&
 }
 
 Status Decoder::Forward(const Batch& batch, KvStorage& kv, std::vector<float>* logits) {
+  TapStepBegins();
+  TraceSpan forward_span("forward");
+  if (forward_span.active()) {
+    forward_span.SetArgs(fmt::format("{}, {}", JsonArg("tokens", batch.num_tokens()),
+                                     JsonArg("sequences", batch.num_seqs())));
+  }
   arena_.Reset();
   DH_ASSIGN_OR_RETURN(StepInputs step, PrepareStep(batch, kv, config_.vocab_size, arena_));
   const int64_t T = step.num_tokens, H = config_.hidden_size;
@@ -59,24 +68,41 @@ Status Decoder::Forward(const Batch& batch, KvStorage& kv, std::vector<float>* l
   const RopeParams rope = rope_.ForStep(backend_, arena_, step.max_position);
 
   Tensor residual = arena_.Alloc(DType::kF32, {T, H});  // [T, H]
-  backend_.Embedding(embed_, step.token_ids, residual);
+  {
+    TraceSpan span("embedding");
+    backend_.Embedding(embed_, step.token_ids, residual);
+  }
+  Tap(backend_, "model.embed_tokens", residual);
   Tensor h = arena_.Alloc(DType::kF32, {T, H});
   Tensor x;  // output of the previous sub-block, added to the residual by the next norm
   const size_t layer_mark = arena_.Mark();
   for (size_t l = 0; l < layers_.size(); ++l) {
     const DecoderLayer& layer = layers_[l];
+    TraceSpan layer_span("layer");
+    if (layer_span.active()) layer_span.SetName(fmt::format("model.layers.{}", l));
     if (l == 0) {
       backend_.RmsNorm(residual, layer.input_norm, eps, h);
     } else {
       backend_.AddRmsNorm(residual, x, layer.input_norm, eps, h);
     }
+    TapLayer(backend_, l, "input_layernorm", h);
     arena_.Rewind(layer_mark);  // the previous layer's activations are consumed
-    x = layer.attn->Forward(backend_, arena_, step, rope, kv, static_cast<int>(l), h);
-    DH_RETURN_IF_ERROR(tp_.AllReduce(backend_, x, &comm_staging_));
+    {
+      TraceSpan span(layer.attn->trace_label());
+      x = layer.attn->Forward(backend_, arena_, step, rope, kv, static_cast<int>(l), h);
+      DH_RETURN_IF_ERROR(tp_.AllReduce(backend_, x, &comm_staging_));
+    }
+    TapLayer(backend_, l, "self_attn", x);
     backend_.AddRmsNorm(residual, x, layer.post_attention_norm, eps, h);
-    x = layer.ffn->Forward(backend_, arena_, h);
-    DH_RETURN_IF_ERROR(tp_.AllReduce(backend_, x, &comm_staging_));
+    TapLayer(backend_, l, "post_attention_layernorm", h);
+    {
+      TraceSpan span(layer.ffn->trace_label());
+      x = layer.ffn->Forward(backend_, arena_, h);
+      DH_RETURN_IF_ERROR(tp_.AllReduce(backend_, x, &comm_staging_));
+    }
+    TapLayer(backend_, l, "mlp", x);
   }
+  TraceSpan span("head");
   return ComputeLogits(backend_, arena_, step, residual, x, norm_, eps, lm_head_, logits);
 }
 

@@ -23,6 +23,8 @@ class AttentionBlock {
   virtual ~AttentionBlock() = default;
   virtual Tensor Forward(Backend& b, Arena& a, const StepInputs& step, const RopeParams& rope,
                          KvStorage& kv, int layer, const Tensor& h) const = 0;
+  // The trace label of its ops ("attention.gqa"): the profiler's layer type (base/trace.h).
+  virtual const char* trace_label() const { return "attention"; }
 };
 
 // The feed-forward part of one layer: [T, hidden] -> [T, hidden].
@@ -32,6 +34,8 @@ class FfnBlock {
   virtual Tensor Forward(Backend& b, Arena& a, const Tensor& h) const = 0;
   // Bytes of this block's weights a decode step does not read (MoE: the unchosen experts).
   virtual uint64_t InactiveBytesPerToken() const { return 0; }
+  // The trace label of its ops ("ffn.mlp"), as AttentionBlock::trace_label.
+  virtual const char* trace_label() const { return "ffn"; }
 };
 
 // GQA/MHA attention over a K and a V cache (Llama, Qwen2, DeepSeek-MoE).
@@ -42,6 +46,7 @@ class GqaBlock final : public AttentionBlock {
                  KvStorage& kv, int layer, const Tensor& h) const override {
     return attn_.Forward(b, a, step, rope, kv.k(layer), kv.v(layer), h);
   }
+  const char* trace_label() const override { return "attention.gqa"; }
 
  private:
   GqaAttention attn_;
@@ -54,6 +59,7 @@ class MlpBlock final : public FfnBlock {
   Tensor Forward(Backend& b, Arena& a, const Tensor& h) const override {
     return mlp_.Forward(b, a, h);
   }
+  const char* trace_label() const override { return "ffn.mlp"; }
 
  private:
   Mlp mlp_;

@@ -2,6 +2,7 @@
 #include "model/layers/moe.h"
 
 #include "model/layers/parallel.h"
+#include "model/tap.h"
 
 namespace dh {
 namespace {
@@ -44,6 +45,7 @@ Result<MoeFfn> MoeFfn::Load(WeightLoader& w, const std::string& p, const ModelCo
   MoeFfn m;
   const int64_t E = c.n_routed_experts, H = c.hidden_size, I = c.moe_intermediate_size;
   DH_ASSIGN_OR_RETURN(m.gate, w.Matrix(p + ".gate.weight", E, H));
+  m.gate_tap = p + ".gate";
   if (c.topk_method == MoeTopkMethod::kNoauxTc) {
     DH_ASSIGN_OR_RETURN(m.gate_bias, w.Vector(p + ".gate.e_score_correction_bias", E));
   }
@@ -102,6 +104,11 @@ Tensor MoeFfn::Forward(Backend& b, Arena& a, const Tensor& h) const {
   Tensor ids = a.Alloc(DType::kI32, {T, k});
   Tensor weights = a.Alloc(DType::kF32, {T, k});
   b.MoeGate(logits, gate_bias, gate_params, ids, weights);
+  if (ActiveTapSink()) {  // names (the HF gate's outputs) built only when tapping
+    Tap(b, gate_tap, logits);
+    Tap(b, gate_tap + ".topk_idx", ids);
+    Tap(b, gate_tap + ".topk_weight", weights);
+  }
   if (static_cast<int64_t>(experts.size()) != E) {
     KeepLocalExperts(b, ids, first_expert, static_cast<int64_t>(experts.size()));
   }

@@ -19,6 +19,7 @@ struct MoeFfn {
   int64_t first_expert = 0;
   std::optional<Mlp> shared;
   MoeGateParams gate_params;
+  std::string gate_tap;  // "<prefix>.gate": router logits, then .topk_idx and .topk_weight
 
   static Result<MoeFfn> Load(WeightLoader& w, const std::string& prefix, const ModelConfig& c);
   Tensor Forward(Backend& b, Arena& a, const Tensor& h) const;  // [T, hidden]

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "base/check.h"
+#include "base/trace.h"
 
 #include <fmt/format.h>
 
@@ -97,6 +98,11 @@ Status TensorParallel::AllReduce(Backend& backend, const Tensor& x,
                                  std::vector<float>* staging) const {
   if (size == 1) return Status::Ok();
   DH_CHECK(x.dtype == DType::kF32 && x.contiguous(), "all-reduce of {}", x.ShapeString());
+  TraceSpan span("all_reduce");
+  if (span.active()) {
+    span.SetArgs(fmt::format("{}, {}", JsonArg("bytes", static_cast<double>(x.nbytes())),
+                             JsonArg("ranks", size)));
+  }
   const size_t n = static_cast<size_t>(x.numel());
   if (staging->size() < n) staging->resize(n);
   backend.CopyToHost(staging->data(), x);
