@@ -185,7 +185,6 @@ HWY_INLINE void DequantInt4(const uint8_t* HWY_RESTRICT q, const float* HWY_REST
   }
 }
 
-// Runs Dot<MR> over the weight rows [n_begin, n_end) for x rows [r0, r0 + MR).
 // Widens the f16 scales of row j to f32 (s) and, for int4, sets mn[g] = -z * s[g].
 HWY_INLINE void GroupParams(const QuantMatMulArgs& a, int64_t j, int64_t groups,
                             float* HWY_RESTRICT s, float* HWY_RESTRICT mn) {
@@ -215,6 +214,7 @@ struct RowParams {
   }
 };
 
+// Runs Dot<MR> over the weight rows [n_begin, n_end) for x rows [r0, r0 + MR).
 template <int MR>
 HWY_INLINE void RowBlock(const QuantMatMulArgs& a, const float* x, int64_t xs, int64_t r0,
                          int64_t n_begin, int64_t n_end) {
@@ -272,11 +272,6 @@ void QuantMatMulRangeImpl(const QuantMatMulArgs& a, int64_t n_begin, int64_t n_e
     default:
       break;
   }
-}
-
-void DecodeGroupParamsImpl(const QuantMatMulArgs& a, int64_t j, int64_t groups, float* scale,
-                           float* min) {
-  GroupParams(a, j, groups, scale, min);
 }
 
 // Dequantizes weight rows [row_begin, row_begin + count) into out (count x k f32, row-major).
@@ -344,15 +339,9 @@ HWY_AFTER_NAMESPACE();
 namespace dh::cpu {
 
 HWY_EXPORT(QuantMatMulRangeImpl);
-HWY_EXPORT(DecodeGroupParamsImpl);
 HWY_EXPORT(DequantizeRowsImpl);
 HWY_EXPORT(Fp8MatMulRangeImpl);
 HWY_EXPORT(Fp8DequantizeRowsImpl);
-
-void DecodeGroupParams(const QuantMatMulArgs& a, int64_t j, int64_t groups, float* scale,
-                       float* min) {
-  HWY_DYNAMIC_DISPATCH(DecodeGroupParamsImpl)(a, j, groups, scale, min);
-}
 
 void DequantizeRows(const QuantMatMulArgs& a, int64_t row_begin, int64_t count, float* out) {
   DH_CHECK(QuantMatMulSupports(a.int4, a.k, a.group_size), "dequantize rows: {} k={} group={}",

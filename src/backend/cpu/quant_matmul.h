@@ -23,10 +23,6 @@ struct QuantMatMulArgs : ActivationArgs {
   int64_t group_size = 0;
 };
 
-// Row j's group parameters as f32: scale[g] and (int4) min[g] = -z * scale[g], for the
-// `groups` groups of the row. Exact (z * scale has at most 16 significant bits).
-void DecodeGroupParams(const QuantMatMulArgs& a, int64_t j, int64_t groups, float* scale,
-                       float* min);
 
 // Whether the kernels handle this layout (int4 groups must not split a byte: even group size,
 // or one group per row).
