@@ -23,7 +23,6 @@ struct QuantMatMulArgs : ActivationArgs {
   int64_t group_size = 0;
 };
 
-
 // Whether the kernels handle this layout (int4 groups must not split a byte: even group size,
 // or one group per row).
 inline bool QuantMatMulSupports(bool int4, int64_t k, int64_t group_size) {
