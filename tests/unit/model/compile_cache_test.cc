@@ -369,7 +369,7 @@ TEST(CompileCacheTest, DamagedFilesAreIgnored) {
          b[kVersionAt] -= 1;
          FixHeaderHash(b);
        },
-       "written by an older build, this build reads version 3 only: recompile it with "
+       "(written by an older build), this build reads version 3 only: recompile it with "
        "`deepharness compile`"},
       {"header bit flip", [](auto& b) { b[40] ^= 1; }, "header checksum"},
       {"table out of bounds",
