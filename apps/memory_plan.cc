@@ -16,12 +16,14 @@ namespace {
 
 constexpr uint64_t kRuntimeBytes = 256ull << 20;  // code, tokenizer, thread stacks, buffers
 
-// Resident bytes per weight element of a quantized format (scales and minimums included).
+// Resident bytes per weight element of a quantized format (scales and zero points included).
 double QuantBytesPerElement(const QuantSpec& q) {
   const double group = q.group_size > 0 ? static_cast<double>(q.group_size) : 0;
   switch (q.format) {
-    case WeightFormat::kInt8: return 1.0 + (group > 0 ? 4.0 / group : 0);
-    case WeightFormat::kInt4: return 0.5 + (group > 0 ? 8.0 / group : 0);
+    case WeightFormat::kInt8:
+      return 1.0 + (group > 0 ? 2.0 / group : 0);  // f16 scale
+    case WeightFormat::kInt4:
+      return 0.5 + (group > 0 ? 2.5 / group : 0);  // f16 + 4-bit zero
     case WeightFormat::kFp8Block: return 1.0;
     case WeightFormat::kDense: break;
   }

@@ -20,10 +20,12 @@ void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model) {
   sub->add_option("--dtype", o->dtype,
                   "Weight dtype: auto (as stored, default), float32, bfloat16, float16");
   sub->add_option("--quant", o->quant,
-                  "Quantize projection weights at load: none (default), int8 (symmetric, groups "
-                  "of 32; = int8-g32), int8-row (one scale per row), int4 (scale + min, groups of "
-                  "32; = int4-g32), int4-g128, fp8 (e4m3, 128x128 block scales), or a dense dtype "
-                  "bf16, f16, f32. Embeddings, norms, the MoE router and lm_head stay as stored");
+                  "Quantize projection weights at load: none (default), int8 (symmetric, f16 "
+                  "scale per 32; = int8-g32), int8-row (one scale per row), int4 (f16 scale + "
+                  "4-bit zero point per 32; = int4-g32), int4-g128, fp8 (e4m3, 128x128 block "
+                  "scales), or a dense dtype bf16, f16, f32. Embeddings, norms, the MoE router and "
+                  "lm_head stay as stored; FORMAT,lm_head=FORMAT gives lm_head its own format "
+                  "(e.g. int4,lm_head=int8)");
   sub->add_flag("--quant-lm-head", o->quant_lm_head, "With --quant, quantize lm_head too");
   sub->add_option("--policy", o->policy,
                   "Per-layer precision policy (instead of --quant): static:FORMAT, dynamic, or "

@@ -1,9 +1,10 @@
 // Quantized-weight MatMul microbenchmark: CpuBackend::MatMul over int8 (groups of 32, per row),
 // int4 (groups of 32, 128) and FP8 e4m3 (128x128 block scales) weights, with the f32 kernels and
 // with the integer (VNNI) kernels forced, for a few M. Reports the weight bytes actually read
-// (codes + scales + mins) per second and their fraction of the measured read bandwidth.
+// (codes + scales + zero points) per second and their fraction of the measured read bandwidth.
 // Usage: bench_quant [--threads N] [--mb WORKING_SET_MB] [--seconds S] [--m 1,2,4,16]
-//                    [--n 8960] [--k 1536] [--cpu-time 1] [--formats int8,int8-row,int4,int4-g128,fp8]
+//                    [--n 8960] [--k 1536] [--cpu-time 1] [--formats
+//                    int8,int8-row,int4,int4-g128,fp8]
 // --cpu-time 1 (with --threads 1, where the calling thread does all the work) times the calling
 // thread's CPU time instead of wall time: with a cache-resident working set (--mb 1 --n 256) it
 // measures the kernels' compute rate even on a busy machine.
@@ -51,8 +52,9 @@ struct Format {
 
 // One weight with its own storage.
 struct Stored {
-  std::vector<uint8_t> q;
-  std::vector<float> scales, mins;
+  std::vector<uint8_t> q, zeros;
+  std::vector<float> scales;       // fp8
+  std::vector<uint16_t> scales16;  // int8, int4 (f16)
   Weight w;
 };
 
@@ -82,13 +84,14 @@ Stored Make(const Format& f, int64_t n, int64_t k) {
   const int64_t row_bytes = int4 ? (k + 1) / 2 : k;
   s.q.resize(n * row_bytes);
   for (auto& b : s.q) b = RandomByte();
-  s.scales.assign(n * groups, 0.01f);
+  s.scales16.assign(n * groups, F32ToF16(0.01f));
   s.w.group_size = static_cast<int>(g);
   s.w.data = Tensor(s.q.data(), int4 ? DType::kU8 : DType::kI8, {n, row_bytes});
-  s.w.scales = Tensor(s.scales.data(), DType::kF32, {n, groups});
+  s.w.scales = Tensor(s.scales16.data(), DType::kF16, {n, groups});
   if (int4) {
-    s.mins.assign(n * groups, -0.08f);
-    s.w.mins = Tensor(s.mins.data(), DType::kF32, {n, groups});
+    const int64_t zero_bytes = (groups + 1) / 2;
+    s.zeros.assign(n * zero_bytes, 0x88);  // zero point 8 in every group
+    s.w.zeros = Tensor(s.zeros.data(), DType::kU8, {n, zero_bytes});
   }
   return s;
 }

@@ -14,23 +14,36 @@ enum class WeightFormat : uint8_t {
   kDense,     // data: [rows, cols] f32 | f16 | bf16
   kFp8Block,  // data: [rows, cols] f8e4m3; scales: [ceil(rows/block_rows), ceil(cols/block_cols)]
               // f32; value = fp8 * scale (DeepSeek's weight_scale_inv multiplies)
-  kInt8,      // data: [rows, cols] i8; scales: [rows, cols/group_size] f32; value = q * scale
-  kInt4,      // data: [rows, cols/2] u8, two values per byte (low nibble first);
-              // scales, mins: [rows, cols/group_size] f32; value = q * scale + min (q in 0..15)
+  kInt8,      // data: [rows, cols] i8; scales: [rows, groups] f16; value = q * scale
+  kInt4,      // data: [rows, ceil(cols/2)] u8, two codes per byte (low nibble first);
+              // scales: [rows, groups] f16; zeros: [rows, ceil(groups/2)] u8, one 4-bit zero
+              // point per group (low nibble first); value = (q - z) * scale, q in 0..15 and
+              // z = zero nibble + zero_offset (AWQ's and GPTQ's own arithmetic)
 };
+// groups = ceil(cols / group_size). Per 32 weights: int8 34 bytes (1.0625 per weight), int4 18.5
+// (0.578). The reference decoder (weight_rows.h) also reads f32 / bf16 scales; the CPU kernels
+// take f16 scales.
 
 std::string_view WeightFormatName(WeightFormat f);
+
+// The stored zero nibble of group g in one row of kInt4 zeros (two per byte, low nibble first).
+inline int ZeroNibble(const uint8_t* zeros, int64_t g) {
+  return (zeros[g / 2] >> ((g & 1) * 4)) & 15;
+}
 
 struct Weight {
   WeightFormat format = WeightFormat::kDense;
   Tensor data;
   Tensor scales;
-  Tensor mins;
+  Tensor zeros;  // kInt4
   int64_t rows = 0;
   int64_t cols = 0;
   int block_rows = 0;  // kFp8Block
   int block_cols = 0;  // kFp8Block
   int group_size = 0;  // kInt8, kInt4
+  // kInt4: added to every stored zero nibble. 0 for our own quantizer, AWQ and gptq_v2; 1 for
+  // GPTQ v1 checkpoints, which store zero - 1 (so their zero points 1..16 load exactly).
+  int zero_offset = 0;
   // Optional input permutation, i32 [cols] (GPTQ act-order checkpoints): the product is taken
   // with x gathered as x[:, perm], i.e. out[r][j] = sum_c value[j][c] * x[r][perm[c]]. Empty:
   // identity.
@@ -45,10 +58,10 @@ struct Weight {
     w.cols = t.ndim >= 2 ? t.shape[1] : 1;
     return w;
   }
-  // Bytes a full read of this weight touches (data + scales + mins + perm).
+  // Bytes a full read of this weight touches (data + scales + zeros + perm).
   size_t nbytes() const {
     return data.nbytes() + (scales.empty() ? 0 : scales.nbytes()) +
-           (mins.empty() ? 0 : mins.nbytes()) + (perm.empty() ? 0 : perm.nbytes());
+           (zeros.empty() ? 0 : zeros.nbytes()) + (perm.empty() ? 0 : perm.nbytes());
   }
 };
 

@@ -41,12 +41,15 @@ void DecodeWeightRow(const Weight& w, int64_t row, float* out) {
     }
     case WeightFormat::kInt4: {
       DH_CHECK(d.dtype == DType::kU8 && w.group_size > 0, "int4 weight needs u8 data and groups");
+      DH_CHECK(w.zeros.dtype == DType::kU8, "int4 weight needs u8 zero points");
       const uint8_t* q = d.as<const uint8_t>() + row * d.stride[0];
-      const int64_t srow = row * w.scales.stride[0], mrow = row * w.mins.stride[0];
+      const uint8_t* z = w.zeros.as<const uint8_t>() + row * w.zeros.stride[0];
+      const int64_t srow = row * w.scales.stride[0];
       for (int64_t c = 0; c < w.cols; ++c) {
         const int nibble = (c % 2 == 0) ? (q[c / 2] & 0xf) : (q[c / 2] >> 4);
         const int64_t g = c / w.group_size;
-        out[c] = static_cast<float>(nibble) * Get(w.scales, srow + g) + Get(w.mins, mrow + g);
+        const int zero = ZeroNibble(z, g) + w.zero_offset;
+        out[c] = static_cast<float>(nibble - zero) * Get(w.scales, srow + g);
       }
       return;
     }

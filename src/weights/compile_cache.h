@@ -12,7 +12,7 @@
 //   key text            what the file was compiled from (see CompileCacheKey)
 //   table               meta (ModelInfo counts), checkpoint tensor names (for Has()), entries:
 //                       name, kind, format, rows/cols/block/group sizes and, per tensor slot
-//                       (data, scales, mins, perm), dtype, shape, offset and size
+//                       (data, scales, zeros, perm), dtype, shape, offset and size
 // The file is written to a temporary name in the same directory and renamed into place, so a
 // reader sees either the old file or the complete new one.
 //
@@ -36,7 +36,8 @@ namespace dh {
 
 // 2: the key records the parsed weight plan ("weights=" + WeightPlan::Canonical()) instead of
 // the --dtype/--quant/--quant-lm-head/--policy strings.
-inline constexpr uint32_t kCompileCacheVersion = 2;
+// 3: int8 / int4 store f16 scales, int4 4-bit zero points instead of f32 mins (issue 22).
+inline constexpr uint32_t kCompileCacheVersion = 3;
 inline constexpr uint64_t kCompileCacheAlignment = 4096;
 inline constexpr char kCompileCacheExtension[] = ".dhc";
 

@@ -16,9 +16,9 @@ namespace {
 // cache refuses to read or write (a log line, a normal load) until the serializer learns it.
 struct KnownWeightFields {
   WeightFormat format;
-  Tensor data, scales, mins;
+  Tensor data, scales, zeros;
   int64_t rows, cols;
-  int block_rows, block_cols, group_size;
+  int block_rows, block_cols, group_size, zero_offset;
   Tensor perm;
 };
 
@@ -55,9 +55,9 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool WeightLayoutKnown() { return sizeof(Weight) == sizeof(KnownWeightFields); }
 
-std::array<Tensor*, kNumSlots> Slots(Weight& w) { return {&w.data, &w.scales, &w.mins, &w.perm}; }
+std::array<Tensor*, kNumSlots> Slots(Weight& w) { return {&w.data, &w.scales, &w.zeros, &w.perm}; }
 std::array<const Tensor*, kNumSlots> Slots(const Weight& w) {
-  return {&w.data, &w.scales, &w.mins, &w.perm};
+  return {&w.data, &w.scales, &w.zeros, &w.perm};
 }
 
 std::array<uint8_t, 16> Hash128(const void* p, size_t n) {
@@ -93,6 +93,7 @@ void EncodeEntry(const Entry& e, ByteSink& out) {
   out.I32(e.block_rows);
   out.I32(e.block_cols);
   out.I32(e.group_size);
+  out.U8(e.zero_offset);
   out.U8(kNumSlots);
   for (const SlotInfo& s : e.slots) {
     out.U8(s.present ? 1 : 0);
@@ -125,6 +126,7 @@ Weight EntryWeight(const Entry& e, const uint8_t* data_base) {
   w.block_rows = e.block_rows;
   w.block_cols = e.block_cols;
   w.group_size = e.group_size;
+  w.zero_offset = e.zero_offset;
   auto slots = Slots(w);
   for (int i = 0; i < kNumSlots; ++i) *slots[i] = SlotTensor(e.slots[i], data_base);
   return w;
@@ -156,7 +158,7 @@ Status CheckWeightLayout(const Weight& w, const std::string& name) {
         return bad("data", w.data, fmt::format("f32/bf16/f16 [{}, {}]", w.rows, w.cols));
       }
       DH_RETURN_IF_ERROR(absent("scales", w.scales));
-      DH_RETURN_IF_ERROR(absent("mins", w.mins));
+      DH_RETURN_IF_ERROR(absent("zeros", w.zeros));
       break;
     case WeightFormat::kFp8Block: {
       if (w.block_rows <= 0 || w.block_cols <= 0) {
@@ -170,7 +172,7 @@ Status CheckWeightLayout(const Weight& w, const std::string& name) {
       if (!TensorIs(w.scales, DType::kF32, {sr, sc})) {
         return bad("scales", w.scales, fmt::format("f32 [{}, {}]", sr, sc));
       }
-      DH_RETURN_IF_ERROR(absent("mins", w.mins));
+      DH_RETURN_IF_ERROR(absent("zeros", w.zeros));
       break;
     }
     case WeightFormat::kInt8:
@@ -186,15 +188,20 @@ Status CheckWeightLayout(const Weight& w, const std::string& name) {
         return bad("data", w.data,
                    fmt::format("{} [{}, {}]", DTypeName(dtype), w.rows, row_bytes));
       }
-      if (!TensorIs(w.scales, DType::kF32, {w.rows, groups})) {
-        return bad("scales", w.scales, fmt::format("f32 [{}, {}]", w.rows, groups));
+      if (!TensorIs(w.scales, DType::kF16, {w.rows, groups})) {
+        return bad("scales", w.scales, fmt::format("f16 [{}, {}]", w.rows, groups));
       }
       if (int4) {
-        if (!TensorIs(w.mins, DType::kF32, {w.rows, groups})) {
-          return bad("mins", w.mins, fmt::format("f32 [{}, {}]", w.rows, groups));
+        const int64_t zero_bytes = CeilDiv(groups, 2);
+        if (!TensorIs(w.zeros, DType::kU8, {w.rows, zero_bytes})) {
+          return bad("zeros", w.zeros, fmt::format("u8 [{}, {}]", w.rows, zero_bytes));
+        }
+        if (w.zero_offset != 0 && w.zero_offset != 1) {
+          return InvalidArgument("weight '{}': zero offset {}, expected 0 or 1", name,
+                                 w.zero_offset);
         }
       } else {
-        DH_RETURN_IF_ERROR(absent("mins", w.mins));
+        DH_RETURN_IF_ERROR(absent("zeros", w.zeros));
       }
       break;
     }
@@ -236,6 +243,7 @@ Result<ParsedTable> ParseTable(std::span<const uint8_t> table, uint64_t data_byt
     e.block_rows = in.I32("block_rows");
     e.block_cols = in.I32("block_cols");
     e.group_size = in.I32("group_size");
+    e.zero_offset = in.U8("zero_offset");
     const uint8_t num_slots = in.U8("slot count");
     if (!in.ok()) break;
     if (e.name.empty() || !seen.insert(e.name).second) {

@@ -24,8 +24,8 @@ inline constexpr uint64_t kDataStart = 4096;            // first data byte (head
 inline constexpr uint64_t kMinBlobAlignment = 64;       // accepted on read
 inline constexpr uint64_t kMaxKeyBytes = 64ull << 20;   // limits checked before allocating
 inline constexpr uint64_t kMaxTableBytes = 1ull << 30;
-inline constexpr int kNumSlots = 4;                     // data, scales, mins, perm
-inline constexpr const char* kSlotNames[kNumSlots] = {"data", "scales", "mins", "perm"};
+inline constexpr int kNumSlots = 4;  // data, scales, zeros, perm
+inline constexpr const char* kSlotNames[kNumSlots] = {"data", "scales", "zeros", "perm"};
 
 // Whether Weight has exactly the fields this format stores. If Weight gains a field, the cache
 // refuses to read or write (a log line, a normal load) until the serializer learns it.
@@ -77,6 +77,7 @@ struct Entry {
   WeightFormat format = WeightFormat::kDense;
   int64_t rows = 0, cols = 0;
   int32_t block_rows = 0, block_cols = 0, group_size = 0;
+  uint8_t zero_offset = 0;  // kInt4
   std::array<SlotInfo, kNumSlots> slots;
 };
 

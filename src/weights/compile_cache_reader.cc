@@ -56,8 +56,10 @@ Result<CacheIndex> ReadIndex(int fd, uint64_t file_size, const std::string& path
   }
   if (h.endian != kEndianMark) return InvalidArgument("written on a machine of another byte order");
   if (h.version != kCompileCacheVersion) {
-    return InvalidArgument("format version {}, this build reads version {}", h.version,
-                           kCompileCacheVersion);
+    return InvalidArgument(
+        "format version {} (written by {} build), this build reads version {} only: recompile it "
+        "with `deepharness compile`",
+        h.version, h.version < kCompileCacheVersion ? "an older" : "a newer", kCompileCacheVersion);
   }
   const auto hh = Hash128(&h, offsetof(FileHeader, header_hash));
   if (std::memcmp(hh.data(), h.header_hash, 16) != 0) return InvalidArgument("header checksum mismatch");

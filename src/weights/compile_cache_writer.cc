@@ -77,6 +77,7 @@ class CompileCacheWriter::Impl {
     e.block_rows = w.block_rows;
     e.block_cols = w.block_cols;
     e.group_size = w.group_size;
+    e.zero_offset = w.zero_offset;
     const auto slots = Slots(w);
     for (int i = 0; i < kNumSlots && status_.ok(); ++i) {
       if (!slots[i]->empty()) status_ = WriteSlot(*slots[i], &e.slots[i]);

@@ -54,12 +54,13 @@ Status DTypeError(const TensorInfo& t, const char* want) {
                          SafetensorsDTypeName(t.dtype), want);
 }
 
-// Scales whose products with zero points and codes in [-16, 16] stay normal, finite f32 numbers,
-// so that the conversion is exact (see ConvertPackedInt4).
-bool ScaleInExactRange(float s) {
-  const float a = std::fabs(s);
-  return a == 0.0f || (std::isfinite(a) && a >= 0x1p-110f && a <= 0x1p+120f);
+uint16_t ReadScaleBits(const TensorInfo& t, int64_t i) {
+  uint16_t h;
+  std::memcpy(&h, t.data + i * 2, 2);
+  return h;
 }
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
@@ -69,24 +70,26 @@ Weight Int4Host::View() {
   w.rows = rows;
   w.cols = cols;
   w.group_size = group_size;
+  w.zero_offset = zero_offset;
   const int64_t groups = cols / group_size;
   w.data = Tensor(codes.data(), DType::kU8, {rows, cols / 2});
-  w.scales = Tensor(scales.data(), DType::kF32, {rows, groups});
-  w.mins = Tensor(mins.data(), DType::kF32, {rows, groups});
+  w.scales = Tensor(scales.data(), DType::kF16, {rows, groups});
+  w.zeros = Tensor(zeros.data(), DType::kU8, {rows, CeilDiv(groups, 2)});
   if (!perm.empty()) w.perm = Tensor(perm.data(), DType::kI32, {cols});
   return w;
 }
 
 std::vector<float> Int4Host::Dequantize() const {
   std::vector<float> out(static_cast<size_t>(rows * cols));
-  const int64_t groups = cols / group_size;
+  const int64_t groups = cols / group_size, zero_bytes = CeilDiv(groups, 2);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       const uint8_t byte = codes[r * (cols / 2) + c / 2];
-      const float q = static_cast<float>((c & 1) ? byte >> 4 : byte & 15);
-      const int64_t g = r * groups + c / group_size;
+      const int q = (c & 1) ? byte >> 4 : byte & 15;
+      const int64_t g = c / group_size;
+      const int z = ZeroNibble(zeros.data() + r * zero_bytes, g) + zero_offset;
       const int64_t dst = perm.empty() ? c : perm[c];
-      out[r * cols + dst] = q * scales[g] + mins[g];
+      out[r * cols + dst] = static_cast<float>(q - z) * F16ToF32(scales[r * groups + g]);
     }
   }
   return out;
@@ -125,12 +128,12 @@ Result<std::vector<int32_t>> ActOrderPermutation(std::span<const int32_t> g_idx,
 
 // Exactness. The checkpoint's value is (q - z) * s with a 4-bit code q in [0, 15], an integer
 // zero point z (AWQ and gptq_v2: the stored nibble, 0..15; GPTQ v1: the stored nibble + 1, 1..16)
-// and an f16 (11 significant bits) or bf16 (8) scale s. We store scale = s widened to f32 (exact)
-// and min = -z * s: z needs at most 5 bits, so z * s has at most 16 significant bits and is exact
-// in f32's 24 (ScaleInExactRange keeps it and q * s normal and finite). Any kernel's
-// q * scale + min, fused or not, then computes q * s exactly (at most 15 bits) and adds -z * s;
-// the exact sum (q - z) * s again has at most 16 significant bits, so it is the f32 result: no
-// value is rounded a second time. The tests check this bit for bit.
+// and an f16 or bf16 scale s. We keep q, the stored zero nibble (zero_offset 1 for GPTQ v1) and
+// s as f16: an f16 scale is kept bit for bit, a bf16 one (8 significant bits) converts exactly
+// whenever it lies in f16's normal range [2^-14, 65504] (below, it is rounded and counted in
+// inexact_scales; above, it is an error). Every decoder computes (q - z) * s, or q * s - z * s:
+// q * s and z * s have at most 16 significant bits, exact in f32, and so is their difference
+// (q - z) * s: no value is rounded. The tests check this bit for bit.
 Result<Int4Host> ConvertPackedInt4(const QuantizationConfig& q, const PackedInt4Tensors& t,
                                    int64_t rows, int64_t cols) {
   if (t.qweight == nullptr) return InvalidArgument("packed int4 weight without qweight");
@@ -224,10 +227,9 @@ Result<Int4Host> ConvertPackedInt4(const QuantizationConfig& q, const PackedInt4
   // Scales (checked before allocating the outputs).
   for (int64_t i = 0; i < groups * rows; ++i) {
     const float s = ReadScale(sc, i);
-    if (!ScaleInExactRange(s)) {
+    if (!std::isfinite(s) || std::fabs(s) > 65504.0f) {
       return InvalidArgument(
-          "{}: tensor '{}': scale {} at [{}, {}] is not finite or outside [2^-110, 2^120] in "
-          "magnitude",
+          "{}: tensor '{}': scale {} at [{}, {}] is not finite or beyond f16's range (65504)",
           sc.file, sc.name, s, i / rows, i % rows);
     }
   }
@@ -237,8 +239,9 @@ Result<Int4Host> ConvertPackedInt4(const QuantizationConfig& q, const PackedInt4
   out.cols = cols;
   out.group_size = static_cast<int>(group);
   out.codes.assign(static_cast<size_t>(rows * (cols / 2)), 0);
+  const int64_t zero_bytes = CeilDiv(groups, 2);
   out.scales.resize(static_cast<size_t>(rows * groups));
-  out.mins.resize(static_cast<size_t>(rows * groups));
+  out.zeros.assign(static_cast<size_t>(rows * zero_bytes), 0);
   // Codes in the checkpoint's input order first. Our row r holds input k's code in byte k / 2,
   // low nibble for even k, which is exactly how a GPTQ word [p][r] holds inputs 8p..8p+7 in its
   // little-endian bytes: each word is copied whole. AWQ words run along the outputs, so pairs of
@@ -283,16 +286,21 @@ Result<Int4Host> ConvertPackedInt4(const QuantizationConfig& q, const PackedInt4
       }
     }
   }
-  const int zero_offset = !awq && q.checkpoint_format == "gptq" ? 1 : 0;  // v1 stores zero - 1
+  out.zero_offset = !awq && q.checkpoint_format == "gptq" ? 1 : 0;  // v1 stores zero - 1
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t j = 0; j < words; ++j) {
       const uint32_t w = ReadU32(qz, g * words + j);
       for (int i = 0; i < 8; ++i) {
         const int64_t r = 8 * j + (awq ? kAwqOrder[i] : i);
-        const float z = static_cast<float>(static_cast<int>((w >> (4 * i)) & 15u) + zero_offset);
-        const float s = ReadScale(sc, g * rows + r);
-        out.scales[r * groups + g] = s;
-        out.mins[r * groups + g] = -z * s;  // exact (see above)
+        out.zeros[r * zero_bytes + g / 2] |=
+            static_cast<uint8_t>(((w >> (4 * i)) & 15u) << ((g & 1) * 4));
+        uint16_t h = ReadScaleBits(sc, g * rows + r);
+        if (sc.dtype == DType::kBF16) {
+          const float f = BF16ToF32(h);
+          h = F32ToF16(f);
+          if (F16ToF32(h) != f) ++out.inexact_scales;
+        }
+        out.scales[r * groups + g] = h;
       }
     }
   }

@@ -1,8 +1,9 @@
 // AWQ (GEMM packing) and GPTQ int4 checkpoint tensors -> our kInt4 layout (backend/weight.h),
-// exactly: the 4-bit codes are copied, scale = the stored f16/bf16 scale widened to f32, and
-// min = -zero * scale, so code * scale + min == (code - zero) * scale in f32 with no rounding
-// (the argument is at ConvertPackedInt4 in packed_int4.cc). GPTQ act-order (a g_idx that is not
-// c / group_size) becomes a column permutation: the codes are stored with each group's columns
+// exactly: the 4-bit codes and zero points are copied, the f16 scales kept as stored (bf16
+// scales converted to f16, exact unless they lie below f16's normal range), and GPTQ v1's
+// "zero - 1" becomes Weight::zero_offset = 1, so (code - zero) * scale is the checkpoint's own
+// value (the argument is at ConvertPackedInt4 in packed_int4.cc). GPTQ act-order (a g_idx that is
+// not c / group_size) becomes a column permutation: the codes are stored with each group's columns
 // contiguous and Weight::perm gathers the input to match. docs/quantized-checkpoints.md.
 #pragma once
 
@@ -27,17 +28,19 @@ struct PackedInt4Tensors {
   const TensorInfo* g_idx = nullptr;
 };
 
-// A kInt4 matrix on the host: codes [rows, cols/2] (low nibble first), scales and mins
-// [rows, cols/group_size] f32, value = code * scale + min; with a permutation, column c of this
-// matrix multiplies input column perm[c].
+// A kInt4 matrix on the host: codes [rows, cols/2] (low nibble first), scales [rows, groups]
+// f16, zero nibbles [rows, ceil(groups/2)], value = (code - (zero + zero_offset)) * scale; with a
+// permutation, column c of this matrix multiplies input column perm[c].
 struct Int4Host {
   int64_t rows = 0;
   int64_t cols = 0;
   int group_size = 0;
+  int zero_offset = 0;
   std::vector<uint8_t> codes;
-  std::vector<float> scales;
-  std::vector<float> mins;
+  std::vector<uint16_t> scales;  // f16 bits
+  std::vector<uint8_t> zeros;
   std::vector<int32_t> perm;  // [cols]; empty: identity
+  int64_t inexact_scales = 0;  // bf16 scales that f16 could only round (below its normal range)
 
   // A host view (pointers into this object's vectors).
   Weight View();

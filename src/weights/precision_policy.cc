@@ -273,6 +273,26 @@ std::string PrecisionPolicy::Canonical() const {
 Result<PrecisionPolicy> PolicyFromFlags(std::string_view quant, bool quant_lm_head,
                                         std::string_view policy) {
   if (policy.empty()) {
+    // --quant FORMAT,lm_head=FORMAT: the projections in one format, lm_head in another (e.g.
+    // int4,lm_head=int8: lm_head is the largest single matrix a decode step reads).
+    if (const size_t comma = quant.find(','); comma != std::string_view::npos) {
+      const std::string_view head = quant.substr(0, comma), tail = quant.substr(comma + 1);
+      constexpr std::string_view kLmHead = "lm_head=";
+      if (!tail.starts_with(kLmHead) || tail.size() == kLmHead.size() || head.empty()) {
+        return InvalidArgument("--quant '{}': expected FORMAT or FORMAT,lm_head=FORMAT", quant);
+      }
+      if (quant_lm_head) {
+        return InvalidArgument("--quant '{}' names lm_head's format: drop --quant-lm-head", quant);
+      }
+      for (std::string_view f : {head, tail.substr(kLmHead.size())}) {
+        if (!ParsePrecisionFormat(f).ok()) {
+          return InvalidArgument("--quant '{}': unknown format '{}' (expected one of: {})", quant,
+                                 f, QuantSpecNames());
+        }
+      }
+      return PrecisionPolicy::Parse(
+          fmt::format("custom:default={},lm_head={}", head, tail.substr(kLmHead.size())));
+    }
     // --quant bf16|f16|f32 (as `compile --quant bf16` is written): every projection converted
     // to that dense dtype, lm_head only with --quant-lm-head, like the quantized formats.
     if (auto dense = ParsePrecisionFormat(quant);

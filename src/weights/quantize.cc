@@ -2,6 +2,7 @@
 #include "weights/quantize.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <thread>
 
@@ -48,55 +49,67 @@ Result<QuantSpec> ParseQuantSpec(std::string_view name) {
   return s;
 }
 
-void QuantizeInt8Row(const float* x, int64_t cols, int64_t group, int8_t* q, float* scales) {
+bool QuantizeInt8Row(const float* x, int64_t cols, int64_t group, int8_t* q, uint16_t* scales) {
   DH_CHECK(group > 0, "int8 group size {}", group);
+  bool ok = true;
   for (int64_t g0 = 0, gi = 0; g0 < cols; g0 += group, ++gi) {
     const int64_t g1 = std::min(cols, g0 + group);
     float amax = 0.0f;
     for (int64_t c = g0; c < g1; ++c) amax = std::max(amax, std::fabs(x[c]));
-    const float scale = amax / 127.0f;
-    scales[gi] = scale;
+    scales[gi] = F32ToF16(amax / 127.0f);
+    // Codes against the scale as stored, so the f16 rounding of the scale is not paid twice.
+    const float scale = F16ToF32(scales[gi]);
+    ok = ok && std::isfinite(scale);
     for (int64_t c = g0; c < g1; ++c) {
-      const float v = scale > 0.0f ? std::nearbyint(x[c] / scale) : 0.0f;
+      const float v = scale > 0.0f && std::isfinite(scale) ? std::nearbyint(x[c] / scale) : 0.0f;
       q[c] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
     }
   }
+  return ok;
 }
 
-void DequantizeInt8Row(const int8_t* q, const float* scales, int64_t cols, int64_t group,
-                       float* out) {
-  for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<float>(q[c]) * scales[c / group];
-}
-
-void QuantizeInt4Row(const float* x, int64_t cols, int64_t group, uint8_t* q, float* scales,
-                     float* mins) {
+bool QuantizeInt4Row(const float* x, int64_t cols, int64_t group, uint8_t* q, uint16_t* scales,
+                     uint8_t* zeros) {
   DH_CHECK(group > 0 && (group % 2 == 0 || group >= cols), "int4 group size {} for {} columns",
            group, cols);
   std::fill(q, q + CeilDiv(cols, 2), uint8_t{0});
+  std::fill(zeros, zeros + CeilDiv(CeilDiv(cols, group), 2), uint8_t{0});
+  bool ok = true;
   for (int64_t g0 = 0, gi = 0; g0 < cols; g0 += group, ++gi) {
     const int64_t g1 = std::min(cols, g0 + group);
-    float lo = x[g0], hi = x[g0];
+    float lo = 0.0f, hi = 0.0f;
     for (int64_t c = g0; c < g1; ++c) {
       lo = std::min(lo, x[c]);
       hi = std::max(hi, x[c]);
     }
-    const float scale = (hi - lo) / 15.0f;
-    scales[gi] = scale;
-    mins[gi] = lo;
+    // The zero point whose grid [-z * s, (15 - z) * s] holds [lo, hi] with the smallest s.
+    int z = 0;
+    float s = 0.0f;
+    if (hi > lo) {
+      s = INFINITY;
+      for (int cand = 0; cand <= 15; ++cand) {
+        const float need_lo = cand > 0 ? -lo / static_cast<float>(cand) : (lo < 0 ? INFINITY : 0);
+        const float need_hi =
+            cand < 15 ? hi / static_cast<float>(15 - cand) : (hi > 0 ? INFINITY : 0);
+        const float need = std::max(need_lo, need_hi);
+        if (need < s) {
+          s = need;
+          z = cand;
+        }
+      }
+    }
+    scales[gi] = F32ToF16(s);
+    const float scale = F16ToF32(scales[gi]);
+    ok = ok && std::isfinite(scale);
+    zeros[gi / 2] |= static_cast<uint8_t>(z << ((gi & 1) * 4));
     for (int64_t c = g0; c < g1; ++c) {
-      const float v = scale > 0.0f ? std::nearbyint((x[c] - lo) / scale) : 0.0f;
+      const float v = scale > 0.0f && std::isfinite(scale) ? std::nearbyint(x[c] / scale) + z
+                                                           : static_cast<float>(z);
       const uint8_t n = static_cast<uint8_t>(std::clamp(v, 0.0f, 15.0f));
       q[c / 2] |= (c % 2 == 0) ? n : static_cast<uint8_t>(n << 4);
     }
   }
-}
-
-void DequantizeInt4Row(const uint8_t* q, const float* scales, const float* mins, int64_t cols,
-                       int64_t group, float* out) {
-  for (int64_t c = 0; c < cols; ++c) {
-    const int n = (c % 2 == 0) ? (q[c / 2] & 0xf) : (q[c / 2] >> 4);
-    out[c] = static_cast<float>(n) * scales[c / group] + mins[c / group];
-  }
+  return ok;
 }
 
 void QuantizeFp8Block(const float* x, int64_t rows, int64_t cols, int block_rows,
@@ -137,9 +150,10 @@ Weight QuantizedMatrix::View() {
   }
   w.data = Tensor(data.data(), format == WeightFormat::kInt8 ? DType::kI8 : DType::kU8,
                   {rows, bytes_per_row});
-  w.scales = Tensor(scales.data(), DType::kF32, {rows, groups_per_row});
-  if (format == WeightFormat::kInt4)
-    w.mins = Tensor(mins.data(), DType::kF32, {rows, groups_per_row});
+  w.scales = Tensor(scales_f16.data(), DType::kF16, {rows, groups_per_row});
+  if (format == WeightFormat::kInt4) {
+    w.zeros = Tensor(zeros.data(), DType::kU8, {rows, zero_bytes_per_row});
+  }
   return w;
 }
 
@@ -190,17 +204,25 @@ Result<QuantizedMatrix> QuantizeMatrix(std::span<const float> values, int64_t ro
   m.groups_per_row = CeilDiv(cols, group);
   m.bytes_per_row = spec.format == WeightFormat::kInt8 ? cols : CeilDiv(cols, 2);
   m.data.resize(rows * m.bytes_per_row);
-  m.scales.resize(rows * m.groups_per_row);
-  if (spec.format == WeightFormat::kInt4) m.mins.resize(rows * m.groups_per_row);
+  m.scales_f16.resize(rows * m.groups_per_row);
+  if (spec.format == WeightFormat::kInt4) {
+    m.zero_bytes_per_row = CeilDiv(m.groups_per_row, 2);
+    m.zeros.resize(rows * m.zero_bytes_per_row);
+  }
+  std::atomic<int64_t> bad_row{rows};  // the first row whose scale overflows f16
   auto quantize_rows = [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* x = values.data() + r * cols;
-      float* s = m.scales.data() + r * m.groups_per_row;
-      if (spec.format == WeightFormat::kInt8) {
-        QuantizeInt8Row(x, cols, group, reinterpret_cast<int8_t*>(m.data.data()) + r * cols, s);
-      } else {
-        QuantizeInt4Row(x, cols, group, m.data.data() + r * m.bytes_per_row, s,
-                        m.mins.data() + r * m.groups_per_row);
+      uint16_t* s = m.scales_f16.data() + r * m.groups_per_row;
+      const bool ok = spec.format == WeightFormat::kInt8
+                          ? QuantizeInt8Row(x, cols, group,
+                                            reinterpret_cast<int8_t*>(m.data.data()) + r * cols, s)
+                          : QuantizeInt4Row(x, cols, group, m.data.data() + r * m.bytes_per_row, s,
+                                            m.zeros.data() + r * m.zero_bytes_per_row);
+      if (!ok) {
+        int64_t cur = bad_row.load();
+        while (r < cur && !bad_row.compare_exchange_weak(cur, r)) {
+        }
       }
     }
   };
@@ -214,6 +236,11 @@ Result<QuantizedMatrix> QuantizeMatrix(std::span<const float> values, int64_t ro
   }
   quantize_rows(0, rows / threads);
   for (auto& w : workers) w.join();
+  if (bad_row.load() < rows) {
+    return InvalidArgument(
+        "{}: row {} has values too large for an {} group scale in f16 (max 65504): cannot quantize",
+        what, bad_row.load(), WeightFormatName(spec.format));
+  }
   return m;
 }
 

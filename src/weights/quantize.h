@@ -29,20 +29,21 @@ Result<QuantSpec> ParseQuantSpec(std::string_view name);
 std::string_view QuantSpecNames();
 
 // int8 symmetric: per group of `group` columns (the last one may be shorter),
-// scale = max|x| / 127, q = round(x / scale) in [-127, 127]; value = q * scale.
-// q: [cols] ; scales: [ceil(cols / group)].
-void QuantizeInt8Row(const float* x, int64_t cols, int64_t group, int8_t* q, float* scales);
-void DequantizeInt8Row(const int8_t* q, const float* scales, int64_t cols, int64_t group,
-                       float* out);
+// scale = f16(max|x| / 127), q = round(x / scale) in [-127, 127]; value = q * scale.
+// q: [cols] ; scales: [ceil(cols / group)] f16 bits. Error: scale is a false result when
+// max|x| / 127 overflows f16 (the caller reports it).
+bool QuantizeInt8Row(const float* x, int64_t cols, int64_t group, int8_t* q, uint16_t* scales);
 
-// int4 asymmetric: per group, min = min(x), scale = (max(x) - min) / 15,
-// q = round((x - min) / scale) in [0, 15]; value = q * scale + min. Two values per byte, low
-// nibble first: q: [ceil(cols / 2)] ; scales, mins: [ceil(cols / group)]. `group` must be even
-// unless it covers the whole row (so that no byte straddles two groups).
-void QuantizeInt4Row(const float* x, int64_t cols, int64_t group, uint8_t* q, float* scales,
-                     float* mins);
-void DequantizeInt4Row(const uint8_t* q, const float* scales, const float* mins, int64_t cols,
-                       int64_t group, float* out);
+// int4 asymmetric with a 4-bit zero point (GPTQ's and AWQ's arithmetic): per group, the range
+// [lo, hi] = [min(x, 0), max(x, 0)] (it holds 0, so the zero point fits in 0..15); z in 0..15
+// and scale = f16(s) with the smallest s whose grid [-z * s, (15 - z) * s] holds [lo, hi]
+// (at most ~1.07 x (hi - lo) / 15); q = clamp(round(x / scale) + z, 0, 15); value =
+// (q - z) * scale, off by at most scale / 2 (plus f32 rounding), and 0 stays exactly 0. Two codes
+// per byte, low nibble first: q: [ceil(cols / 2)] ; scales: [ceil(cols / group)] f16 bits ; zeros:
+// [ceil(groups / 2)], two per byte, low nibble first. `group` must be even unless it covers the
+// whole row (so that no byte straddles two groups). False when a scale overflows f16.
+bool QuantizeInt4Row(const float* x, int64_t cols, int64_t group, uint8_t* q, uint16_t* scales,
+                     uint8_t* zeros);
 
 // FP8 e4m3 with block scales: per block of block_rows x block_cols (edge blocks may be smaller),
 // scale = max|x| / 448 and code = e4m3(x / scale), rounded to nearest even and saturating at
@@ -58,21 +59,23 @@ struct QuantizedMatrix {
   int group_size = 0;          // effective (cols for per-row); 0 for fp8
   int64_t groups_per_row = 0;  // ceil(cols / group_size); fp8: ceil(cols / block_cols)
   int64_t bytes_per_row = 0;   // cols (int8, fp8) or ceil(cols / 2) (int4)
+  int64_t zero_bytes_per_row = 0;      // int4: ceil(groups_per_row / 2)
   int block_rows = 0, block_cols = 0;  // fp8 only
-  std::vector<uint8_t> data;   // [rows, bytes_per_row]
-  std::vector<float> scales;   // [rows, groups_per_row]; fp8: [ceil(rows / block_rows), groups_per_row]
-  std::vector<float> mins;     // [rows, groups_per_row], int4 only
+  std::vector<uint8_t> data;           // [rows, bytes_per_row]
+  std::vector<uint16_t> scales_f16;    // int8, int4: [rows, groups_per_row] f16 bits
+  std::vector<uint8_t> zeros;          // int4: [rows, zero_bytes_per_row]
+  std::vector<float> scales;           // fp8: [ceil(rows / block_rows), groups_per_row]
 
   // A host Weight viewing this matrix's storage (valid while *this lives, unmoved).
   Weight View();
 };
 
 // Quantizes row-major f32 `values` [rows, cols]. `what` names the tensor in errors (a value that
-// is not finite, a shape or group the format cannot hold).
+// is not finite or too large for an f16 scale, a shape or group the format cannot hold).
 Result<QuantizedMatrix> QuantizeMatrix(std::span<const float> values, int64_t rows, int64_t cols,
                                        const QuantSpec& spec, const std::string& what);
 
-// Dequantizes row r of a kInt8/kInt4/kFp8Block host Weight (f32 scales) into out[cols].
+// Dequantizes row r of a kInt8/kInt4/kFp8Block host Weight into out[cols].
 void DequantizeRow(const Weight& w, int64_t r, float* out);
 
 }  // namespace dh

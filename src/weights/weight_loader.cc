@@ -79,7 +79,7 @@ Result<Weight> WeightLoader::UploadQuantized(std::span<const float> values, int6
   DH_ASSIGN_OR_RETURN(QuantizedMatrix q, QuantizeMatrix(values, rows, cols, spec, name));
   Weight host = q.View();
   Weight w = host;
-  for (Tensor* t : {&w.data, &w.scales, &w.mins}) {
+  for (Tensor* t : {&w.data, &w.scales, &w.zeros}) {
     if (t->empty()) continue;
     auto buf = backend_.Allocate(t->nbytes());
     if (!buf) return ResourceExhausted("cannot allocate {} bytes for weight '{}'", t->nbytes(), name);

@@ -49,9 +49,13 @@ Result<Weight> WeightLoader::LoadPackedInt4(const std::string& base, int64_t row
     DH_LOG(Info, "{}: {} int4 projections are used as stored; --quant / --policy apply to the "
            "other weights only", checkpoint_.dir(), config_.quantization.method);
   }
+  if (host.inexact_scales > 0) {
+    DH_LOG(Warning, "{}: {} bf16 scales lie below f16's normal range and were rounded to f16",
+           t.scales->name, host.inexact_scales);
+  }
   num_parameters_ += rows * cols;
   Weight w = host.View();
-  for (Tensor* part : {&w.data, &w.scales, &w.mins, &w.perm}) {
+  for (Tensor* part : {&w.data, &w.scales, &w.zeros, &w.perm}) {
     if (part->empty()) continue;
     auto buf = backend_.Allocate(part->nbytes());
     if (!buf) {

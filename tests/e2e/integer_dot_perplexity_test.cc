@@ -1,7 +1,8 @@
 // Perplexity of every integer-dot kernel (issue 22: bound +0.5 %) against the exact f32-product
 // path: `deepharness perplexity` on the embedded model's validation text (models/shakespeare-v3,
-// the text of quant_perplexity_test.cc, its first 8192 tokens in windows of 256) with int8 and int4
-// weights quantized at load, run with DH_INTEGER_DOT=off and DH_INTEGER_DOT=<path> for each
+// the text of quant_perplexity_test.cc, its first 8192 tokens in windows of 256) with int8, int4
+// and int4 with lm_head in int8 (--quant int4,lm_head=int8, so lm_head runs on the integer
+// kernels too) quantized at load, run with DH_INTEGER_DOT=off and DH_INTEGER_DOT=<path> for each
 // kernel the CPU has (avx2, avxvnni, vnni512, read from /proc/cpuinfo). Each path must also move
 // the perplexity (> 1e-7 relative), so the test cannot pass with the integer kernels off.
 #include <gtest/gtest.h>
@@ -79,7 +80,7 @@ TEST(IntegerDotPerplexity, EveryPathWithinHalfAPercentOfExact) {
     EXPECT_EQ(code, 0) << env << " " << quant << ": " << out;
     return code == 0 ? nlohmann::json::parse(out)["perplexity"].get<double>() : NAN;
   };
-  for (const char* quant : {"int8", "int4"}) {
+  for (const char* quant : {"int8", "int4", "int4,lm_head=int8"}) {
     const double exact = perplexity("DH_INTEGER_DOT=off", quant);
     ASSERT_TRUE(std::isfinite(exact)) << quant;
     for (const std::string& path : paths) {

@@ -6,10 +6,10 @@
 //
 // Bound: 10 % relative L2. It is empirical, not derived (the per-matmul bound is derived and
 // tested in tests/kernels/quant_matmul_test.cc; through a network the errors compound), a guard
-// against regressions. Measured on a Zen 5 (2026-12-02): int8 0.9-1.7 %, int4 g32 / g128 (quantized
-// at load) 1.9-5.2 %, the AWQ / GPTQ checkpoints as stored 5.7-6.7 %, equal within 0.1 % across
-// the three kernels (the tiny random fixtures have flat logits, which inflates relative errors:
-// the embedded model's perplexity moves by under 0.1 %, tests/e2e/integer_dot_perplexity_test.cc).
+// against regressions. The test prints each run's error; bench/README.md ("Fewer bytes per
+// weight") has the figures for the current formats (f16 scales, int4 4-bit zero points). The tiny
+// random fixtures have flat logits, which inflates relative errors: the embedded model's
+// perplexity moves by under 0.1 % (tests/e2e/integer_dot_perplexity_test.cc).
 // The test also requires every path to move the logits (> 1e-7), so it cannot pass with the
 // integer kernels silently off.
 #include <gtest/gtest.h>

@@ -165,10 +165,10 @@ TEST_P(BackendConformance, MatMulQuantized) {
     for (WeightFormat f : {WeightFormat::kInt8, WeightFormat::kInt4}) {
       const bool int4 = f == WeightFormat::kInt4;
       Owned qi(int4 ? DType::kU8 : DType::kI8, {29, int4 ? 48 : 96});
-      Owned sci(DType::kF32, {29, 6}), mins(DType::kF32, {29, 6});
+      Owned sci(DType::kF16, {29, 6}), zeros(DType::kU8, {29, 3});
       rng.Fill(qi);
       rng.Fill(sci, 0.01f, 0.1f);
-      rng.Fill(mins, -0.5f, 0.5f);
+      rng.Fill(zeros);
       Owned xi(DType::kF32, {m, 96}), oi(DType::kF32, {m, 29});
       rng.Fill(xi);
       Weight wi;
@@ -178,15 +178,15 @@ TEST_P(BackendConformance, MatMulQuantized) {
       wi.group_size = 16;
       wi.data = qi.t;
       wi.scales = sci.t;
-      if (int4) wi.mins = mins.t;
+      if (int4) wi.zeros = zeros.t;
       Owned wanti;
       Clone(oi, wanti);
       ref_.MatMul(xi.t, wi, Tensor(), wanti.t);
-      Dev dqi = Up(qi), dsi = Up(sci), dmi = Up(mins), dxi = Up(xi), doi = Up(oi);
+      Dev dqi = Up(qi), dsi = Up(sci), dmi = Up(zeros), dxi = Up(xi), doi = Up(oi);
       Weight dwi = wi;
       dwi.data = dqi.t;
       dwi.scales = dsi.t;
-      if (int4) dwi.mins = dmi.t;
+      if (int4) dwi.zeros = dmi.t;
       dev().MatMul(dxi.t, dwi, Tensor(), doi.t);
       ExpectClose(Down(doi), Floats(wanti), 2e-5f, fmt::format("{} M={}", WeightFormatName(f), m));
     }

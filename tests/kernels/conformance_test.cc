@@ -124,10 +124,10 @@ TEST_F(ConformanceTest, MatMulQuantized) {
       for (WeightFormat f : {WeightFormat::kInt8, WeightFormat::kInt4}) {
         const bool int4 = f == WeightFormat::kInt4;
         Owned q(int4 ? DType::kU8 : DType::kI8, {29, int4 ? 48 : 96});
-        Owned sc(DType::kF32, {29, 6}), mins(DType::kF32, {29, 6}), bias(DType::kF32, {29});
+        Owned sc(DType::kF16, {29, 6}), zeros(DType::kU8, {29, 3}), bias(DType::kF32, {29});
         rng.Fill(q);
         rng.Fill(sc, 0.01f, 0.1f);
-        rng.Fill(mins, -0.5f, 0.5f);
+        rng.Fill(zeros);
         rng.Fill(bias);
         Weight w;
         w.format = f;
@@ -136,7 +136,7 @@ TEST_F(ConformanceTest, MatMulQuantized) {
         w.group_size = 16;
         w.data = q.t;
         w.scales = sc.t;
-        if (int4) w.mins = mins.t;
+        if (int4) w.zeros = zeros.t;
         Owned x(DType::kF32, {m, 96}), got(DType::kF32, {m, 29}), want(DType::kF32, {m, 29});
         rng.Fill(x);
         cpu_.MatMul(x.t, w, bias.t, got.t);

@@ -97,15 +97,15 @@ class Experts {
     w.format = int4 ? WeightFormat::kInt4 : WeightFormat::kInt8;
     w.group_size = kGroup;
     Owned& q = New(int4 ? DType::kU8 : DType::kI8, rows, int4 ? cols / 2 : cols);
-    Owned& sc = New(DType::kF32, rows, cols / kGroup);
+    Owned& sc = New(DType::kF16, rows, cols / kGroup);
     rng_.Fill(q);
     rng_.Fill(sc, 0.002f, 0.01f);
     w.data = q.t;
     w.scales = sc.t;
     if (int4) {
-      Owned& mins = New(DType::kF32, rows, cols / kGroup);
-      rng_.Fill(mins, -0.04f, 0.0f);
-      w.mins = mins.t;
+      Owned& zeros = New(DType::kU8, rows, (cols / kGroup + 1) / 2);
+      rng_.Fill(zeros);
+      w.zeros = zeros.t;
     }
     return w;
   }

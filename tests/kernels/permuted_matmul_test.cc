@@ -47,19 +47,19 @@ std::string Name(const PermCase& c) {
 
 // A random weight of c's format with a random permutation of its k input columns.
 struct PermWeight {
-  Owned q, scales, mins, perm;
+  Owned q, scales, zeros, perm;
   Weight w;
   PermWeight(Rng& rng, const PermCase& c)
       : q(c.format == WeightFormat::kInt4   ? DType::kU8
           : c.format == WeightFormat::kInt8 ? DType::kI8
                                             : DType::kF32,
           {c.n, c.format == WeightFormat::kInt4 ? c.k / 2 : c.k}),
-        scales(DType::kF32, {c.n, c.group > 0 ? c.k / c.group : 1}),
-        mins(DType::kF32, {c.n, c.group > 0 ? c.k / c.group : 1}),
+        scales(DType::kF16, {c.n, c.group > 0 ? c.k / c.group : 1}),
+        zeros(DType::kU8, {c.n, c.group > 0 ? (c.k / c.group + 1) / 2 : 1}),
         perm(DType::kI32, {c.k}) {
     rng.Fill(q);
     rng.Fill(scales, 0.001f, 0.05f);
-    rng.Fill(mins, -0.4f, 0.1f);
+    rng.Fill(zeros);
     std::iota(perm.i32(), perm.i32() + c.k, 0);
     for (int64_t i = c.k - 1; i > 0; --i) std::swap(perm.i32()[i], perm.i32()[rng.Int(0, i)]);
     w.format = c.format;
@@ -69,7 +69,7 @@ struct PermWeight {
     if (c.format != WeightFormat::kDense) {
       w.group_size = static_cast<int>(c.group);
       w.scales = scales.t;
-      if (c.format == WeightFormat::kInt4) w.mins = mins.t;
+      if (c.format == WeightFormat::kInt4) w.zeros = zeros.t;
     }
     w.perm = perm.t;
   }
@@ -143,16 +143,16 @@ TEST_F(PermutedMatMulTest, CpuMatchesReference) {
 }
 
 TEST(PermutedWeightTest, NbytesCountsPerm) {
-  Owned q(DType::kU8, {4, 64}), s(DType::kF32, {4, 1}), mn(DType::kF32, {4, 1}),
+  Owned q(DType::kU8, {4, 64}), s(DType::kF16, {4, 4}), z(DType::kU8, {4, 2}),
       perm(DType::kI32, {128});
   Weight w;
   w.format = WeightFormat::kInt4;
   w.data = q.t;
   w.scales = s.t;
-  w.mins = mn.t;
-  EXPECT_EQ(w.nbytes(), 256u + 16u + 16u);
+  w.zeros = z.t;
+  EXPECT_EQ(w.nbytes(), 256u + 32u + 8u);
   w.perm = perm.t;
-  EXPECT_EQ(w.nbytes(), 256u + 16u + 16u + 512u);
+  EXPECT_EQ(w.nbytes(), 256u + 32u + 8u + 512u);
 }
 
 }  // namespace

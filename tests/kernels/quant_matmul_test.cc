@@ -72,17 +72,19 @@ class QuantMatMulTest : public ::testing::Test {
   CpuBackend cpu_{BackendOptions{.num_threads = 2}};
 };
 
+// Random codes, f16 scales and (int4) random zero points; the GPTQ v1 zero offset of 1 on
+// weights with an odd number of rows, so both offsets are covered.
 struct RandomWeight {
-  Owned q, scales, mins, bias;
+  Owned q, scales, zeros, bias;
   Weight w;
   RandomWeight(Rng& rng, const Case& c)
       : q(c.int4 ? DType::kU8 : DType::kI8, {c.n, c.int4 ? (c.k + 1) / 2 : c.k}),
-        scales(DType::kF32, {c.n, (c.k + c.group - 1) / c.group}),
-        mins(DType::kF32, {c.n, (c.k + c.group - 1) / c.group}),
+        scales(DType::kF16, {c.n, (c.k + c.group - 1) / c.group}),
+        zeros(DType::kU8, {c.n, ((c.k + c.group - 1) / c.group + 1) / 2}),
         bias(DType::kF32, {c.n}) {
     rng.Fill(q);
     rng.Fill(scales, 0.001f, 0.05f);
-    rng.Fill(mins, -0.4f, 0.1f);
+    rng.Fill(zeros);
     rng.Fill(bias);
     w.format = c.int4 ? WeightFormat::kInt4 : WeightFormat::kInt8;
     w.rows = c.n;
@@ -90,7 +92,22 @@ struct RandomWeight {
     w.group_size = static_cast<int>(c.group);
     w.data = q.t;
     w.scales = scales.t;
-    if (c.int4) w.mins = mins.t;
+    if (c.int4) {
+      w.zeros = zeros.t;
+      w.zero_offset = static_cast<int>(c.n % 2);
+    }
+  }
+  // The weight fields of kernel arguments.
+  void SetArgs(cpu::QuantMatMulArgs& a) const {
+    a.int4 = w.format == WeightFormat::kInt4;
+    a.q = q.t.data;
+    a.q_stride = q.t.shape[1];
+    a.scales = reinterpret_cast<const uint16_t*>(scales.bytes.data());
+    a.scale_stride = scales.t.shape[1];
+    a.zeros = a.int4 ? zeros.bytes.data() : nullptr;
+    a.zero_stride = zeros.t.shape[1];
+    a.zero_offset = w.zero_offset;
+    a.group_size = w.group_size;
   }
 };
 
@@ -114,15 +131,8 @@ TEST_F(QuantMatMulTest, KernelMatchesReference) {
         a.x = x.f32();
         a.x_stride = c.k + 3;
         a.m = c.m;
-        a.int4 = c.int4;
-        a.q = rw.q.t.data;
-        a.q_stride = rw.q.t.shape[1];
-        a.scales = rw.scales.f32();
-        a.scale_stride = rw.scales.t.shape[1];
-        a.mins = c.int4 ? rw.mins.f32() : nullptr;
-        a.min_stride = rw.mins.t.shape[1];
+        rw.SetArgs(a);
         a.k = c.k;
-        a.group_size = c.group;
         a.bias = with_bias ? rw.bias.f32() : nullptr;
         a.out = got.f32();
         a.out_stride = c.n + 5;
@@ -159,8 +169,8 @@ TEST_F(QuantMatMulTest, BackendMatchesReference) {
 
 // Checks an integer-dot result against the reference (exact f32 x): each x element is quantized
 // per block of 32 columns to round(x / s), s = max|x_block| / 127, so it is off by at most s / 2;
-// an output is then off by at most sum_c |q_c * scale_c| * s(c) / 2 (the int4 min term uses exact
-// sums of x), plus f32 accumulation error (2e-5 of the output scale, as for the f32 kernels).
+// an output is then off by at most sum_c |q_c * scale_c| * s(c) / 2 (the int4 zero-point term uses
+// exact sums of x), plus f32 accumulation error (2e-5 of the output scale, as for the f32 kernels).
 void ExpectWithinQuantBound(const Case& c, const Weight& w, const Owned& x, int64_t x_stride,
                             const bool with_bias, const Owned& bias, const float* got,
                             int64_t got_stride, const std::vector<float>& want,
@@ -172,9 +182,13 @@ void ExpectWithinQuantBound(const Case& c, const Weight& w, const Owned& x, int6
   const float* xf = reinterpret_cast<const float*>(x.bytes.data());
   for (int64_t j = 0; j < c.n; ++j) {
     ref::DecodeWeightRow(w, j, row.data());
-    if (c.int4) {  // drop the min term: only q * scale meets the quantized x
-      const float* mn = w.mins.as<const float>() + j * w.mins.stride[0];
-      for (int64_t col = 0; col < c.k; ++col) row[col] -= mn[col / c.group];
+    if (c.int4) {  // drop the zero-point term: only q * scale meets the quantized x
+      const uint8_t* z = w.zeros.as<const uint8_t>() + j * w.zeros.stride[0];
+      const uint16_t* s = w.scales.as<const uint16_t>() + j * w.scales.stride[0];
+      for (int64_t col = 0; col < c.k; ++col) {
+        const int64_t g = col / c.group;
+        row[col] += static_cast<float>(ZeroNibble(z, g) + w.zero_offset) * F16ToF32(s[g]);
+      }
     }
     for (int64_t r = 0; r < c.m; ++r) {
       double bound = 0.0;
@@ -216,15 +230,8 @@ cpu::QuantMatMulArgs ArgsFor(const Case& c, const RandomWeight& rw, const Owned&
   a.x = reinterpret_cast<const float*>(x.bytes.data());
   a.x_stride = x_stride;
   a.m = c.m;
-  a.int4 = c.int4;
-  a.q = rw.q.t.data;
-  a.q_stride = rw.q.t.shape[1];
-  a.scales = rw.scales.t.as<const float>();
-  a.scale_stride = rw.scales.t.shape[1];
-  a.mins = c.int4 ? rw.mins.t.as<const float>() : nullptr;
-  a.min_stride = rw.mins.t.shape[1];
+  rw.SetArgs(a);
   a.k = c.k;
-  a.group_size = c.group;
   a.bias = with_bias ? rw.bias.t.as<const float>() : nullptr;
   a.out = out.f32();
   a.out_stride = out_stride;
@@ -527,15 +534,8 @@ TEST_F(QuantMatMulTest, DequantizeRowsMatchesReference) {
     for (const Case& c : kCases) {
       RandomWeight rw(rng, c);
       cpu::QuantMatMulArgs a;
-      a.int4 = c.int4;
-      a.q = rw.q.t.data;
-      a.q_stride = rw.q.t.shape[1];
-      a.scales = rw.scales.f32();
-      a.scale_stride = rw.scales.t.shape[1];
-      a.mins = rw.mins.f32();
-      a.min_stride = rw.mins.t.shape[1];
+      rw.SetArgs(a);
       a.k = c.k;
-      a.group_size = c.group;
       const int64_t begin = c.n / 3, count = c.n - c.n / 3;
       std::vector<float> got(count * c.k), want(count * c.k);
       cpu::DequantizeRows(a, begin, count, got.data());

@@ -74,9 +74,10 @@ TEST_F(ReferenceTest, RopeInterleavedWithOffsetOnStridedHeads) {
 TEST_F(ReferenceTest, MatMulQuantizedFormats) {
   std::vector<float> x = {1, 1, 1, 1};
   std::vector<float> out(1);
-  // int4: nibbles 1,2 | 3,4 (low nibble first), groups of 2 with scales .5, 2 and mins -1, 0.
-  std::vector<uint8_t> q4 = {0x21, 0x43};
-  std::vector<float> scales = {0.5f, 2.0f}, mins = {-1.0f, 0.0f};
+  // int4: nibbles 1,2 | 3,4 (low nibble first), groups of 2 with scales .5, 2 and zero points
+  // 2, 0 (one byte, low nibble first): value = (q - z) * scale.
+  std::vector<uint8_t> q4 = {0x21, 0x43}, zeros = {0x02};
+  std::vector<float> scales = {0.5f, 2.0f};
   Weight w4;
   w4.format = WeightFormat::kInt4;
   w4.rows = 1;
@@ -84,7 +85,7 @@ TEST_F(ReferenceTest, MatMulQuantizedFormats) {
   w4.group_size = 2;
   w4.data = Tensor(q4.data(), DType::kU8, {1, 2});
   w4.scales = T(scales, {1, 2});
-  w4.mins = T(mins, {1, 2});
+  w4.zeros = Tensor(zeros.data(), DType::kU8, {1, 1});
   backend_.MatMul(T(x, {1, 4}), w4, Tensor(), T(out, {1, 1}));
   EXPECT_NEAR(out[0], -0.5f + 0.0f + 6.0f + 8.0f, kTol);
 

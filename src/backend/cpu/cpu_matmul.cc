@@ -23,19 +23,20 @@ namespace {
 // (decode), tiled GEMM above (prefill, batches).
 enum class MatMulPath : uint8_t { kGemv, kGemm };
 
-// Whether quant_matmul's kernels take weight w: int8 / int4 codes with contiguous rows and
-// f32 scales (and mins) laid out [rows, groups].
+// Whether quant_matmul's kernels take weight w: int8 / int4 codes with contiguous rows, f16
+// scales laid out [rows, groups] and (int4) packed zero points [rows, ceil(groups / 2)].
 bool QuantKernelApplies(const Weight& w) {
   const bool int4 = w.format == WeightFormat::kInt4;
   if (w.format != WeightFormat::kInt8 && !int4) return false;
   if (w.data.dtype != (int4 ? DType::kU8 : DType::kI8)) return false;
-  auto plain_f32 = [&](const Tensor& t) {
-    return t.dtype == DType::kF32 && t.ndim == 2 && t.shape[0] == w.rows &&
-           t.shape[1] == (w.cols + w.group_size - 1) / std::max(w.group_size, 1) &&
+  const int64_t groups = (w.cols + w.group_size - 1) / std::max(w.group_size, 1);
+  auto rows_of = [&](const Tensor& t, DType dtype, int64_t cols) {
+    return t.dtype == dtype && t.ndim == 2 && t.shape[0] == w.rows && t.shape[1] == cols &&
            (t.stride[1] == 1 || t.shape[1] == 1);
   };
-  return cpu::QuantMatMulSupports(int4, w.cols, w.group_size) && plain_f32(w.scales) &&
-         (!int4 || plain_f32(w.mins));
+  return cpu::QuantMatMulSupports(int4, w.cols, w.group_size) &&
+         rows_of(w.scales, DType::kF16, groups) &&
+         (!int4 || rows_of(w.zeros, DType::kU8, (groups + 1) / 2));
 }
 
 // Whether quant_matmul's FP8 kernels take weight w: e4m3 codes with contiguous rows and f32
@@ -97,11 +98,12 @@ struct MatMulCall {
       quant.int4 = w.format == WeightFormat::kInt4;
       quant.q = w.data.data;
       quant.q_stride = w.data.stride[0];
-      quant.scales = w.scales.as<const float>();
+      quant.scales = w.scales.as<const uint16_t>();
       quant.scale_stride = w.scales.stride[0];
       if (quant.int4) {
-        quant.mins = w.mins.as<const float>();
-        quant.min_stride = w.mins.stride[0];
+        quant.zeros = w.zeros.as<const uint8_t>();
+        quant.zero_stride = w.zeros.stride[0];
+        quant.zero_offset = w.zero_offset;
       }
       quant.group_size = w.group_size;
     }

@@ -12,33 +12,61 @@ DH_I256_TARGET inline float HSum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
-// dot(a[0..n), b[0..n)) in f32.
-DH_I256_TARGET inline float DotF32(const float* a, const float* b, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+// The first min(count, left) of `count` (1, 2, 4 or 8) f16 scales at s, widened, in the low
+// lanes; the other lanes are zero and never selected. Plain loads of 2-16 bytes in the common
+// case.
+DH_I256_TARGET inline __m256 LoadScales(const uint16_t* s, int count, int64_t left) {
+  __m128i h;
+  if (left < count) {
+    alignas(16) uint16_t t[8] = {};
+    for (int64_t i = 0; i < left; ++i) t[i] = s[i];
+    h = _mm_load_si128(reinterpret_cast<const __m128i*>(t));
+  } else {
+    switch (count) {
+      case 1:
+        h = _mm_cvtsi32_si128(s[0]);
+        break;
+      case 2: {
+        int32_t v;
+        std::memcpy(&v, s, 4);
+        h = _mm_cvtsi32_si128(v);
+        break;
+      }
+      case 4:
+        h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s));
+        break;
+      default:
+        h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+        break;
+    }
   }
-  float tail = 0.0f;
-  for (; i < n; ++i) tail += a[i] * b[i];
-  return HSum(acc) + tail;
+  return _mm256_cvtph_ps(h);
 }
 
-// The first min(count, left) of `count` (1..8) floats at s in the low lanes.
-// Plain loads of 4-32 bytes in the common case (the other lanes are never selected).
-DH_I256_TARGET inline __m256 LoadScales(const float* s, int count, int64_t left) {
-  if (left < count) {
-    alignas(32) float t[8] = {};
-    for (int64_t i = 0; i < left; ++i) t[i] = s[i];
-    return _mm256_load_ps(t);
+// sum over the n groups of min[g] * gsum[g], min[g] = -(zero nibble + offset) * scale[g]: the
+// int4 zero-point term (z * scale is exact in f32).
+DH_I256_TARGET inline float DotMins(const uint16_t* s, const uint8_t* z, int offset,
+                                    const float* gsum, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  const __m256i off = _mm256_set1_epi32(offset);
+  int64_t g = 0;
+  for (; g + 8 <= n; g += 8) {
+    const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + g)));
+    int32_t zw;
+    std::memcpy(&zw, z + g / 2, 4);
+    const __m128i zb = _mm_cvtsi32_si128(zw);
+    const __m128i nib =
+        _mm_unpacklo_epi8(_mm_and_si128(zb, low4), _mm_and_si128(_mm_srli_epi16(zb, 4), low4));
+    const __m256 zf = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_cvtepu8_epi32(nib), off));
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(zf, sc), _mm256_loadu_ps(gsum + g), acc);
   }
-  switch (count) {
-    case 1: return _mm256_castps128_ps256(_mm_load_ss(s));
-    case 2:
-      return _mm256_castps128_ps256(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(s))));
-    case 4: return _mm256_castps128_ps256(_mm_loadu_ps(s));
-    default: return _mm256_loadu_ps(s);
+  float tail = 0.0f;
+  for (; g < n; ++g) {
+    const int zero = ZeroNibble(z, g) + offset;
+    tail += static_cast<float>(zero) * _cvtsh_ss(s[g]) * gsum[g];
   }
+  return -(HSum(acc) + tail);
 }
 
 // i32 lane dots of one 32-byte chunk of weight codes v with one row of quantized x.
@@ -129,16 +157,16 @@ DH_I256_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
   const uint8_t* qbase = static_cast<const uint8_t*>(a.q);
   for (int64_t j = n_begin; j < n_end; ++j) {
     const uint8_t* q = qbase + j * a.q_stride;
-    const float* s = a.scales + j * a.scale_stride;
+    const uint16_t* s = a.scales + j * a.scale_stride;
     __m256 facc[MR], facc2[MR];
     for (int r = 0; r < MR; ++r) facc[r] = facc2[r] = _mm256_setzero_ps();
     int64_t gi = 0, chunk_in_group = 0;
-    const __m256 one_scale = _mm256_set1_ps(s[0]);
+    const __m256 one_scale = _mm256_set1_ps(_cvtsh_ss(s[0]));
     auto next_scales = [&]() DH_I256_TARGET {
       if constexpr (kMode == ScaleMode256::kOne) {
         return one_scale;
       } else if constexpr (kMode == ScaleMode256::kPerChunk) {
-        const __m256 w = _mm256_set1_ps(s[gi]);
+        const __m256 w = _mm256_set1_ps(_cvtsh_ss(s[gi]));
         if (++chunk_in_group == chunks_per_group) {
           chunk_in_group = 0;
           ++gi;
@@ -175,8 +203,8 @@ DH_I256_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
     for (int r = 0; r < MR; ++r) {
       float sum = HSum(_mm256_add_ps(facc[r], facc2[r]));
       if constexpr (kInt4) {
-        sum += DotF32(a.mins + j * a.min_stride, x.group_sums.data() + (r0 + r) * x.groups,
-                      ngroups);
+        sum += DotMins(s, a.zeros + j * a.zero_stride, a.zero_offset,
+                       x.group_sums.data() + (r0 + r) * x.groups, ngroups);
       }
       a.out[(r0 + r) * a.out_stride + j] = sum + bias;
     }

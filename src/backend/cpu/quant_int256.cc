@@ -3,6 +3,9 @@
 // the project's baseline flags and the kernels run only where cpuid says the CPU has them.
 #include "backend/cpu/quant_int256.h"
 
+#include <cstring>
+
+#include "backend/weight.h"
 #include "base/check.h"
 
 #if defined(__x86_64__)
@@ -16,7 +19,10 @@ bool CpuHasAvx2() {
 #if defined(__x86_64__)
   static const bool ok = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    // F16C (CPUID.1:ECX bit 29) widens the f16 weight scales; every AVX2 CPU has it.
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) != 0 && ((c >> 29) & 1u) != 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   }();
   return ok;
 #else
@@ -62,7 +68,7 @@ int64_t WeightTileRows(const QuantMatMulArgs& a) {
 
 #define DH_I256_VNNI 0
 #define DH_I256_NS avx2_kernels
-#define DH_I256_TARGET __attribute__((target("avx2,fma")))
+#define DH_I256_TARGET __attribute__((target("avx2,fma,f16c")))
 namespace {
 #include "backend/cpu/quant_int256-inl.h"  // NOLINT(build/include)
 }  // namespace
@@ -72,7 +78,7 @@ namespace {
 
 #define DH_I256_VNNI 1
 #define DH_I256_NS avxvnni_kernels
-#define DH_I256_TARGET __attribute__((target("avx2,fma,avxvnni")))
+#define DH_I256_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
 namespace {
 #include "backend/cpu/quant_int256-inl.h"  // NOLINT(build/include)
 }  // namespace

@@ -21,7 +21,7 @@
 
 namespace dh::cpu {
 
-// Whether the CPU has AVX2 + FMA, and AVX-VNNI on top (checked with cpuid; GCC 12's
+// Whether the CPU has AVX2 + FMA (+ F16C), and AVX-VNNI on top (checked with cpuid; GCC 12's
 // __builtin_cpu_supports("avxvnni") misses it on Zen 5).
 bool CpuHasAvx2();
 bool CpuHasAvxVnni();

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "backend/weight.h"
 #include "tensor/dtype.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -184,6 +185,35 @@ HWY_INLINE void DequantInt4(const uint8_t* HWY_RESTRICT q, const float* HWY_REST
   }
 }
 
+// Widens the f16 scales of row j to f32 (s) and, for int4, sets mn[g] = -z * s[g].
+HWY_INLINE void GroupParams(const QuantMatMulArgs& a, int64_t j, int64_t groups,
+                            float* HWY_RESTRICT s, float* HWY_RESTRICT mn) {
+  const DF df;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const auto* h = reinterpret_cast<const hwy::float16_t*>(a.scales + j * a.scale_stride);
+  int64_t g = 0;
+  for (; g + L <= groups; g += L) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, h + g)), df, s + g);
+  for (; g < groups; ++g) s[g] = F16ToF32(a.scales[j * a.scale_stride + g]);
+  if (!a.int4) return;
+  const uint8_t* z = a.zeros + j * a.zero_stride;
+  for (g = 0; g < groups; ++g) {
+    const int zero = ZeroNibble(z, g) + a.zero_offset;
+    mn[g] = -static_cast<float>(zero) * s[g];
+  }
+}
+
+// Per-thread f32 group parameters of one weight row, grown once.
+struct RowParams {
+  std::vector<float> s, mn;
+  void Fit(int64_t groups) {
+    if (static_cast<int64_t>(s.size()) < groups) {
+      s.resize(static_cast<size_t>(groups));
+      mn.resize(static_cast<size_t>(groups));
+    }
+  }
+};
+
 // Runs Dot<MR> over the weight rows [n_begin, n_end) for x rows [r0, r0 + MR).
 template <int MR>
 HWY_INLINE void RowBlock(const QuantMatMulArgs& a, const float* x, int64_t xs, int64_t r0,
@@ -191,11 +221,15 @@ HWY_INLINE void RowBlock(const QuantMatMulArgs& a, const float* x, int64_t xs, i
   const int64_t k = a.k, g = std::min(a.group_size, k);
   const uint8_t* qbase = static_cast<const uint8_t*>(a.q);
   const int64_t kb = (k + 1) / 2, gb = g >= k ? kb : g / 2;
+  const int64_t groups = (k + g - 1) / g;
+  thread_local RowParams p;
+  p.Fit(groups);
+  float* s = p.s.data();
   float sums[MR];
   for (int64_t j = n_begin; j < n_end; ++j) {
-    const float* s = a.scales + j * a.scale_stride;
+    GroupParams(a, j, groups, s, p.mn.data());
     if (a.int4) {
-      DotInt4<MR>(qbase + j * a.q_stride, s, a.mins + j * a.min_stride, kb, gb, x, xs, sums);
+      DotInt4<MR>(qbase + j * a.q_stride, s, p.mn.data(), kb, gb, x, xs, sums);
     } else {
       DotBlocks<MR, Int8Codes>(reinterpret_cast<const int8_t*>(qbase + j * a.q_stride), s, k, g, x,
                                xs, sums);
@@ -245,18 +279,21 @@ void DequantizeRowsImpl(const QuantMatMulArgs& a, int64_t row_begin, int64_t cou
   const int64_t k = a.k, g = std::min(a.group_size, k);
   const uint8_t* qbase = static_cast<const uint8_t*>(a.q);
   const int64_t kb = (k + 1) / 2, gb = g >= k ? kb : g / 2;
+  const int64_t groups = (k + g - 1) / g;
   thread_local std::vector<float> halves;  // grown once per thread, reused
   halves.resize(a.int4 ? 2 * kb : 0);
+  thread_local RowParams p;
+  p.Fit(groups);
+  const float* s = p.s.data();
   for (int64_t i = 0; i < count; ++i) {
     const int64_t j = row_begin + i;
-    const float* s = a.scales + j * a.scale_stride;
+    GroupParams(a, j, groups, p.s.data(), p.mn.data());
     float* o = out + i * k;
     if (!a.int4) {
       DequantBlocks<Int8Codes>(reinterpret_cast<const int8_t*>(qbase + j * a.q_stride), s, k, g, o);
       continue;
     }
-    DequantInt4(qbase + j * a.q_stride, s, a.mins + j * a.min_stride, kb, gb, halves.data(),
-                halves.data() + kb);
+    DequantInt4(qbase + j * a.q_stride, s, p.mn.data(), kb, gb, halves.data(), halves.data() + kb);
     for (int64_t c = 0; c < k; ++c) o[c] = halves[(c % 2) * kb + c / 2];
   }
 }

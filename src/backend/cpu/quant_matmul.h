@@ -1,6 +1,7 @@
 // MatMul over int8 / int4 weights (backend/weight.h layouts) with Highway kernels that
 // dequantize in registers: int8/int4 codes are widened to f32 and scaled per group, never
-// written back as a dense matrix. Dispatches at run time to the best SIMD target.
+// written back as a dense matrix. Dispatches at run time to the best SIMD target. Each weight
+// row's f16 scales (and int4 zero points) are widened to f32 once per row, before its codes.
 #pragma once
 
 #include <cstdint>
@@ -11,13 +12,14 @@ namespace dh::cpu {
 
 // out[r, j] = dot(x[r, :], dequant(w[j, :])) + bias[j] for r < m and j in [n_begin, n_end).
 struct QuantMatMulArgs : ActivationArgs {
-  bool int4 = false;        // false: kInt8 (value = q * scale), true: kInt4 (q * scale + min)
+  bool int4 = false;        // false: kInt8 (value = q * scale), true: kInt4 ((q - z) * scale)
   const void* q = nullptr;  // codes: i8 [.., k] or u8 [.., ceil(k/2)] (low nibble first)
   int64_t q_stride = 0;     // bytes between weight rows
-  const float* scales = nullptr;
-  int64_t scale_stride = 0;     // floats between weight rows of scales
-  const float* mins = nullptr;  // int4 only
-  int64_t min_stride = 0;
+  const uint16_t* scales = nullptr;  // f16 bits, one per group
+  int64_t scale_stride = 0;          // halves between weight rows of scales
+  const uint8_t* zeros = nullptr;    // int4 only: 4-bit zero points, two per byte, low first
+  int64_t zero_stride = 0;           // bytes between weight rows of zeros
+  int zero_offset = 0;               // int4: z = nibble + zero_offset
   int64_t group_size = 0;
 };
 
@@ -32,7 +34,7 @@ inline bool QuantMatMulSupports(bool int4, int64_t k, int64_t group_size) {
 // dequantized once, in registers, and used for up to 4 rows of x at a time (x, out: m rows).
 void QuantMatMulRange(const QuantMatMulArgs& a, int64_t n_begin, int64_t n_end);
 
-// Dequantizes weight rows [row_begin, row_begin + count) of `a` (q, scales, mins, k, group_size;
+// Dequantizes weight rows [row_begin, row_begin + count) of `a` (q, scales, zeros, k, group_size;
 // the x / out fields are unused) into out, count x k f32 row-major — for tiled GEMMs over f32.
 void DequantizeRows(const QuantMatMulArgs& a, int64_t row_begin, int64_t count, float* out);
 

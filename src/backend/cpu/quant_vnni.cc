@@ -9,9 +9,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 
 #include "backend/cpu/quant_int256.h"
+#include "backend/weight.h"
 #include "base/check.h"
 
 #if defined(__x86_64__)
@@ -230,37 +232,62 @@ void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts) {
 #if defined(__x86_64__)
 namespace {
 
-#define DH_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+#define DH_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c")))
 
-// dot(a[0..n), b[0..n)) in f32.
-DH_VNNI_TARGET inline __attribute__((always_inline)) float DotF32(const float* a, const float* b, int64_t n) {
-  __m512 acc = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
-  }
-  if (i < n) {
-    const __mmask16 mk = static_cast<__mmask16>((1u << (n - i)) - 1);
-    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, a + i), _mm512_maskz_loadu_ps(mk, b + i), acc);
-  }
-  return _mm512_reduce_add_ps(acc);
-}
-
-// The first min(count, left) of the `count` (2, 4, 8 or 16) floats at s in the low lanes, with
-// plain loads of 8-64 bytes (masked loads were slow on Zen 5); the rest of the lanes are unused.
-DH_VNNI_TARGET inline __m512 LoadScales(const float* s, int count, int64_t left) {
+// The first min(count, left) of the `count` (1, 2, 4, 8 or 16) f16 scales at s, widened, in the
+// low lanes, with plain loads of 2-32 bytes (masked loads were slow on Zen 5); the other lanes
+// are zero and never selected.
+DH_VNNI_TARGET inline __m512 LoadScales(const uint16_t* s, int count, int64_t left) {
+  __m128i h;
   if (left < count) {
-    alignas(64) float t[16] = {};
+    alignas(32) uint16_t t[16] = {};
     for (int64_t i = 0; i < left; ++i) t[i] = s[i];
-    return _mm512_load_ps(t);
+    return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(t)));
   }
   switch (count) {
-    case 1: return _mm512_castps128_ps512(_mm_load_ss(s));
-    case 2: return _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(s))));
-    case 4: return _mm512_castps128_ps512(_mm_loadu_ps(s));
-    case 8: return _mm512_castps256_ps512(_mm256_loadu_ps(s));
-    default: return _mm512_loadu_ps(s);
+    case 1:
+      h = _mm_cvtsi32_si128(s[0]);
+      break;
+    case 2: {
+      int32_t v;
+      std::memcpy(&v, s, 4);
+      h = _mm_cvtsi32_si128(v);
+      break;
+    }
+    case 4:
+      h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s));
+      break;
+    case 8:
+      h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+      break;
+    default:
+      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
   }
+  return _mm512_cvtph_ps(_mm256_zextsi128_si256(h));
+}
+
+// sum over the n groups of min[g] * gsum[g], min[g] = -(zero nibble + offset) * scale[g]: the
+// int4 zero-point term. z * scale is exact in f32 (at most 16 significant bits).
+DH_VNNI_TARGET inline float DotMins(const uint16_t* s, const uint8_t* z, int offset,
+                                    const float* gsum, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  const __m512i off = _mm512_set1_epi32(offset);
+  int64_t g = 0;
+  for (; g + 16 <= n; g += 16) {
+    const __m512 sc = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + g)));
+    const __m128i zb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + g / 2));
+    const __m128i nib =
+        _mm_unpacklo_epi8(_mm_and_si128(zb, low4), _mm_and_si128(_mm_srli_epi16(zb, 4), low4));
+    const __m512 zf = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_cvtepu8_epi32(nib), off));
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(zf, sc), _mm512_loadu_ps(gsum + g), acc);
+  }
+  float tail = 0.0f;
+  for (; g < n; ++g) {
+    const int zero = ZeroNibble(z, g) + offset;
+    tail += static_cast<float>(zero) * _cvtsh_ss(s[g]) * gsum[g];
+  }
+  return -(_mm512_reduce_add_ps(acc) + tail);
 }
 
 // One 64-byte chunk of codes v (bytes [b, b + 64) of the row) times MR rows of quantized x, added
@@ -323,17 +350,17 @@ DH_VNNI_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
   const uint8_t* qbase = static_cast<const uint8_t*>(a.q);
   for (int64_t j = n_begin; j < n_end; ++j) {
     const uint8_t* q = qbase + j * a.q_stride;
-    const float* s = a.scales + j * a.scale_stride;
+    const uint16_t* s = a.scales + j * a.scale_stride;
     __m512 facc[MR], facc2[MR];
     for (int r = 0; r < MR; ++r) facc[r] = facc2[r] = _mm512_setzero_ps();
     // Scales of the chunk at byte b; gi: group of its first column, advanced without divisions.
     int64_t gi = 0, chunk_in_group = 0;
-    const __m512 one_scale = _mm512_set1_ps(s[0]);
+    const __m512 one_scale = _mm512_set1_ps(_cvtsh_ss(s[0]));
     auto next_scales = [&]() DH_VNNI_TARGET {
       if constexpr (kMode == ScaleMode::kOne) {
         return one_scale;
       } else if constexpr (kMode == ScaleMode::kPerChunk) {
-        const __m512 w = _mm512_set1_ps(s[gi]);
+        const __m512 w = _mm512_set1_ps(_cvtsh_ss(s[gi]));
         if (++chunk_in_group == chunks_per_group) {
           chunk_in_group = 0;
           ++gi;
@@ -366,8 +393,8 @@ DH_VNNI_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
     for (int r = 0; r < MR; ++r) {
       float sum = _mm512_reduce_add_ps(_mm512_add_ps(facc[r], facc2[r]));
       if constexpr (kInt4) {
-        sum += DotF32(a.mins + j * a.min_stride, x.group_sums.data() + (r0 + r) * x.groups,
-                      ngroups);
+        sum += DotMins(s, a.zeros + j * a.zero_stride, a.zero_offset,
+                       x.group_sums.data() + (r0 + r) * x.groups, ngroups);
       }
       a.out[(r0 + r) * a.out_stride + j] = sum + bias;
     }

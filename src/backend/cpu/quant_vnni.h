@@ -7,9 +7,9 @@
 //
 // Numerics: the weight codes are used exactly; each x element is off by at most half its block's
 // scale (max|x| / 254), so an output is off by at most sum over blocks of
-// (max|x_block| / 254) * sum |q * scale| (the int4 min term uses exact f32 sums of x), plus f32
-// rounding of the per-lane partial sums. Per lane of 4 (int8) or 8 (int4) columns the i32 dot is
-// exact and is scaled by x_scale * w_scale in f32.
+// (max|x_block| / 254) * sum |q * scale| (the int4 zero-point term uses exact f32 sums of x),
+// plus f32 rounding of the per-lane partial sums. Per lane of 4 (int8) or 8 (int4) columns the i32
+// dot is exact and is scaled by x_scale * w_scale in f32.
 //
 // int8 weights are signed, so x is offset by 128 to fit the unsigned operand:
 // dot(x + 128, w) - 128 * sum(w), with sum(w) taken by a second vpdpbusd against ones (exact).

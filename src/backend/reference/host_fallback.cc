@@ -130,7 +130,7 @@ std::function<void(const void*, size_t)> HostFallbackBackend::ForgetHostCopiesHo
 
 Result<Weight> HostFallbackBackend::PrepareWeight(const Weight& w) {
   Weight d = w;
-  for (Tensor* t : {&d.data, &d.scales, &d.mins, &d.perm}) {
+  for (Tensor* t : {&d.data, &d.scales, &d.zeros, &d.perm}) {
     auto [b, e] = ExtentOf(*t);
     if (b == e || IsDeviceMemory(t->data)) continue;
     const uintptr_t ab = b / kAlign * kAlign;  // stays inside the page holding the tensor
@@ -168,7 +168,7 @@ const Weight& HostFallbackBackend::HostCopy(const Weight& w) {
   }
   auto hw = std::make_unique<HostWeight>();
   hw->w = w;
-  for (Tensor* t : {&hw->w.data, &hw->w.scales, &hw->w.mins, &hw->w.perm}) {
+  for (Tensor* t : {&hw->w.data, &hw->w.scales, &hw->w.zeros, &hw->w.perm}) {
     auto [b, e] = ExtentOf(*t);
     if (b == e) continue;
     const uintptr_t ab = b / kAlign * kAlign;

@@ -32,7 +32,7 @@ class HostFallbackBackend : public Backend {
 
   // Nothing is native here; a derived backend says true for what it overrides.
   bool Supports(const OpDesc& op) const override { return false; }
-  // Uploads every tensor of `w` (data, scales, mins, perm) that is still in host memory (the
+  // Uploads every tensor of `w` (data, scales, zeros, perm) that is still in host memory (the
   // loader hands over checkpoint views as they are). The uploaded buffers belong to this
   // backend and live as long as it does.
   Result<Weight> PrepareWeight(const Weight& w) override;

@@ -363,6 +363,14 @@ TEST(CompileCacheTest, DamagedFilesAreIgnored) {
          FixHeaderHash(b);
        },
        "version"},
+      // A file of the previous format (f32 int8/int4 scales, int4 mins: version 2).
+      {"older version",
+       [](auto& b) {
+         b[kVersionAt] -= 1;
+         FixHeaderHash(b);
+       },
+       "(written by an older build), this build reads version 3 only: recompile it with "
+       "`deepharness compile`"},
       {"header bit flip", [](auto& b) { b[40] ^= 1; }, "header checksum"},
       {"table out of bounds",
        [](auto& b) {

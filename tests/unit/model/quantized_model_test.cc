@@ -118,7 +118,7 @@ TEST(QuantizedModelTest, QuantizesFp8Checkpoint) {
   }
 }
 
-// ModelInfo counts quantized tensors by the bytes loaded (codes + scales + mins), not as stored.
+// ModelInfo counts quantized tensors by the bytes loaded (codes + scales + zeros), not as stored.
 TEST(QuantizedModelTest, InfoCountsQuantizedBytes) {
   if (!fs::exists(kFixtures / "llama_f32")) GTEST_SKIP() << "fixture llama_f32 is absent";
   uint64_t bytes[3] = {};
@@ -134,7 +134,7 @@ TEST(QuantizedModelTest, InfoCountsQuantizedBytes) {
       EXPECT_GT((*model)->info().bytes_by_dtype.count(quants[i]), 0u) << quants[i];
     }
   }
-  // f32 weights: int8 groups of 32 take 1 + 4/32 bytes per value, int4 0.5 + 8/32.
+  // f32 weights: int8 groups of 32 take 1 + 2/32 bytes per value, int4 0.5 + 2.5/32.
   EXPECT_LT(bytes[1], bytes[0]);
   EXPECT_LT(bytes[2], bytes[1]);
 }

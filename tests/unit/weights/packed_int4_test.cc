@@ -1,9 +1,9 @@
 // AWQ / GPTQ int4 -> kInt4 conversion (weights/packed_int4): the tests pack random codes, zero
 // points and f16 scales into each checkpoint layout, convert, and check that
-//  - the codes, scales and mins are the stored ones (min = -z * s),
-//  - every dequantized value q * scale + min equals (q - z) * s computed in double, bit for bit
+//  - the codes, f16 scales and zero points are the stored ones (GPTQ v1: zero offset 1),
+//  - every dequantized value (q - z) * scale equals (q - z) * s computed in double, bit for bit
 //    (no second rounding), including the extremes z = 16 (GPTQ v1), the largest f16 scale and
-//    subnormal f16 scales,
+//    subnormal f16 scales, and bf16 scales (exact in f16's normal range, counted below it),
 //  - act-order g_idx gives a permutation whose product (reference backend) matches the dense
 //    dequantized matrix,
 //  - malformed tensors give one-line errors naming the file, tensor and value.
@@ -164,12 +164,14 @@ void ExpectExact(const Quantized& m, Int4Host& h) {
     }
   }
   EXPECT_EQ(bad, 0);
-  // Stored parts: scale = s, min = -z * s, codes = q (in our column order).
+  // Stored parts: scale = s (f16 bits), zero nibble + offset = z, codes = q (in our column
+  // order).
+  const int64_t zero_bytes = (m.groups() + 1) / 2;
   for (int64_t r = 0; r < m.rows; ++r) {
     for (int64_t g = 0; g < m.groups(); ++g) {
-      const float s = F16ToF32(m.s[r * m.groups() + g]);
-      EXPECT_EQ(h.scales[r * m.groups() + g], s);
-      EXPECT_EQ(h.mins[r * m.groups() + g], -static_cast<float>(m.z[r * m.groups() + g]) * s);
+      EXPECT_EQ(h.scales[r * m.groups() + g], m.s[r * m.groups() + g]);
+      EXPECT_EQ(ZeroNibble(h.zeros.data() + r * zero_bytes, g) + h.zero_offset,
+                m.z[r * m.groups() + g]);
     }
     for (int64_t c = 0; c < m.cols; ++c) {
       const int64_t k = h.perm.empty() ? c : h.perm[c];
@@ -239,6 +241,27 @@ TEST(PackedInt4Test, ExtremeScalesAndZerosStayExact) {
   auto h = ConvertPackedInt4(Config("gptq", 32), PackGptq(m, ck, true), m.rows, m.cols);
   ASSERT_TRUE(h.ok()) << h.status().message();
   ExpectExact(m, *h);
+}
+
+// bf16 scales: converted to f16 exactly in f16's normal range; a scale below it is rounded and
+// counted.
+TEST(PackedInt4Test, Bf16ScalesConvertExactlyInF16Range) {
+  Quantized m = Random(16, 128, 32, 8, false);
+  for (uint16_t& h : m.s) h = F32ToF16(BF16ToF32(F32ToBF16(F16ToF32(h))));  // bf16 precision
+  Checkpoint ck;
+  auto t = PackAwq(m, ck);
+  auto& bytes = ck.bytes["p.scales"];
+  ck.infos["p.scales"].dtype = DType::kBF16;
+  auto* sc = reinterpret_cast<uint16_t*>(bytes.data());
+  for (size_t i = 0; i < bytes.size() / 2; ++i) sc[i] = F32ToBF16(F16ToF32(sc[i]));
+  auto h = ConvertPackedInt4(Config("awq", 32), t, m.rows, m.cols);
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  EXPECT_EQ(h->inexact_scales, 0);
+  ExpectExact(m, *h);
+  sc[0] = F32ToBF16(1.1e-7f);  // below f16's normal range: 8 significant bits do not fit
+  auto rounded = ConvertPackedInt4(Config("awq", 32), t, m.rows, m.cols);
+  ASSERT_TRUE(rounded.ok()) << rounded.status().message();
+  EXPECT_EQ(rounded->inexact_scales, 1);
 }
 
 TEST(PackedInt4Test, ActOrderPermutesAndMultipliesCorrectly) {

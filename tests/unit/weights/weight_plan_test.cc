@@ -48,6 +48,28 @@ TEST(WeightPlanTest, DefaultFlagsLoadEverythingAsStored) {
   EXPECT_EQ(p->Canonical().rfind("dtype=auto;embed=auto,", 0), 0u) << p->Canonical();
 }
 
+// --quant FORMAT,lm_head=FORMAT (issue 22): lm_head in its own format, the rest in the first.
+TEST(WeightPlanTest, QuantWithLmHeadFormat) {
+  auto p = ParseWeightPlan({.quant = "int4,lm_head=int8"});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  const PrecisionFormat up = p->policy.FormatFor("model.layers.3.mlp.up_proj.weight");
+  EXPECT_EQ(up.kind, PrecisionFormat::Kind::kQuant);
+  EXPECT_EQ(up.quant.format, WeightFormat::kInt4);
+  const PrecisionFormat lm = p->policy.FormatFor("lm_head.weight");
+  EXPECT_EQ(lm.kind, PrecisionFormat::Kind::kQuant);
+  EXPECT_EQ(lm.quant.format, WeightFormat::kInt8);
+  EXPECT_EQ(p->policy.FormatFor("model.embed_tokens.weight").kind, PrecisionFormat::Kind::kAuto);
+  auto same = ParseWeightPlan({.policy = "custom:default=int4,lm_head=int8"});
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(p->Canonical(), same->Canonical());
+  EXPECT_EQ(ErrorOf({.quant = "int4,head=int8"}),
+            "--quant 'int4,head=int8': expected FORMAT or FORMAT,lm_head=FORMAT");
+  EXPECT_NE(ErrorOf({.quant = "int4,lm_head=int3"}).find("unknown format 'int3'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({.quant = "int4,lm_head=int8", .quant_lm_head = true}).find("--quant-lm-head"),
+            std::string::npos);
+}
+
 TEST(WeightPlanTest, FlagsBecomeTypedValues) {
   auto p = ParseWeightPlan({.dtype = "half", .quant = "int4-g128"});
   ASSERT_TRUE(p.ok()) << p.status().message();
