@@ -41,10 +41,14 @@ struct ModelOptions {
   // Tensor / expert parallelism (apps/parallel.h, docs/parallel.md); > 1 needs mpirun -np N.
   int tp_size = 1;
   int ep_size = 0;  // 0: = tp_size
+  // --kv-cache-dtype (AddKvCacheOptions), parsed by LoadFromOptions (model/kv_storage.h).
+  std::string kv_cache_dtype = "auto";
 };
 
 // Adds the flags; `require_model` makes --model-path mandatory.
 void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model = true);
+// Adds --kv-cache-dtype, for the subcommands that run the model over a KV cache.
+void AddKvCacheOptions(CLI::App* sub, ModelOptions* o);
 
 struct LoadedModel {
   ParallelRun parallel;  // first: the communicator outlives the model and the backend
