@@ -184,7 +184,7 @@ std::function<int()> SetupInfo(CLI::App* sub) {
         {"weight_bytes", info.weight_bytes},
         {"active_weight_bytes_per_token", info.active_weight_bytes_per_token},
         {"kv_bytes_per_token", info.kv_bytes_per_token},
-        {"kv_cache_dtype", KvCacheDtypeName(m.kv_spec().dtype)},
+        {"kv_cache_dtype", std::string(KvCacheDtypeName(m.kv_spec().dtype))},
         {"kv_bytes_per_sequence", kv_per_seq},
         {"context", ctx},
         {"layers", c.num_hidden_layers},

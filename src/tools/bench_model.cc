@@ -1,5 +1,6 @@
 // pp/tg throughput through Model::Forward with a private paged KV cache: sequence s of a batch owns
-// blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq), and every repeat restarts at position 0.
+// blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq), and every repeat restarts at position
+// --depth (0 by default), after the depth tokens prefilled once.
 #include "tools/bench_model.h"
 
 #include <fmt/format.h>
@@ -58,14 +59,14 @@ double Seconds(std::chrono::steady_clock::time_point start) {
 }
 
 // One prefill of `prompt` tokens for each of `batch` sequences in a single forward, after the
-// `start` tokens each already has in the cache.
+// `first_pos` tokens each already has in the cache.
 Result<double> RunPrefill(Model& model, Backend& backend, BatchCache& cache, std::mt19937_64& rng,
-                          int batch, int prompt, int start) {
+                          int batch, int prompt, int first_pos) {
   Batch b;
   const int64_t vocab = model.config().vocab_size;
   for (int s = 0; s < batch; ++s) {
     const std::vector<int32_t> ids = RandomTokens(rng, vocab, prompt);
-    b.AddSequence(ids, start, cache.SeqTable(s, start + prompt), kBlockSize,
+    b.AddSequence(ids, first_pos, cache.SeqTable(s, first_pos + prompt), kBlockSize,
                   /*all_logits=*/false);
   }
   std::vector<float> logits;
@@ -75,9 +76,9 @@ Result<double> RunPrefill(Model& model, Backend& backend, BatchCache& cache, std
   return Seconds(start);
 }
 
-// `gen` decode steps after `start` cached tokens; each step feeds one token of every sequence.
+// `gen` decode steps after `first_pos` cached tokens; each step feeds one token of every sequence.
 Result<double> RunDecode(Model& model, Backend& backend, BatchCache& cache, std::mt19937_64& rng,
-                         int batch, int gen, int start) {
+                         int batch, int gen, int first_pos) {
   const int64_t vocab = model.config().vocab_size;
   std::vector<int32_t> tokens = RandomTokens(rng, vocab, batch * gen);
   std::vector<float> logits;
@@ -86,7 +87,7 @@ Result<double> RunDecode(Model& model, Backend& backend, BatchCache& cache, std:
     Batch b;
     for (int s = 0; s < batch; ++s) {
       b.AddSequence(std::span<const int32_t>(&tokens[static_cast<size_t>(step) * batch + s], 1),
-                    start + step, cache.SeqTable(s, start + step + 1), kBlockSize,
+                    first_pos + step, cache.SeqTable(s, first_pos + step + 1), kBlockSize,
                     /*all_logits=*/false);
     }
     DH_RETURN_IF_ERROR(model.Forward(b, *cache.kv, &logits));
@@ -262,7 +263,7 @@ nlohmann::json ModelBenchJson(const ModelBenchResult& r, const Model& model,
                       {"weight_bytes", info.weight_bytes},
                       {"active_weight_bytes_per_token", r.active_weight_bytes_per_token},
                       {"threads", threads},
-                      {"kv_cache_dtype", KvCacheDtypeName(model.kv_spec().dtype)},
+                      {"kv_cache_dtype", std::string(KvCacheDtypeName(model.kv_spec().dtype))},
                       {"kv_bytes_per_token", model.kv_spec().BytesPerToken()},
                       {"results", rows}};
   j["fma_peak_gflops"] = r.peak_gflops > 0 ? nlohmann::json(r.peak_gflops) : nullptr;

@@ -91,7 +91,9 @@ TEST(KvCacheFormat, WriteThenReadIsWithinHalfAStep) {
               default: tol = amax / 254 + amax * 0x1p-23f; break;
             }
             ASSERT_LE(std::fabs(got - x), tol) << "token " << t << " head " << h << " i " << i;
-            if (amax == 0) EXPECT_EQ(got, 0.0f);
+            if (amax == 0) {
+              EXPECT_EQ(got, 0.0f);
+            }
           }
         }
       }
