@@ -42,10 +42,14 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
   auto a = std::make_shared<Args>();
   AddModelOptions(sub, &a->model, /*require_model=*/false);
   AddObservabilityOptions(sub, &a->model.observe, kTraceFlags | kPluginFlags);
+  AddKvCacheOptions(sub, &a->model);
   sub->add_option("--prompt,-p", a->bench.prompt,
                   "pp: prompt tokens per sequence, one forward (default 512; 0 skips)");
   sub->add_option("--gen,-n", a->bench.gen,
                   "tg: tokens generated one at a time per sequence (default 128; 0 skips)");
+  sub->add_option("--depth,-d", a->bench.depth,
+                  "Tokens already in each sequence's KV cache (prefilled once, untimed) before "
+                  "pp and tg run; rows are named e.g. tg32 @ d4096 (default 0)");
   sub->add_option("--batch,-b", a->batch,
                   "Comma-separated numbers of sequences run together (default 1)");
   sub->add_option("--repeat,-r", a->bench.repeat, "Timed repeats of each test (default 3)");
@@ -88,8 +92,8 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
     if (a->membw_mib < 0) return ReportError(InvalidArgument("--membw-mib: expected >= 0"));
     if (a->bench.repeat < 1) return ReportError(InvalidArgument("--repeat: expected >= 1"));
     if (a->bench.warmup < 0) return ReportError(InvalidArgument("--warmup: expected >= 0"));
-    if (a->bench.prompt < 0 || a->bench.gen < 0) {
-      return ReportError(InvalidArgument("--prompt and --gen: expected >= 0"));
+    if (a->bench.prompt < 0 || a->bench.gen < 0 || a->bench.depth < 0) {
+      return ReportError(InvalidArgument("--prompt, --gen and --depth: expected >= 0"));
     }
     if (a->json) a->model.quiet = true;
     auto loaded = LoadFromOptions(a->model);

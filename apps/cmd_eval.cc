@@ -138,6 +138,7 @@ std::function<int()> SetupEval(CLI::App* sub) {
                   "Model name to send with --url (default: the server's first model)");
   sub->add_option("--api-key", o.client.api_key, "Bearer key (default: env DEEPHARNESS_API_KEY)");
   AddModelOptions(sub, &a->model, /*require_model=*/false);
+  AddKvCacheOptions(sub, &a->model);
   sub->add_option("--max-seq-len,--max-model-len", a->max_seq_len,
                   "With --model-path: the engine's context (default: the model's)");
   sub->add_option("--max-num-seqs", a->max_num_seqs,

@@ -36,6 +36,7 @@ std::function<int()> SetupLogits(CLI::App* sub) {
   auto a = std::make_shared<Args>();
   AddModelOptions(sub, &a->model, /*require_model=*/false);
   AddObservabilityOptions(sub, &a->model.observe, kTraceFlags | kDumpFlags | kPluginFlags);
+  AddKvCacheOptions(sub, &a->model);
   sub->add_option("--token-ids", a->ids, "Comma-separated prompt token ids")->required();
   sub->add_option("--output,-o", a->output, "Output .npy file: float32 [n_tokens, vocab_size]")
       ->required();
@@ -72,6 +73,7 @@ std::function<int()> SetupGenerate(CLI::App* sub) {
   auto a = std::make_shared<Args>();
   AddModelOptions(sub, &a->model, /*require_model=*/false);
   AddObservabilityOptions(sub, &a->model.observe, kTraceFlags | kDumpFlags | kPluginFlags);
+  AddKvCacheOptions(sub, &a->model);
   sub->add_option("--token-ids", a->ids, "Comma-separated prompt token ids")->required();
   sub->add_option("--max-tokens", a->max_tokens, "New tokens to generate (default 16)");
   sub->add_option("--temperature", a->temperature, "0 = greedy (default); > 0 samples");
@@ -138,6 +140,7 @@ std::function<int()> SetupInfo(CLI::App* sub) {
   };
   auto a = std::make_shared<Args>();
   AddModelOptions(sub, &a->model, /*require_model=*/false);
+  AddKvCacheOptions(sub, &a->model);
   sub->add_option("--max-seq-len", a->max_seq_len,
                   "Context for the KV figure (default: max_position_embeddings)");
   sub->add_flag("--json", a->json, "Print JSON");
@@ -183,6 +186,7 @@ std::function<int()> SetupInfo(CLI::App* sub) {
         {"weight_bytes", info.weight_bytes},
         {"active_weight_bytes_per_token", info.active_weight_bytes_per_token},
         {"kv_bytes_per_token", info.kv_bytes_per_token},
+        {"kv_cache_dtype", std::string(KvCacheDtypeName(m.kv_spec().dtype))},
         {"kv_bytes_per_sequence", kv_per_seq},
         {"context", ctx},
         {"layers", c.num_hidden_layers},
@@ -218,8 +222,10 @@ std::function<int()> SetupInfo(CLI::App* sub) {
     std::printf("weights            %.3f GiB (%.3f GiB read per decoded token)\n",
                 gib(static_cast<double>(info.weight_bytes)),
                 gib(static_cast<double>(info.active_weight_bytes_per_token)));
-    std::printf("kv cache           %zu bytes per token, %.3f GiB per %lld-token sequence\n",
-                info.kv_bytes_per_token, gib(kv_per_seq), static_cast<long long>(ctx));
+    std::printf("kv cache           %zu bytes per token (--kv-cache-dtype %s), %.3f GiB per "
+                "%lld-token sequence\n",
+                info.kv_bytes_per_token, std::string(KvCacheDtypeName(m.kv_spec().dtype)).c_str(),
+                gib(kv_per_seq), static_cast<long long>(ctx));
     if (rank_bytes.size() > 1) {
       std::printf("tensor parallel    %zu ranks; figures above are rank 0's\n", rank_bytes.size());
       for (size_t r = 0; r < rank_bytes.size(); ++r) {

@@ -40,6 +40,7 @@ std::function<int()> SetupPerplexity(CLI::App* sub) {
   auto a = std::make_shared<Args>();
   AddModelOptions(sub, &a->model, /*require_model=*/false);
   AddObservabilityOptions(sub, &a->model.observe, kTraceFlags | kDumpFlags | kPluginFlags);
+  AddKvCacheOptions(sub, &a->model);
   sub->add_option("--file", a->file, "UTF-8 text file to score")->required();
   sub->add_option("--context", a->context,
                   "Tokens per window (default: min(max_position_embeddings, 2048))");

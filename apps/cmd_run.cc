@@ -149,6 +149,7 @@ std::function<int()> SetupRun(CLI::App* sub) {
   auto a = std::make_shared<RunArgs>();
   AddModelOptions(sub, &a->model, /*require_model=*/false);
   AddObservabilityOptions(sub, &a->model.observe, kTraceFlags | kDumpFlags | kPluginFlags);
+  AddKvCacheOptions(sub, &a->model);
   sub->add_option("--prompt,-p", a->prompt, "Text to complete (one shot)");
   sub->add_flag("--chat", a->chat, "Interactive chat through the model's chat template");
   sub->add_option("--system", a->system, "System message for --chat");

@@ -368,6 +368,7 @@ std::function<int()> SetupServe(CLI::App* sub) {
   auto a = std::make_shared<ServeArgs>();
   AddModelOptions(sub, &a->model, /*require_model=*/false);
   AddObservabilityOptions(sub, &a->model.observe, kTraceFlags | kPluginFlags);
+  AddKvCacheOptions(sub, &a->model);
   sub->footer("Without --model-path the embedded model (models/" + std::string(kDefaultModelName) +
               " next to the binary) is served.");
   sub->add_option("--max-seq-len,--max-model-len", a->max_seq_len,

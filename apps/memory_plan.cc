@@ -7,6 +7,7 @@
 
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "model/kv_storage.h"
 #include "tensor/dtype.h"
 #include "weights/weight_plan.h"
 
@@ -44,14 +45,24 @@ double BytesPerElement(const TensorInfo& t, const WeightPlan& plan) {
   return plan.dtype ? static_cast<double>(DTypeSize(*plan.dtype)) : 0;
 }
 
-uint64_t KvBytesPerToken(const ModelConfig& c) {
-  const uint64_t layers = static_cast<uint64_t>(std::max<int64_t>(c.num_hidden_layers, 0));
-  if (c.kv_lora_rank > 0)
-    return layers * static_cast<uint64_t>(c.kv_lora_rank + c.qk_rope_head_dim) * 4;
-  const int64_t kvh = c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads;
-  const int64_t d = c.head_dim > 0 ? c.head_dim
-                                   : (c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
-  return layers * 2 * static_cast<uint64_t>(std::max<int64_t>(kvh * d, 0)) * 4;
+// The cache layout the architectures use (MLA: one latent row of kv_lora_rank + rope dims with
+// a scale for each part; otherwise K and V per kv head), in the cache dtype.
+uint64_t KvBytesPerToken(const ModelConfig& c, DType dtype) {
+  KvCacheSpec spec;
+  spec.num_layers = static_cast<int>(std::max<int64_t>(c.num_hidden_layers, 0));
+  spec.dtype = dtype;
+  if (c.kv_lora_rank > 0) {
+    spec.k_heads = 1;
+    spec.k_dim = c.kv_lora_rank + c.qk_rope_head_dim;
+    spec.k_group = c.kv_lora_rank;
+  } else {
+    const int64_t kvh = c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads;
+    const int64_t d = c.head_dim > 0 ? c.head_dim
+                                     : (c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+    spec.k_heads = spec.v_heads = std::max<int64_t>(kvh, 0);
+    spec.k_dim = spec.v_dim = std::max<int64_t>(d, 0);
+  }
+  return spec.BytesPerToken();
 }
 
 }  // namespace
@@ -85,7 +96,9 @@ Result<MemoryPlan> PlanMemory(const PlanInputs& in) {
 
   plan.memory = ReadMemoryInfo();
   plan.context = in.max_seq_len > 0 ? in.max_seq_len : config.max_position_embeddings;
-  plan.kv_per_token = KvBytesPerToken(config);
+  DH_ASSIGN_OR_RETURN(const DType kv_dtype, ParseKvCacheDtype(in.model.kv_cache_dtype));
+  plan.kv_cache_dtype = std::string(KvCacheDtypeName(kv_dtype));
+  plan.kv_per_token = KvBytesPerToken(config, kv_dtype);
   constexpr uint64_t kBlock = 16;
   const uint64_t per_block = plan.kv_per_token * kBlock;
   if (in.num_kv_blocks > 0) {
@@ -110,6 +123,7 @@ Result<MemoryPlan> PlanMemory(const PlanInputs& in) {
   const double per_token = 10 * h + 3 * inter + heads * static_cast<double>(plan.context);
   plan.activations = static_cast<uint64_t>(4 * (t * per_token + static_cast<double>(config.vocab_size) *
                                                                    std::max(in.max_num_seqs, 1)));
+  plan.kv_tokens = plan.kv_per_token > 0 ? plan.kv_pool / per_block * kBlock : 0;
   plan.runtime = kRuntimeBytes;
   plan.total = plan.weights + plan.kv_pool + plan.activations + plan.runtime;
   plan.fits = plan.memory.available == 0 || plan.total <= plan.memory.available;
@@ -120,8 +134,9 @@ std::string FormatPlan(const MemoryPlan& p) {
   std::string out;
   out += fmt::format("weights            {} ({}; {} stored)\n", FormatBytes(p.weights),
                      p.weight_format, FormatBytes(p.stored));
-  out += fmt::format("kv pool            {} ({} per token, context {})\n", FormatBytes(p.kv_pool),
-                     FormatBytes(p.kv_per_token), p.context);
+  out += fmt::format("kv pool            {} ({} tokens of {}, --kv-cache-dtype {}; context {})\n",
+                     FormatBytes(p.kv_pool), p.kv_tokens, FormatBytes(p.kv_per_token),
+                     p.kv_cache_dtype, p.context);
   out += fmt::format("activations        {} (peak of one step, estimate)\n", FormatBytes(p.activations));
   out += fmt::format("runtime            {}\n", FormatBytes(p.runtime));
   out += fmt::format("total              {}\n", FormatBytes(p.total));

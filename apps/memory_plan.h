@@ -27,7 +27,9 @@ struct MemoryPlan {
   uint64_t weights = 0;       // resident weights after conversion/quantization (estimate)
   uint64_t stored = 0;        // bytes of the checkpoint's tensors on disk
   uint64_t kv_pool = 0;
-  uint64_t kv_per_token = 0;
+  uint64_t kv_per_token = 0;  // in the cache dtype, scales included
+  uint64_t kv_tokens = 0;     // tokens the pool holds (whole blocks of 16)
+  std::string kv_cache_dtype; // --kv-cache-dtype as named: auto, bf16, fp8, int8
   uint64_t activations = 0;   // peak of one step's arena (estimate)
   uint64_t runtime = 0;       // fixed share: code, tokenizer, threads, buffers
   uint64_t total = 0;

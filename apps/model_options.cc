@@ -54,6 +54,13 @@ void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model) {
   sub->add_flag("--quiet,-q", o->quiet, "Only print errors on stderr");
 }
 
+void AddKvCacheOptions(CLI::App* sub, ModelOptions* o) {
+  sub->add_option("--kv-cache-dtype", o->kv_cache_dtype,
+                  "KV cache element type: auto (f32, exact; default), bf16, fp8 (e4m3) or int8; "
+                  "fp8 and int8 keep one scale per token and head (MLA: for the latent and for "
+                  "the rope key) and hold about 2x the tokens of bf16 (docs/kv-cache.md)");
+}
+
 WeightFlags WeightFlagsOf(const ModelOptions& o) {
   return {.dtype = o.dtype, .quant = o.quant, .quant_lm_head = o.quant_lm_head, .policy = o.policy};
 }
@@ -64,6 +71,7 @@ Result<LoadedModel> LoadFromOptions(const ModelOptions& o, const BackendWrapper&
   LoadOptions lo;
   // The one parse of the weight flags; nothing below sees the strings.
   DH_ASSIGN_OR_RETURN(lo.plan, ParseWeightPlan(WeightFlagsOf(o)));
+  DH_ASSIGN_OR_RETURN(lo.kv_cache_dtype, ParseKvCacheDtype(o.kv_cache_dtype));
   LoadedModel loaded;
   DH_ASSIGN_OR_RETURN(loaded.parallel, StartParallel(o.tp_size, o.ep_size, o.threads));
   BackendOptions bo;

@@ -44,10 +44,14 @@ struct ModelOptions {
   int ep_size = 0;  // 0: = tp_size
   // Tracing, tensor dumps, plugins: flags added per command (AddObservabilityOptions).
   ObservabilityOptions observe;
+  // --kv-cache-dtype (AddKvCacheOptions), parsed by LoadFromOptions (model/kv_storage.h).
+  std::string kv_cache_dtype = "auto";
 };
 
 // Adds the flags; `require_model` makes --model-path mandatory.
 void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model = true);
+// Adds --kv-cache-dtype, for the subcommands that run the model over a KV cache.
+void AddKvCacheOptions(CLI::App* sub, ModelOptions* o);
 
 struct LoadedModel {
   ParallelRun parallel;  // first: the communicator outlives the model and the backend

@@ -39,6 +39,7 @@ const char* OpName(OpKind op) {
     case OpKind::kAdd: return "Add";
     case OpKind::kCopy: return "Copy";
     case OpKind::kGatherRows: return "GatherRows";
+    case OpKind::kKvGather: return "KvGather";
     case OpKind::kMoeGate: return "MoeGate";
     case OpKind::kMoeExperts: return "MoeExperts";
     case OpKind::kBatchedMatMul: return "BatchedMatMul";
@@ -273,9 +274,10 @@ void CheckingBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& 
 }
 
 // The caches are the whole pool, so instead of copying them: the chosen backend writes, the
-// written rows are copied, the reference writes the same slots again, and the rows are compared.
-void CheckingBackend::KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
-                              const Tensor& slot_mapping) {
+// written rows (and their scales, for a quantized cache) are copied, the reference writes the
+// same slots again, and the rows are compared.
+void CheckingBackend::KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache,
+                              KvCacheView v_cache, const Tensor& slot_mapping) {
   if (!Checking(OpKind::kKvWrite)) return inner().KvWrite(k, v, k_cache, v_cache, slot_mapping);
   HostCopy k0 = CopyOf(k), v0 = CopyOf(v), slots = CopyOf(slot_mapping);
   inner().KvWrite(k, v, k_cache, v_cache, slot_mapping);
@@ -288,18 +290,25 @@ void CheckingBackend::KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, 
     }
     return out;
   };
-  std::vector<HostCopy> k_got = rows(k_cache), v_got = rows(v.empty() ? Tensor() : v_cache);
-  if (!k_got.empty()) MaybePerturb(OpKind::kKvWrite, k_got[0].t);
+  const KvCacheView no_v;
+  const KvCacheView& vc = v.empty() ? no_v : v_cache;
+  const Tensor* parts[] = {&k_cache.data, &k_cache.scales, &vc.data, &vc.scales};
+  const char* names[] = {"k cache row", "k cache scales", "v cache row", "v cache scales"};
+  std::vector<HostCopy> got[4], want[4];
+  for (int i = 0; i < 4; ++i) got[i] = rows(*parts[i]);
+  if (!got[0].empty()) MaybePerturb(OpKind::kKvWrite, got[0][0].t);
   reference_.KvWrite(k0.t, v0.t, k_cache, v_cache, slots.t);
-  std::vector<HostCopy> k_want = rows(k_cache), v_want = rows(v.empty() ? Tensor() : v_cache);
-  for (size_t i = 0; i < k_got.size(); ++i)
-    Compare(OpKind::kKvWrite, "k cache row", k_got[i].t, k_want[i].t, kTolF32, "");
-  for (size_t i = 0; i < v_got.size(); ++i)
-    Compare(OpKind::kKvWrite, "v cache row", v_got[i].t, v_want[i].t, kTolF32, "");
+  for (int i = 0; i < 4; ++i) {
+    want[i] = rows(*parts[i]);
+    for (size_t r = 0; r < got[i].size(); ++r) {
+      Compare(OpKind::kKvWrite, names[i], got[i][r].t, want[i][r].t, kTolF32, "");
+    }
+  }
 }
 
-void CheckingBackend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                                const AttentionMeta& meta, float scale, Tensor out) {
+void CheckingBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
+                                const KvCacheView& v_cache, const AttentionMeta& meta,
+                                float scale, Tensor out) {
   if (!Checking(OpKind::kAttention)) return inner().Attention(q, k_cache, v_cache, meta, scale, out);
   HostCopy q0 = CopyOf(q);
   inner().Attention(q, k_cache, v_cache, meta, scale, out);
@@ -307,6 +316,16 @@ void CheckingBackend::Attention(const Tensor& q, const Tensor& k_cache, const Te
   HostCopy want = ZerosLike(out);
   reference_.Attention(q0.t, k_cache, v_cache, meta, scale, want.t);
   Compare(OpKind::kAttention, "output", out, want.t, kTolF32, "");
+}
+
+void CheckingBackend::KvGather(const KvCacheView& cache, const Tensor& slots, Tensor out) {
+  if (!Checking(OpKind::kKvGather)) return inner().KvGather(cache, slots, out);
+  HostCopy s0 = CopyOf(slots);
+  inner().KvGather(cache, slots, out);
+  MaybePerturb(OpKind::kKvGather, out);
+  HostCopy want = ZerosLike(out);
+  reference_.KvGather(cache, s0.t, want.t);
+  Compare(OpKind::kKvGather, "output", out, want.t, kTolF32, "");
 }
 
 void CheckingBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor out) {

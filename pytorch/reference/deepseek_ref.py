@@ -286,20 +286,75 @@ class DeepseekRef(nn.Module):
         if not self.tied:
             self.lm_head = nn.Linear(cfg["hidden_size"], cfg["vocab_size"], bias=False)
 
-    def forward(self, input_ids, positions=None):
-        squeeze = input_ids.dim() == 1
-        if squeeze:
-            input_ids = input_ids[None]
+    def final_hidden(self, input_ids, positions=None):
+        """The final normed hidden states [B, T, hidden] (lm_head's input; MTP's h_i)."""
         t = input_ids.shape[1]
         if positions is None:
             positions = torch.arange(t)
         x = self.model.embed_tokens(input_ids).float()
         for layer in self.model.layers:
             x = layer(x, positions)
-        x = self.model.norm(x)
+        return self.model.norm(x)
+
+    def forward(self, input_ids, positions=None):
+        squeeze = input_ids.dim() == 1
+        if squeeze:
+            input_ids = input_ids[None]
+        x = self.final_hidden(input_ids, positions)
         w = self.model.embed_tokens.weight if self.tied else self.lm_head.weight
         logits = F.linear(x, w.float())
         return logits[0] if squeeze else logits
+
+
+class _SharedHead(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.norm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
+        self.head = nn.Linear(cfg["hidden_size"], cfg["vocab_size"], bias=False)
+
+
+class MtpLayer(nn.Module):
+    """DeepSeek-V3's multi-token-prediction module, stored at layer index num_hidden_layers
+    (docs/mtp.md). At position i it reads the main model's final normed hidden state h_i and the
+    next token t_{i+1}:
+        x = eh_proj(cat[enorm(embed_tokens(t_{i+1})), hnorm(h_i)])   (embedding first)
+        x = decoder layer (MLA + MoE, causal over the MTP layer's own positions 0..i)
+        logits(t_{i+2}) = shared_head.head(shared_head.norm(x))
+    Checkpoint names: model.layers.<L>.{embed_tokens,enorm,hnorm,eh_proj,shared_head.*} as here,
+    the decoder layer's tensors directly under model.layers.<L>. (load_mtp maps them)."""
+
+    def __init__(self, cfg, arch, owner):
+        super().__init__()
+        h = cfg["hidden_size"]
+        self.embed_tokens = nn.Embedding(cfg["vocab_size"], h)
+        self.enorm = RMSNorm(h, cfg["rms_norm_eps"])
+        self.hnorm = RMSNorm(h, cfg["rms_norm_eps"])
+        self.eh_proj = nn.Linear(2 * h, h, bias=False)
+        self.block = DecoderLayer(cfg, arch, cfg["num_hidden_layers"], owner)
+        self.shared_head = _SharedHead(cfg)
+
+    def forward(self, hidden, next_ids, positions):
+        e = self.enorm(self.embed_tokens(next_ids).float())
+        x = F.linear(torch.cat([e, self.hnorm(hidden)], dim=-1), self.eh_proj.weight.float())
+        x = self.block(x, positions)
+        return F.linear(self.shared_head.norm(x), self.shared_head.head.weight.float())
+
+
+_MTP_OWN = ("embed_tokens.", "enorm.", "hnorm.", "eh_proj.", "shared_head.")
+
+
+def load_mtp(model_dir, model):
+    """The checkpoint's first MTP layer (layer index num_hidden_layers) as an f32 MtpLayer."""
+    cfg = model.config
+    tensors, _, _ = st.load_dir(model_dir, with_dtypes=True)
+    prefix = "model.layers.%d." % cfg["num_hidden_layers"]
+    mtp = MtpLayer(cfg, model.arch, model)
+    sd = mtp.state_dict(keep_vars=True)
+    with torch.no_grad():
+        for k, p in sd.items():
+            name = prefix + (k if k.startswith(_MTP_OWN) else k[len("block."):])
+            p.copy_(tensors[name].float())
+    return mtp
 
 
 # ---------------------------------------------------------------------------------------------

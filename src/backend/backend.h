@@ -58,6 +58,41 @@ struct AttentionMeta {
   std::span<const int32_t> host_slot_mapping;
 };
 
+// One layer's K or V cache as KvWrite writes it and Attention reads it: values [slots, heads,
+// dim] (dim 0 may be strided) stored as f32 or bf16, or quantized to f8e4m3 or i8 with f32
+// scales [slots, heads, groups]: element i of a head row is data * scales[slot, head,
+// i / group_size] (one scale per token and head, and per part of a row where parts differ in
+// range: MLA's latent and its rope key; the last group may be shorter). KvWrite picks each scale
+// as the group's max |x| / 448 (fp8) or / 127 (int8, round to nearest) and writes 0 for an
+// all-zero group. A plain Tensor converts to an unquantized view.
+struct KvCacheView {
+  Tensor data;
+  Tensor scales;           // empty unless data is f8e4m3 or i8
+  int64_t group_size = 0;  // elements of a head row per scale (with scales)
+
+  KvCacheView() = default;
+  KvCacheView(const Tensor& values) : data(values) {}  // NOLINT: implicit on purpose
+  KvCacheView(const Tensor& values, const Tensor& group_scales, int64_t group)
+      : data(values), scales(group_scales), group_size(group) {}
+
+  bool empty() const { return data.empty(); }
+  bool quantized() const { return !scales.empty(); }
+  int64_t dim(int i) const { return data.dim(i); }
+  // Elements [begin, begin + count) of every head row, with their scales; `begin` must start a
+  // group (MLA reads the latent part of its cache as the values).
+  KvCacheView NarrowRow(int64_t begin, int64_t count) const {
+    KvCacheView r = *this;
+    r.data = data.Narrow(2, begin, count);
+    if (quantized()) {
+      DH_CHECK(begin % group_size == 0, "kv view narrowed at {} inside a group of {}", begin,
+               group_size);
+      const int64_t first = begin / group_size;
+      r.scales = scales.Narrow(2, first, (begin + count + group_size - 1) / group_size - first);
+    }
+    return r;
+  }
+};
+
 enum class ScoringFunc : uint8_t { kSoftmax, kSigmoid };
 enum class TopkMethod : uint8_t { kGreedy, kGroupLimitedGreedy, kNoauxTc };
 
@@ -80,9 +115,10 @@ struct ExpertWeights {
 
 enum class OpKind : uint8_t {
   kEmbedding, kRmsNorm, kAddRmsNorm, kMatMul, kRope, kKvWrite, kAttention, kSiluMul, kAdd,
-  kCopy, kGatherRows, kMoeGate, kMoeExperts, kBatchedMatMul,
+  kCopy, kGatherRows, kMoeGate, kMoeExperts, kBatchedMatMul, kKvGather,
 };
 
+// dtype: the activations', or for kKvWrite / kAttention / kKvGather the KV cache's.
 struct OpDesc {
   OpKind op;
   WeightFormat format = WeightFormat::kDense;
@@ -134,15 +170,20 @@ class Backend {
   virtual void BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) = 0;
   // In place on x: [T, H, D] (dims 0 and 1 may be strided); positions: [T] i32.
   virtual void Rope(Tensor x, const Tensor& positions, const RopeParams& p) = 0;
-  // k_cache[slot_mapping[t]] = k[t]; same for v. k: [T, Hkv, Dk]; caches: [slots, Hkv, D].
-  // An empty v skips the v write (MLA keeps one latent cache).
-  virtual void KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
-                       const Tensor& slot_mapping) = 0;
+  // k_cache[slot_mapping[t]] = k[t]; same for v. k: [T, Hkv, Dk]; caches: [slots, Hkv, D], in
+  // their dtype (quantized with fresh scales per KvCacheView). A negative slot is skipped. An
+  // empty v skips the v write (MLA keeps one latent cache).
+  virtual void KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache,
+                       KvCacheView v_cache, const Tensor& slot_mapping) = 0;
   // Causal attention of q [T, Hq, Dk] over each sequence's cached keys/values
-  // (k_cache [slots, Hkv, Dk], v_cache [slots, Hkv, Dv], strided on dim 0 allowed), grouped
-  // query heads (Hq % Hkv == 0), softmax(q·k * scale). out: [T, Hq, Dv].
-  virtual void Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+  // (k_cache [slots, Hkv, Dk], v_cache [slots, Hkv, Dv], strided on dim 0 allowed; any
+  // KvCacheView dtype, dequantized as they are read), grouped query heads (Hq % Hkv == 0),
+  // softmax(q·k * scale). out: [T, Hq, Dv].
+  virtual void Attention(const Tensor& q, const KvCacheView& k_cache, const KvCacheView& v_cache,
                          const AttentionMeta& meta, float scale, Tensor out) = 0;
+  // out[i, h, :] = cache[slots[i], h, :] dequantized to f32. slots: [n] i32; out: [n, H, D]
+  // (MLA's naive path gathers the latents it decompresses).
+  virtual void KvGather(const KvCacheView& cache, const Tensor& slots, Tensor out) = 0;
   // out = silu(gate) * up, elementwise. [T, I].
   virtual void SiluMul(const Tensor& gate, const Tensor& up, Tensor out) = 0;
   // out = a + b, elementwise, same shapes (out may alias a or b).

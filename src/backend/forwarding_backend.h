@@ -45,13 +45,16 @@ class ForwardingBackend : public Backend {
   void Rope(Tensor x, const Tensor& positions, const RopeParams& p) override {
     inner_->Rope(x, positions, p);
   }
-  void KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
+  void KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache, KvCacheView v_cache,
                const Tensor& slot_mapping) override {
     inner_->KvWrite(k, v, k_cache, v_cache, slot_mapping);
   }
-  void Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+  void Attention(const Tensor& q, const KvCacheView& k_cache, const KvCacheView& v_cache,
                  const AttentionMeta& meta, float scale, Tensor out) override {
     inner_->Attention(q, k_cache, v_cache, meta, scale, out);
+  }
+  void KvGather(const KvCacheView& cache, const Tensor& slots, Tensor out) override {
+    inner_->KvGather(cache, slots, out);
   }
   void SiluMul(const Tensor& gate, const Tensor& up, Tensor out) override {
     inner_->SiluMul(gate, up, out);

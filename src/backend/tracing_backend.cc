@@ -122,8 +122,8 @@ void TracingBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& p
       });
 }
 
-void TracingBackend::KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
-                             const Tensor& slot_mapping) {
+void TracingBackend::KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache,
+                             KvCacheView v_cache, const Tensor& slot_mapping) {
   Timed(
       "KvWrite", 2 * (Bytes(k) + Bytes(v)), 0,
       [&] { inner().KvWrite(k, v, k_cache, v_cache, slot_mapping); },
@@ -132,8 +132,9 @@ void TracingBackend::KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, T
       });
 }
 
-void TracingBackend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                               const AttentionMeta& meta, float scale, Tensor out) {
+void TracingBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
+                               const KvCacheView& v_cache, const AttentionMeta& meta, float scale,
+                               Tensor out) {
   // Scores and the weighted sum: every query row against its sequence's cached rows.
   double pairs = 0, rows_read = 0;
   if (meta.host_query_start.size() == static_cast<size_t>(meta.num_seqs) + 1 &&
@@ -146,7 +147,8 @@ void TracingBackend::Attention(const Tensor& q, const Tensor& k_cache, const Ten
   }
   const double heads = static_cast<double>(q.dim(1));
   const double dk = static_cast<double>(q.dim(2)), dv = static_cast<double>(out.dim(2));
-  const double row_bytes = static_cast<double>(k_cache.dim(1)) * (dk + dv) * 4;
+  const double row_bytes = static_cast<double>(k_cache.dim(1)) * (dk + dv) *
+                           static_cast<double>(DTypeSize(k_cache.data.dtype()));
   Timed(
       "Attention", Bytes(q) + Bytes(out) + rows_read * row_bytes, 2 * pairs * heads * (dk + dv),
       [&] { inner().Attention(q, k_cache, v_cache, meta, scale, out); },
@@ -154,6 +156,12 @@ void TracingBackend::Attention(const Tensor& q, const Tensor& k_cache, const Ten
         return Shapes({{"q", &q}, {"out", &out}}) + ", " +
                JsonArg("max_seq_len", static_cast<double>(meta.max_seq_len));
       });
+}
+
+void TracingBackend::KvGather(const KvCacheView& cache, const Tensor& slots, Tensor out) {
+  Timed(
+      "KvGather", 2 * Bytes(out), 0, [&] { inner().KvGather(cache, slots, out); },
+      [&] { return Shapes({{"out", &out}}); });
 }
 
 void TracingBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor out) {

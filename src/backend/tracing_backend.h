@@ -50,10 +50,11 @@ class TracingBackend final : public ForwardingBackend {
   void MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) override;
   void BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) override;
   void Rope(Tensor x, const Tensor& positions, const RopeParams& p) override;
-  void KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
+  void KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache, KvCacheView v_cache,
                const Tensor& slot_mapping) override;
-  void Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+  void Attention(const Tensor& q, const KvCacheView& k_cache, const KvCacheView& v_cache,
                  const AttentionMeta& meta, float scale, Tensor out) override;
+  void KvGather(const KvCacheView& cache, const Tensor& slots, Tensor out) override;
   void SiluMul(const Tensor& gate, const Tensor& up, Tensor out) override;
   void Add(const Tensor& a, const Tensor& b, Tensor out) override;
   void Copy(const Tensor& src, Tensor dst) override;

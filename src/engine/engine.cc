@@ -614,6 +614,10 @@ void Engine::Impl::PublishStats() {
   stats.kv_blocks_free = ps.free;
   stats.kv_blocks_used = ps.used;
   stats.kv_blocks_cached = ps.cached;
+  stats.kv_block_size = pool->block_size();
+  stats.kv_capacity_tokens = static_cast<int64_t>(ps.total) * pool->block_size();
+  stats.kv_bytes_per_token = kv->spec().BytesPerToken();
+  stats.kv_cache_dtype = std::string(KvCacheDtypeName(kv->spec().dtype));
   stats.kv_usage = ps.total > 0 ? static_cast<double>(ps.used) / ps.total : 0.0;
   stats.kv_fragmentation = ps.fragmentation;
   stats.prefix_cache_queries = ps.prefix_queries;

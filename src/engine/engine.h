@@ -83,6 +83,10 @@ struct EngineStats {
   int kv_blocks_free = 0;
   int kv_blocks_used = 0;
   int kv_blocks_cached = 0;
+  int kv_block_size = 0;
+  int64_t kv_capacity_tokens = 0;  // total * block_size: tokens the pool holds
+  uint64_t kv_bytes_per_token = 0; // in the cache dtype, scales included
+  std::string kv_cache_dtype;      // --kv-cache-dtype name: auto, bf16, fp8, int8
   double kv_usage = 0.0;
   double kv_fragmentation = 0.0;     // unused slots in partly filled blocks / slots of used blocks
   int64_t prefix_cache_queries = 0;  // prompt tokens looked up

@@ -48,6 +48,19 @@ class Model {
   // Runs one step; writes [batch.logits_rows.size(), vocab] f32 logits to *logits (host).
   virtual Status Forward(const Batch& batch, KvStorage& kv, std::vector<float>* logits) = 0;
 
+  // Multi-token prediction (DeepSeek-V3's MTP module, docs/mtp.md), present when the checkpoint
+  // has one and LoadOptions::load_mtp asked for it. last_hidden(): the final normed hidden
+  // states [R, hidden_size] of the last Forward's logits rows (host). ForwardMtp: row t of
+  // `batch` carries token t_{i+1} at position i and reads `hidden` row t (the main model's
+  // hidden state at position i); writes logits (predicting t_{i+2}) for batch.logits_rows. Its
+  // cache is layer num_hidden_layers of `kv`, at the batch's slots.
+  virtual bool has_mtp() const { return false; }
+  virtual std::span<const float> last_hidden() const { return {}; }
+  virtual Status ForwardMtp(const Batch& batch, KvStorage& kv, std::span<const float> hidden,
+                            std::vector<float>* logits) {
+    return Unsupported("this model has no multi-token-prediction layer loaded");
+  }
+
   // Keeps `resource` (e.g. the mapped checkpoint the weights point into) alive with the model.
   void KeepAlive(std::shared_ptr<void> resource) { resources_.push_back(std::move(resource)); }
 

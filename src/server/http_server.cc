@@ -282,6 +282,10 @@ Status OpenAIServer::Bind() {
     s.kv_blocks_used = stats.kv_blocks_used;
     s.kv_blocks_cached = stats.kv_blocks_cached;
     s.kv_fragmentation = stats.kv_fragmentation;
+    s.kv_block_size = stats.kv_block_size;
+    s.kv_capacity_tokens = stats.kv_capacity_tokens;
+    s.kv_bytes_per_token = stats.kv_bytes_per_token;
+    s.kv_cache_dtype = stats.kv_cache_dtype;
     s.prefix_cache_queries = static_cast<uint64_t>(stats.prefix_cache_queries);
     s.prefix_cache_hits = static_cast<uint64_t>(stats.prefix_cache_hits);
     s.num_preemptions = static_cast<uint64_t>(stats.num_preemptions);

@@ -216,6 +216,18 @@ std::string ServerMetrics::Render(const EngineSnapshot& s) const {
   gauge("kv_cache_blocks_free", "KV-cache blocks not referenced by any sequence.", s.kv_blocks_free);
   gauge("kv_cache_blocks_used", "KV-cache blocks referenced by live sequences.", s.kv_blocks_used);
   gauge("kv_cache_blocks_cached", "KV-cache blocks holding a reusable prefix.", s.kv_blocks_cached);
+  // vLLM's cache configuration gauge: always 1, the settings are its labels.
+  Header(&out, p + "cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
+  Sample(&out, p + "cache_config_info",
+         fmt::format("block_size=\"{}\",cache_dtype=\"{}\",num_gpu_blocks=\"{}\",{}",
+                     s.kv_block_size, EscapeLabelValue(s.kv_cache_dtype), s.kv_blocks_total,
+                     labels_),
+         1.0);
+  gauge("kv_cache_capacity_tokens", "Tokens the KV-cache pool holds (blocks x block size).",
+        static_cast<double>(s.kv_capacity_tokens));
+  gauge("kv_cache_bytes_per_token",
+        "KV-cache bytes per token over all layers, in the cache dtype (scales included).",
+        static_cast<double>(s.kv_bytes_per_token));
   gauge("kv_cache_fragmentation_ratio",
         "Unused token slots in partly filled KV blocks / token slots of used blocks.",
         s.kv_fragmentation);

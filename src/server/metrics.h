@@ -38,6 +38,10 @@ struct EngineSnapshot {
   int64_t kv_blocks_used = 0;     // referenced by a live sequence
   int64_t kv_blocks_cached = 0;   // holding a reusable prefix hash
   double kv_fragmentation = 0;    // unused slots in partly filled blocks / slots of used blocks
+  int64_t kv_block_size = 0;
+  int64_t kv_capacity_tokens = 0;   // tokens the pool holds (blocks * block size)
+  uint64_t kv_bytes_per_token = 0;  // in the cache dtype, scales included
+  std::string kv_cache_dtype;       // --kv-cache-dtype: auto, bf16, fp8, int8
   uint64_t prefix_cache_queries = 0;  // tokens
   uint64_t prefix_cache_hits = 0;     // tokens
   uint64_t num_preemptions = 0;

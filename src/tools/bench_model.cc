@@ -1,5 +1,6 @@
 // pp/tg throughput through Model::Forward with a private paged KV cache: sequence s of a batch owns
-// blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq), and every repeat restarts at position 0.
+// blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq), and every repeat restarts at position
+// --depth (0 by default), after the depth tokens prefilled once.
 #include "tools/bench_model.h"
 
 #include <fmt/format.h>
@@ -57,14 +58,16 @@ double Seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// One prefill of `prompt` tokens for each of `batch` sequences in a single forward.
+// One prefill of `prompt` tokens for each of `batch` sequences in a single forward, after the
+// `first_pos` tokens each already has in the cache.
 Result<double> RunPrefill(Model& model, Backend& backend, BatchCache& cache, std::mt19937_64& rng,
-                          int batch, int prompt) {
+                          int batch, int prompt, int first_pos) {
   Batch b;
   const int64_t vocab = model.config().vocab_size;
   for (int s = 0; s < batch; ++s) {
     const std::vector<int32_t> ids = RandomTokens(rng, vocab, prompt);
-    b.AddSequence(ids, 0, cache.SeqTable(s, prompt), kBlockSize, /*all_logits=*/false);
+    b.AddSequence(ids, first_pos, cache.SeqTable(s, first_pos + prompt), kBlockSize,
+                  /*all_logits=*/false);
   }
   std::vector<float> logits;
   const auto start = std::chrono::steady_clock::now();
@@ -73,9 +76,9 @@ Result<double> RunPrefill(Model& model, Backend& backend, BatchCache& cache, std
   return Seconds(start);
 }
 
-// `gen` decode steps from an empty cache; each step feeds one token of every sequence.
+// `gen` decode steps after `first_pos` cached tokens; each step feeds one token of every sequence.
 Result<double> RunDecode(Model& model, Backend& backend, BatchCache& cache, std::mt19937_64& rng,
-                         int batch, int gen) {
+                         int batch, int gen, int first_pos) {
   const int64_t vocab = model.config().vocab_size;
   std::vector<int32_t> tokens = RandomTokens(rng, vocab, batch * gen);
   std::vector<float> logits;
@@ -84,7 +87,8 @@ Result<double> RunDecode(Model& model, Backend& backend, BatchCache& cache, std:
     Batch b;
     for (int s = 0; s < batch; ++s) {
       b.AddSequence(std::span<const int32_t>(&tokens[static_cast<size_t>(step) * batch + s], 1),
-                    step, cache.SeqTable(s, step + 1), kBlockSize, /*all_logits=*/false);
+                    first_pos + step, cache.SeqTable(s, first_pos + step + 1), kBlockSize,
+                    /*all_logits=*/false);
     }
     DH_RETURN_IF_ERROR(model.Forward(b, *cache.kv, &logits));
   }
@@ -128,17 +132,18 @@ double PromptFlops(const Model& model, int64_t tokens) {
 }
 
 Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend, const ModelBenchOptions& o) {
-  if (o.prompt < 0 || o.gen < 0) {
-    return InvalidArgument("bench: --prompt and --gen must be >= 0 (got {} and {})", o.prompt,
-                           o.gen);
+  if (o.prompt < 0 || o.gen < 0 || o.depth < 0) {
+    return InvalidArgument("bench: --prompt, --gen and --depth must be >= 0 (got {}, {} and {})",
+                           o.prompt, o.gen, o.depth);
   }
   if (o.repeat < 1) return InvalidArgument("bench: --repeat: expected >= 1, got {}", o.repeat);
   if (o.warmup < 0) return InvalidArgument("bench: --warmup: expected >= 0, got {}", o.warmup);
   if (o.batches.empty()) return InvalidArgument("bench: --batch: expected at least one size");
   const int64_t max_pos = model.config().max_position_embeddings;
-  if (o.prompt > max_pos || o.gen > max_pos) {
-    return OutOfRange("bench: {} tokens per sequence exceed the model's context of {}",
-                      std::max(o.prompt, o.gen), max_pos);
+  const int64_t longest = static_cast<int64_t>(o.depth) + std::max(o.prompt, o.gen);
+  if (longest > max_pos) {
+    return OutOfRange("bench: {} tokens per sequence exceed the model's context of {}", longest,
+                      max_pos);
   }
   ModelBenchResult result;
   result.bandwidth_gbs = o.bandwidth_gbs;
@@ -149,8 +154,12 @@ Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend, const Mod
     if (batch < 1 || batch > 4096) {
       return InvalidArgument("bench: --batch: expected sizes in [1, 4096], got {}", batch);
     }
-    DH_ASSIGN_OR_RETURN(BatchCache cache,
-                        MakeCache(model, backend, batch, std::max({o.prompt, o.gen, 1})));
+    DH_ASSIGN_OR_RETURN(BatchCache cache, MakeCache(model, backend, batch,
+                                                    o.depth + std::max({o.prompt, o.gen, 1})));
+    if (o.depth > 0) {
+      // The context every timed run starts from; the runs only write after it.
+      DH_RETURN_IF_ERROR(RunPrefill(model, backend, cache, rng, batch, o.depth, 0).status());
+    }
     struct Test {
       const char* kind;
       int tokens;
@@ -160,18 +169,20 @@ Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend, const Mod
       const bool pp = t.kind[0] == 'p';
       std::vector<double> tps;
       for (int r = -o.warmup; r < o.repeat; ++r) {
-        Result<double> s = pp ? RunPrefill(model, backend, cache, rng, batch, t.tokens)
-                              : RunDecode(model, backend, cache, rng, batch, t.tokens);
+        Result<double> s = pp ? RunPrefill(model, backend, cache, rng, batch, t.tokens, o.depth)
+                              : RunDecode(model, backend, cache, rng, batch, t.tokens, o.depth);
         if (!s.ok()) return s.status();
         if (r >= 0) tps.push_back(static_cast<double>(t.tokens) * batch / std::max(*s, 1e-9));
       }
       ModelBenchRow row;
-      row.test = fmt::format("{}{}", t.kind, t.tokens);
+      row.test = o.depth > 0 ? fmt::format("{}{} @ d{}", t.kind, t.tokens, o.depth)
+                             : fmt::format("{}{}", t.kind, t.tokens);
+      row.depth = o.depth;
       row.batch = batch;
       row.tokens_per_seq = t.tokens;
       row.tokens_per_s = Summarize(std::move(tps));
       row.load_avg_1m = LoadAverage1m();
-      if (pp) {
+      if (pp && o.depth == 0) {  // PromptFlops counts attention from position 0
         row.gflops = PromptFlops(model, t.tokens) * row.tokens_per_s.mean / t.tokens / 1e9;
         if (o.peak_gflops > 0) row.peak_fraction = row.gflops / o.peak_gflops;
       }
@@ -209,6 +220,8 @@ std::string FormatModelBench(const ModelBenchResult& r, const Model& model,
   }
   out += fmt::format("\nactive weight bytes per token: {:.1f} MB\n",
                      r.active_weight_bytes_per_token / 1e6);
+  out += fmt::format("kv cache: --kv-cache-dtype {}, {} bytes per token\n",
+                     KvCacheDtypeName(model.kv_spec().dtype), model.kv_spec().BytesPerToken());
   if (r.bandwidth_gbs > 0) {
     out += fmt::format("measured read bandwidth ({} threads): {:.2f} GB/s\n", threads,
                        r.bandwidth_gbs);
@@ -235,6 +248,7 @@ nlohmann::json ModelBenchJson(const ModelBenchResult& r, const Model& model,
     rows.push_back({{"test", row.test},
                     {"batch", row.batch},
                     {"tokens_per_seq", row.tokens_per_seq},
+                    {"depth", row.depth},
                     {"tokens_per_s_mean", row.tokens_per_s.mean},
                     {"tokens_per_s_stddev", row.tokens_per_s.stddev},
                     {"tokens_per_s_samples", row.tokens_per_s.samples},
@@ -249,6 +263,8 @@ nlohmann::json ModelBenchJson(const ModelBenchResult& r, const Model& model,
                       {"weight_bytes", info.weight_bytes},
                       {"active_weight_bytes_per_token", r.active_weight_bytes_per_token},
                       {"threads", threads},
+                      {"kv_cache_dtype", std::string(KvCacheDtypeName(model.kv_spec().dtype))},
+                      {"kv_bytes_per_token", model.kv_spec().BytesPerToken()},
                       {"results", rows}};
   j["fma_peak_gflops"] = r.peak_gflops > 0 ? nlohmann::json(r.peak_gflops) : nullptr;
   j["read_bandwidth_gbs"] = r.bandwidth_gbs > 0 ? nlohmann::json(r.bandwidth_gbs) : nullptr;

@@ -1,6 +1,7 @@
 // Offline llama-bench-style model benchmark behind `deepharness bench`: prefill (pp) and decode
-// (tg) throughput of random tokens through Model::Forward, at one or several batch sizes, with
-// mean and stddev over repeats and the achieved fraction of the machine's read bandwidth.
+// (tg) throughput of random tokens through Model::Forward, at one or several batch sizes and an
+// optional context depth, with mean and stddev over repeats and the achieved fraction of the
+// machine's read bandwidth.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,9 @@ namespace dh::tools {
 struct ModelBenchOptions {
   int prompt = 512;  // pp: tokens per sequence in one forward (0: skip)
   int gen = 128;     // tg: tokens per sequence, one forward per token (0: skip)
+  // Tokens of every sequence already in the KV cache (prefilled once, untimed) before pp and tg
+  // run (llama-bench's -d): attention then reads depth + position keys per token.
+  int depth = 0;
   std::vector<int> batches = {1};
   int repeat = 3;
   int warmup = 1;  // untimed runs of each test before the timed ones
@@ -37,7 +41,8 @@ struct BenchStat {
 BenchStat Summarize(std::vector<double> samples);
 
 struct ModelBenchRow {
-  std::string test;  // "pp512", "tg128"
+  std::string test;  // "pp512", "tg128", "tg32 @ d4096"
+  int depth = 0;
   int batch = 1;
   int tokens_per_seq = 0;
   BenchStat tokens_per_s;   // aggregated over the batch

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "base/mapped_file.h"
+#include "tensor/dtype.h"
 #include "weights/weight_plan.h"
 
 namespace dh {
@@ -65,6 +66,13 @@ struct LoadOptions {
   WeightPlan plan;
   CompileCacheOptions compile_cache;
   ParallelOptions parallel;  // --tp-size / --ep-size under mpirun
+  // --kv-cache-dtype (model/kv_storage.h ParseKvCacheDtype): the element type of the KV cache
+  // the model's kv_spec() asks for. Not a weight: outside the compile cache key.
+  DType kv_cache_dtype = DType::kF32;
+  // Load the checkpoint's multi-token-prediction layer (DeepSeek-V3's num_nextn_predict_layers,
+  // at layer index num_hidden_layers; docs/mtp.md) instead of skipping it. It adds one layer to
+  // the KV cache.
+  bool load_mtp = false;
 };
 
 struct ModelInfo {

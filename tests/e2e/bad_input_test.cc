@@ -386,6 +386,22 @@ TEST_F(TokenIdsTest, RefusesBadIds) {
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/out.npy"));
 }
 
+// --kv-cache-dtype is parsed before anything is loaded or allocated, in the planner too.
+TEST_F(TokenIdsTest, RefusesBadKvCacheDtype) {
+  Write(ModelFiles{});
+  for (const char* dtype : {"fp16", "", "FP8", "int4"}) {
+    const std::vector<std::string> expected = {"--kv-cache-dtype", "auto, bf16, fp8 or int8"};
+    ExpectBadInput({"info", "--model-path", dir_, "--kv-cache-dtype", dtype}, expected);
+    ExpectBadInput({"info", "--plan", "--model-path", dir_, "--kv-cache-dtype", dtype}, expected);
+    ExpectBadInput({"logits", "--model-path", dir_, "--token-ids", "1,2", "--output",
+                    dir_ + "/out.npy", "--kv-cache-dtype", dtype},
+                   expected);
+    ExpectBadInput({"serve", "--model-path", dir_, "--port", "0", "--kv-cache-dtype", dtype},
+                   expected);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/out.npy"));
+}
+
 TEST_F(TokenIdsTest, RefusesMissingModelDirectory) {
   ExpectBadInput({"info", "--model-path", dir_ + "/does-not-exist"}, {"does-not-exist"});
 }

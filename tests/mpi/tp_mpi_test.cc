@@ -41,12 +41,14 @@ struct Run {
 };
 
 Result<Run> RunModel(const fs::path& dir, const ParallelOptions& parallel,
-                     const std::vector<int32_t>& prompt, size_t n_greedy) {
+                     const std::vector<int32_t>& prompt, size_t n_greedy,
+                     DType kv_cache_dtype = DType::kF32) {
   BackendOptions bo;
   bo.num_threads = 1;
   CpuBackend backend(bo);
   LoadOptions lo;
   lo.parallel = parallel;
+  lo.kv_cache_dtype = kv_cache_dtype;
   DH_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(dir.string(), backend, lo));
   DH_ASSIGN_OR_RETURN(auto runner,
                       SequenceRunner::Create(*model, backend,
@@ -136,6 +138,41 @@ TEST(TensorParallel, EveryFixtureMatchesOneProcess) {
   // At 3 ranks only llama_f32 divides (the other fixtures have 2 or 4 heads, or 64 columns).
   EXPECT_GE(compared, size == 3 ? 1 : 6);
   EXPECT_GE(refused, 1);
+}
+
+// A quantized KV cache under tensor parallelism: each rank caches its kv heads (GQA) or the whole
+// latent (MLA) with their per-token scales, so a rank's cache holds what one process's holds for
+// the same heads. The keys reaching the cache differ from one process's by the f32 summation
+// order of the all-reduce, which can move an element across a rounding boundary: held to 2e-3 of
+// the logit scale (one int8 step of a key is ~1/127 of its row's max).
+TEST(TensorParallel, QuantizedKvCacheMatchesOneProcess) {
+  const int size = g_comm->Size();
+  int compared = 0;
+  for (const char* name : {"llama_f32", "ds_v3"}) {
+    const fs::path dir = fs::path(DH_SOURCE_DIR) / "tests/golden/fixtures" / name;
+    std::ifstream in(dir / "expected.json");
+    const auto expected = nlohmann::json::parse(in);
+    const auto prompt = expected["input_ids"].get<std::vector<int32_t>>();
+    for (DType dtype : {DType::kBF16, DType::kF8E4M3, DType::kI8}) {
+      const std::string what = std::string(name) + " " + std::string(DTypeName(dtype)) + " tp " +
+                               std::to_string(size);
+      auto single = RunModel(dir, ParallelOptions{}, prompt, 4, dtype);
+      ASSERT_TRUE(single.ok()) << what << ": " << single.status().message();
+      auto tp = RunModel(dir, ParallelOptions{g_comm->Rank(), size, 0, g_comm}, prompt, 4, dtype);
+      if (!tp.ok() && tp.status().message().find("does not divide") != std::string::npos) continue;
+      ASSERT_TRUE(tp.ok()) << what << ": " << tp.status().message();
+      float scale = 0;
+      for (float v : single->logits) scale = std::max(scale, std::fabs(v));
+      const float diff = MaxAbsDiff(tp->logits, single->logits);
+      EXPECT_LE(diff, 2e-3f * scale) << what;
+      if (g_comm->Rank() == 0) {
+        std::printf("  %s: max |logit diff| %.3g (%.2g of scale)\n", what.c_str(), diff,
+                    diff / scale);
+      }
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, size == 3 ? 3 : 6);
 }
 
 // No golden fixture with an o_proj bias has a head count 2 or 4 divides: a random Llama with every

@@ -52,6 +52,19 @@ void ForEachElementChunk(ThreadPool& pool, const RowView& a, const RowView& b, c
   });
 }
 
+// The kernel element type of a KV cache view, or nullopt for a layout Attend does not read.
+std::optional<cpu::KvType> KvTypeOf(const KvCacheView& c) {
+  const bool scaled = c.quantized() && c.group_size > 0 && c.scales.dtype == DType::kF32 &&
+                      c.scales.ndim == 3 && c.scales.stride[2] == 1;
+  switch (c.data.dtype) {
+    case DType::kF32: return c.quantized() ? std::nullopt : std::optional(cpu::KvType::kF32);
+    case DType::kBF16: return c.quantized() ? std::nullopt : std::optional(cpu::KvType::kBF16);
+    case DType::kF8E4M3: return scaled ? std::optional(cpu::KvType::kF8E4M3) : std::nullopt;
+    case DType::kI8: return scaled ? std::optional(cpu::KvType::kI8) : std::nullopt;
+    default: return std::nullopt;
+  }
+}
+
 // DH_CPU_TIER=avx2|avxvnni (unset: the best the CPU has) runs the backend as on a CPU of that
 // x86 tier: Highway kernels no wider than AVX2, and the integer-dot kernel of that tier (unless
 // DH_INTEGER_DOT names one), so an AVX-512 machine tests and benchmarks its AVX2 paths.
@@ -129,9 +142,11 @@ bool CpuBackend::Supports(const OpDesc& op) const {
     case OpKind::kMatMul:
     case OpKind::kEmbedding:
       return op.format != WeightFormat::kDense || WTypeOf(op.dtype).has_value();
+    case OpKind::kAttention:
+      return op.dtype == DType::kF32 || op.dtype == DType::kBF16 || op.dtype == DType::kF8E4M3 ||
+             op.dtype == DType::kI8;
     case OpKind::kRmsNorm:
     case OpKind::kAddRmsNorm:
-    case OpKind::kAttention:
     case OpKind::kSiluMul:
     case OpKind::kAdd:
       return op.dtype == DType::kF32;
@@ -211,22 +226,32 @@ void CpuBackend::AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weig
   });
 }
 
-void CpuBackend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                           const AttentionMeta& meta, float scale, Tensor out) {
+void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
+                           const KvCacheView& v_cache, const AttentionMeta& meta, float scale,
+                           Tensor out) {
   auto inner_ok = [](const Tensor& t) {
-    return t.dtype == DType::kF32 && t.ndim == 3 && (t.stride[2] == 1 || t.shape[2] == 1);
+    return t.ndim == 3 && (t.stride[2] == 1 || t.shape[2] == 1);
   };
-  if (!inner_ok(q) || !inner_ok(k_cache) || !inner_ok(v_cache) || !inner_ok(out)) {
+  const std::optional<cpu::KvType> kv_type = KvTypeOf(k_cache);
+  const bool same_format = KvTypeOf(v_cache) == kv_type &&
+                           k_cache.quantized() == v_cache.quantized() &&
+                           k_cache.group_size == v_cache.group_size;
+  if (q.dtype != DType::kF32 || out.dtype != DType::kF32 || !inner_ok(q) ||
+      !inner_ok(k_cache.data) || !inner_ok(v_cache.data) || !inner_ok(out) || !kv_type ||
+      !same_format) {
     Trace("attention reference");
     return ReferenceBackend::Attention(q, k_cache, v_cache, meta, scale, out);
   }
-  const int64_t hq = q.shape[1], dk = q.shape[2], hkv = k_cache.shape[1], dv = v_cache.shape[2];
-  DH_CHECK(hkv > 0 && hq % hkv == 0 && v_cache.shape[1] == hkv && k_cache.shape[2] == dk &&
+  const Tensor& kc = k_cache.data;
+  const Tensor& vc = v_cache.data;
+  const int64_t hq = q.shape[1], dk = q.shape[2], hkv = kc.shape[1], dv = vc.shape[2];
+  DH_CHECK(hkv > 0 && hq % hkv == 0 && vc.shape[1] == hkv && kc.shape[2] == dk &&
                out.shape[0] == q.shape[0] && out.shape[1] == hq && out.shape[2] == dv,
-           "attention q {} k_cache {} v_cache {} out {}", q.ShapeString(), k_cache.ShapeString(),
-           v_cache.ShapeString(), out.ShapeString());
+           "attention q {} k_cache {} v_cache {} out {}", q.ShapeString(), kc.ShapeString(),
+           vc.ShapeString(), out.ShapeString());
   const int64_t t_count = q.shape[0];
-  Trace("attention T={} Hq={} Hkv={} Dk={} Dv={} seqs={}", t_count, hq, hkv, dk, dv, meta.num_seqs);
+  Trace("attention T={} Hq={} Hkv={} Dk={} Dv={} seqs={} kv={}", t_count, hq, hkv, dk, dv,
+        meta.num_seqs, DTypeName(kc.dtype));
   // Per sequence, the cache slot of every position (sequence s's from slot_start[s]); per query
   // row, its sequence and position. Backend-owned scratch: a decode step allocates nothing.
   std::vector<int64_t>& slots = attn_.slots;
@@ -251,8 +276,8 @@ void CpuBackend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor&
     slot_start[s] = static_cast<int64_t>(slots.size());
     for (int64_t p = 0; p < seq.seq_len; ++p) {
       slots.push_back(ref::SlotOf(seq, meta.block_size, p));
-      DH_CHECK(slots.back() >= 0 && slots.back() < k_cache.shape[0], "slot {} of {}", slots.back(),
-               k_cache.shape[0]);
+      DH_CHECK(slots.back() >= 0 && slots.back() < kc.shape[0] && slots.back() < vc.shape[0],
+               "slot {} of {}", slots.back(), kc.shape[0]);
     }
     const int32_t num_queries = seq.query_end - seq.query_start;
     for (int32_t t = seq.query_start; t < seq.query_end; ++t) {
@@ -263,8 +288,11 @@ void CpuBackend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor&
   }
   const int64_t group = hq / hkv;
   const float* qd = q.as<const float>();
-  const float* kd = k_cache.as<const float>();
-  const float* vd = v_cache.as<const float>();
+  const char* kd = static_cast<const char*>(kc.data);
+  const char* vd = static_cast<const char*>(vc.data);
+  const size_t esize = DTypeSize(kc.dtype);
+  const Tensor& ks = k_cache.scales;
+  const Tensor& vs = v_cache.scales;
   float* od = out.as<float>();
   pool_->ParallelFor(t_count * hq, 1, [&](size_t b, size_t e) {
     thread_local std::vector<float> scores;  // this thread's, grown by doubling
@@ -274,12 +302,21 @@ void CpuBackend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor&
     for (size_t item = b; item < e; ++item) {
       const int64_t t = item / hq, h = item % hq;
       if (row_seq[t] < 0) continue;  // a row no sequence owns
+      const int64_t kvh = h / group;
       cpu::AttendArgs a;
       a.q = qd + t * q.stride[0] + h * q.stride[1];
-      a.k_base = kd + (h / group) * k_cache.stride[1];
-      a.k_slot_stride = k_cache.stride[0];
-      a.v_base = vd + (h / group) * v_cache.stride[1];
-      a.v_slot_stride = v_cache.stride[0];
+      a.kv_type = *kv_type;
+      a.k_base = kd + kvh * kc.stride[1] * esize;
+      a.k_slot_stride = kc.stride[0];
+      a.v_base = vd + kvh * vc.stride[1] * esize;
+      a.v_slot_stride = vc.stride[0];
+      if (k_cache.quantized()) {
+        a.k_scales = ks.as<const float>() + kvh * ks.stride[1];
+        a.k_scale_stride = ks.stride[0];
+        a.v_scales = vs.as<const float>() + kvh * vs.stride[1];
+        a.v_scale_stride = vs.stride[0];
+        a.group = k_cache.group_size;
+      }
       a.dk = dk;
       a.dv = dv;
       a.slots = slots.data() + slot_start[row_seq[t]];
@@ -320,13 +357,21 @@ void CpuBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& p) {
   ReferenceBackend::Rope(x, positions, p);
 }
 
-void CpuBackend::KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
-                         const Tensor& slot_mapping) {
+void CpuBackend::KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache,
+                         KvCacheView v_cache, const Tensor& slot_mapping) {
   if (options().trace_kernels) {
     Trace(fmt::format("kv_write reference k={} v={} cache={}", k.ShapeString(),
-                      v.empty() ? "none" : v.ShapeString(), DTypeName(k_cache.dtype)));
+                      v.empty() ? "none" : v.ShapeString(), DTypeName(k_cache.data.dtype)));
   }
   ReferenceBackend::KvWrite(k, v, k_cache, v_cache, slot_mapping);
+}
+
+void CpuBackend::KvGather(const KvCacheView& cache, const Tensor& slots, Tensor out) {
+  if (options().trace_kernels) {
+    Trace(fmt::format("kv_gather reference n={} cache={} {}", slots.numel(),
+                      cache.data.ShapeString(), DTypeName(cache.data.dtype)));
+  }
+  ReferenceBackend::KvGather(cache, slots, out);
 }
 
 void CpuBackend::Copy(const Tensor& src, Tensor dst) {

@@ -36,7 +36,8 @@ class CpuBackend : public ReferenceBackend {
   // Decode (few rows): one parallel loop over every head's output rows on the GEMV kernel;
   // otherwise one MatMul per head.
   void BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) override;
-  void Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+  // Every KV cache dtype, dequantized inside the kernel (cpu_kernels.h Attend).
+  void Attention(const Tensor& q, const KvCacheView& k_cache, const KvCacheView& v_cache,
                  const AttentionMeta& meta, float scale, Tensor out) override;
   void SiluMul(const Tensor& gate, const Tensor& up, Tensor out) override;
   void Add(const Tensor& a, const Tensor& b, Tensor out) override;
@@ -48,8 +49,9 @@ class CpuBackend : public ReferenceBackend {
                   std::span<const ExpertWeights> experts, Tensor out) override;
   // Ops the reference backend's loops serve; overridden only so --trace-kernels names them.
   void Rope(Tensor x, const Tensor& positions, const RopeParams& p) override;
-  void KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
+  void KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache, KvCacheView v_cache,
                const Tensor& slot_mapping) override;
+  void KvGather(const KvCacheView& cache, const Tensor& slots, Tensor out) override;
   void Copy(const Tensor& src, Tensor dst) override;
   void GatherRows(const Tensor& x, const Tensor& rows, Tensor out) override;
 

@@ -366,7 +366,11 @@ void CpuBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tenso
   }
   Trace("batched_matmul gemv {} H={} M={} N={} K={}", DTypeName(w[0].data.dtype),
                     heads, m, n, k);
-  thread_local std::vector<cpu::MatMulArgs> args;  // grows once: a decode step allocates nothing
+  // Grows once: a decode step allocates nothing. Named through a reference: the pool's threads
+  // must read the caller's vector, not their own empty one (a crash once the work spreads over
+  // threads, e.g. V2-Lite's 16 heads x 512 rows).
+  thread_local std::vector<cpu::MatMulArgs> args_storage;
+  std::vector<cpu::MatMulArgs>& args = args_storage;
   args.resize(static_cast<size_t>(heads));
   for (int64_t h = 0; h < heads; ++h) {
     cpu::MatMulArgs& a = args[static_cast<size_t>(h)];

@@ -169,6 +169,10 @@ bool CudaBackend::Supports(const OpDesc& op) const {
     case OpKind::kMatMul:
     case OpKind::kEmbedding:
       return op.format == WeightFormat::kDense && ElemOf(op.dtype).has_value();
+    case OpKind::kKvWrite:
+    case OpKind::kAttention:
+    case OpKind::kKvGather:  // KV caches in f32/bf16/f16; the quantized ones fall back
+      return ElemOf(op.dtype).has_value();
     case OpKind::kMoeExperts:  // grouped here; each expert MatMul as above
     default: return true;
   }
@@ -327,15 +331,20 @@ void CudaBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& p) {
   End("Rope");
 }
 
-void CudaBackend::KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
-                          const Tensor& slot_mapping) {
+// Quantized KV caches (f8e4m3, i8 with scales) have no device kernel yet: they run on the host
+// fallback. f32, bf16 and f16 caches are native.
+void CudaBackend::KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache_view,
+                          KvCacheView v_cache_view, const Tensor& slot_mapping) {
+  const Tensor& k_cache = k_cache_view.data;
+  const Tensor& v_cache = v_cache_view.data;
   auto shapes_ok = [](const Tensor& src, const Tensor& cache) {
     return src.ndim == 3 && cache.ndim == 3 && src.shape[1] == cache.shape[1] &&
            src.shape[2] == cache.shape[2] && AsView(src) && AsView(cache);
   };
-  if (!IsI32Vector(slot_mapping) || slot_mapping.numel() != k.shape[0] || !shapes_ok(k, k_cache) ||
+  if (k_cache_view.quantized() || v_cache_view.quantized() || !IsI32Vector(slot_mapping) ||
+      slot_mapping.numel() != k.shape[0] || !shapes_ok(k, k_cache) ||
       (!v.empty() && (!shapes_ok(v, v_cache) || v.shape[0] != k.shape[0]))) {
-    HostFallbackBackend::KvWrite(k, v, k_cache, v_cache, slot_mapping);
+    HostFallbackBackend::KvWrite(k, v, k_cache_view, v_cache_view, slot_mapping);
     return;
   }
   Begin();
@@ -348,9 +357,23 @@ void CudaBackend::KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tens
   End("KvWrite");
 }
 
-void CudaBackend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                            const AttentionMeta& meta, float scale, Tensor out) {
-  const bool shapes = q.ndim == 3 && k_cache.ndim == 3 && v_cache.ndim == 3 && out.ndim == 3 &&
+void CudaBackend::KvGather(const KvCacheView& cache, const Tensor& slots, Tensor out) {
+  const Tensor& c = cache.data;
+  if (cache.quantized() || c.ndim != 3 || !c.contiguous() || out.ndim != 3 || !out.contiguous()) {
+    HostFallbackBackend::KvGather(cache, slots, out);
+    return;
+  }
+  GatherRows(c.Reshape({c.shape[0], c.shape[1] * c.shape[2]}), slots,
+             out.Reshape({out.shape[0], out.shape[1] * out.shape[2]}));
+}
+
+void CudaBackend::Attention(const Tensor& q, const KvCacheView& k_cache_view,
+                            const KvCacheView& v_cache_view, const AttentionMeta& meta,
+                            float scale, Tensor out) {
+  const Tensor& k_cache = k_cache_view.data;
+  const Tensor& v_cache = v_cache_view.data;
+  const bool shapes = !k_cache_view.quantized() && !v_cache_view.quantized() &&
+                      q.ndim == 3 && k_cache.ndim == 3 && v_cache.ndim == 3 && out.ndim == 3 &&
                       q.dtype == DType::kF32 && out.dtype == DType::kF32 && k_cache.shape[1] > 0 &&
                       q.shape[1] % k_cache.shape[1] == 0 && v_cache.shape[1] == k_cache.shape[1] &&
                       k_cache.shape[2] == q.shape[2] && out.shape[0] == q.shape[0] &&
@@ -362,7 +385,7 @@ void CudaBackend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor
   auto qv = AsView(q), kv = AsView(k_cache), vv = AsView(v_cache), ov = AsView(out);
   if (!shapes || !meta_ok || !qv || !kv || !vv || !ov || q.shape[2] > cuda::kMaxAttentionDk ||
       v_cache.shape[2] > cuda::kMaxAttentionDv) {
-    HostFallbackBackend::Attention(q, k_cache, v_cache, meta, scale, out);
+    HostFallbackBackend::Attention(q, k_cache_view, v_cache_view, meta, scale, out);
     return;
   }
   cuda::AttentionArgs a;

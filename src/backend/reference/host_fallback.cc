@@ -89,6 +89,12 @@ class Mirror {
   std::vector<Region> regions_;
 };
 
+// "Attention", or "Attention i8" over a cache that is not f32.
+std::string KvOpName(const char* op, const KvCacheView& cache) {
+  if (cache.data.dtype == DType::kF32) return op;
+  return fmt::format("{} {}", op, DTypeName(cache.data.dtype));
+}
+
 std::string Desc(const char* op, const Weight& w) {
   return fmt::format("{} {}/{}", op, WeightFormatName(w.format), DTypeName(w.data.dtype));
 }
@@ -243,25 +249,38 @@ void HostFallbackBackend::Rope(Tensor x, const Tensor& positions, const RopePara
   m.Store();
 }
 
-void HostFallbackBackend::KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache,
-                                  Tensor v_cache, const Tensor& slot_mapping) {
-  Note("KvWrite");
+void HostFallbackBackend::KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache,
+                                  KvCacheView v_cache, const Tensor& slot_mapping) {
+  Note(KvOpName("KvWrite", k_cache));
   Tensor hk = k, hv = v, hs = slot_mapping;
   Mirror m(*this);
-  m.In(&hk).In(&hv).Out(&k_cache).Out(&v_cache).In(&hs).Fetch();
+  m.In(&hk).In(&hv).Out(&k_cache.data).Out(&k_cache.scales).Out(&v_cache.data);
+  m.Out(&v_cache.scales).In(&hs).Fetch();
   host_.KvWrite(hk, hv, k_cache, v_cache, hs);
   m.Store();
 }
 
-void HostFallbackBackend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                                    const AttentionMeta& meta, float scale, Tensor out) {
-  Note("Attention");
-  Tensor hq = q, hk = k_cache, hv = v_cache;
+void HostFallbackBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
+                                    const KvCacheView& v_cache, const AttentionMeta& meta,
+                                    float scale, Tensor out) {
+  Note(KvOpName("Attention", k_cache));
+  Tensor hq = q;
+  KvCacheView hk = k_cache, hv = v_cache;
   AttentionMeta hm = meta;
   Mirror m(*this);
-  m.In(&hq).In(&hk).In(&hv).Out(&out);
+  m.In(&hq).In(&hk.data).In(&hk.scales).In(&hv.data).In(&hv.scales).Out(&out);
   m.In(&hm.query_start).In(&hm.seq_lens).In(&hm.block_tables).In(&hm.slot_mapping).Fetch();
   host_.Attention(hq, hk, hv, hm, scale, out);
+  m.Store();
+}
+
+void HostFallbackBackend::KvGather(const KvCacheView& cache, const Tensor& slots, Tensor out) {
+  Note(KvOpName("KvGather", cache));
+  KvCacheView hc = cache;
+  Tensor hs = slots;
+  Mirror m(*this);
+  m.In(&hc.data).In(&hc.scales).In(&hs).Out(&out).Fetch();
+  host_.KvGather(hc, hs, out);
   m.Store();
 }
 

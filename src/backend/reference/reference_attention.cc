@@ -1,5 +1,6 @@
 // Reference paged causal attention with grouped query heads: one query row at a time, scores in
-// f32 with the max subtracted before exp, sums in double.
+// f32 with the max subtracted before exp, sums in double; cache elements are read through
+// KvGet (dequantized per KvCacheView).
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -35,15 +36,15 @@ SeqLayout GetSeqLayout(const AttentionMeta& meta, int s) {
   return seq;
 }
 
-void Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+void Attention(const Tensor& q, const KvCacheView& k_cache, const KvCacheView& v_cache,
                const AttentionMeta& meta, float scale, Tensor out) {
-  DH_CHECK(q.ndim == 3 && k_cache.ndim == 3 && v_cache.ndim == 3 && out.ndim == 3,
+  DH_CHECK(q.ndim == 3 && k_cache.data.ndim == 3 && v_cache.data.ndim == 3 && out.ndim == 3,
            "attention wants 3-d q, caches and out");
   const int64_t hq = q.shape[1], dk = q.shape[2];
-  const int64_t hkv = k_cache.shape[1], dv = v_cache.shape[2];
-  DH_CHECK(hkv > 0 && hq % hkv == 0 && v_cache.shape[1] == hkv && k_cache.shape[2] == dk,
-           "attention q {} k_cache {} v_cache {}", q.ShapeString(), k_cache.ShapeString(),
-           v_cache.ShapeString());
+  const int64_t hkv = k_cache.dim(1), dv = v_cache.dim(2);
+  DH_CHECK(hkv > 0 && hq % hkv == 0 && v_cache.dim(1) == hkv && k_cache.dim(2) == dk,
+           "attention q {} k_cache {} v_cache {}", q.ShapeString(), k_cache.data.ShapeString(),
+           v_cache.data.ShapeString());
   DH_CHECK(out.shape[0] == q.shape[0] && out.shape[1] == hq && out.shape[2] == dv,
            "attention out {} for q {} and v dim {}", out.ShapeString(), q.ShapeString(), dv);
   const int64_t group = hq / hkv;
@@ -63,7 +64,7 @@ void Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
           double dot = 0;
           for (int64_t i = 0; i < dk; ++i) {
             dot += static_cast<double>(Get(q, Offset(q, t, h, i))) *
-                   Get(k_cache, Offset(k_cache, slot, kvh, i));
+                   KvGet(k_cache, slot, kvh, i);
           }
           scores[j] = static_cast<float>(dot) * scale;
           max_score = std::max(max_score, scores[j]);
@@ -77,7 +78,7 @@ void Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
         for (int64_t j = 0; j <= pos; ++j) {
           const int64_t slot = SlotOf(seq, meta.block_size, j);
           for (int64_t i = 0; i < dv; ++i) {
-            acc[i] += static_cast<double>(scores[j]) * Get(v_cache, Offset(v_cache, slot, kvh, i));
+            acc[i] += static_cast<double>(scores[j]) * KvGet(v_cache, slot, kvh, i);
           }
         }
         for (int64_t i = 0; i < dv; ++i) {

@@ -54,13 +54,17 @@ void ReferenceBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w,
 void ReferenceBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& p) {
   ref::Rope(x, positions, p);
 }
-void ReferenceBackend::KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
-                               const Tensor& slot_mapping) {
+void ReferenceBackend::KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache,
+                               KvCacheView v_cache, const Tensor& slot_mapping) {
   ref::KvWrite(k, v, k_cache, v_cache, slot_mapping);
 }
-void ReferenceBackend::Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                                 const AttentionMeta& meta, float scale, Tensor out) {
+void ReferenceBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
+                                 const KvCacheView& v_cache, const AttentionMeta& meta,
+                                 float scale, Tensor out) {
   ref::Attention(q, k_cache, v_cache, meta, scale, out);
+}
+void ReferenceBackend::KvGather(const KvCacheView& cache, const Tensor& slots, Tensor out) {
+  ref::KvGather(cache, slots, out);
 }
 void ReferenceBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor out) {
   ref::SiluMul(gate, up, out);

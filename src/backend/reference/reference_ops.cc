@@ -1,5 +1,5 @@
 // Plain-loop reference maths for the row-wise and elementwise ops, MatMul over every weight
-// format, RoPE and the KV write. Attention and the MoE ops live in their own files.
+// format and RoPE. The KV cache ops, attention and the MoE ops live in their own files.
 #include "backend/reference/reference_ops.h"
 
 #include <cmath>
@@ -177,30 +177,6 @@ void Rope(Tensor x, const Tensor& positions, const RopeParams& p) {
       }
     }
   }
-}
-
-void KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
-             const Tensor& slot_mapping) {
-  const int64_t t_count = k.shape[0];
-  DH_CHECK(slot_mapping.numel() == t_count, "kv write slot mapping {} for {} tokens",
-           slot_mapping.ShapeString(), t_count);
-  auto write = [&](const Tensor& src, const Tensor& cache) {
-    DH_CHECK(src.ndim == 3 && cache.ndim == 3 && src.shape[1] == cache.shape[1] &&
-                 src.shape[2] == cache.shape[2],
-             "kv write {} into cache {}", src.ShapeString(), cache.ShapeString());
-    for (int64_t t = 0; t < t_count; ++t) {
-      const int32_t slot = GetI32(slot_mapping, t);
-      if (slot < 0) continue;  // padding token
-      DH_CHECK(slot < cache.shape[0], "slot {} outside a cache of {}", slot, cache.shape[0]);
-      for (int64_t h = 0; h < src.shape[1]; ++h) {
-        for (int64_t i = 0; i < src.shape[2]; ++i) {
-          Set(cache, Offset(cache, slot, h, i), Get(src, Offset(src, t, h, i)));
-        }
-      }
-    }
-  };
-  write(k, k_cache);
-  if (!v.empty()) write(v, v_cache);
 }
 
 void SiluMul(const Tensor& gate, const Tensor& up, Tensor out) {

@@ -33,10 +33,16 @@ void AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weight, float ep
 void MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out);
 void BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out);
 void Rope(Tensor x, const Tensor& positions, const RopeParams& p);
-void KvWrite(const Tensor& k, const Tensor& v, Tensor k_cache, Tensor v_cache,
+void KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache, KvCacheView v_cache,
              const Tensor& slot_mapping);
-void Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+void Attention(const Tensor& q, const KvCacheView& k_cache, const KvCacheView& v_cache,
                const AttentionMeta& meta, float scale, Tensor out);
+void KvGather(const KvCacheView& cache, const Tensor& slots, Tensor out);
+
+// The KV cache formats (KvCacheView): the largest quantized magnitude of a cache dtype (448 for
+// f8e4m3, 127 for i8, 0 for the unquantized ones), and element [slot, head, i] dequantized.
+float KvQuantMax(DType dtype);
+float KvGet(const KvCacheView& c, int64_t slot, int64_t head, int64_t i);
 void SiluMul(const Tensor& gate, const Tensor& up, Tensor out);
 void Add(const Tensor& a, const Tensor& b, Tensor out);
 void Copy(const Tensor& src, Tensor dst);

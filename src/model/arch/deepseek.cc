@@ -33,12 +33,12 @@ struct MlaAttention {
 
   static Result<MlaAttention> Load(WeightLoader& w, const std::string& p, const ModelConfig& c);
   Tensor Forward(Backend& b, Arena& a, const StepInputs& step, const RopeParams& rope,
-                 Tensor cache, const Tensor& h) const;
+                 const KvCacheView& cache, const Tensor& h) const;
 
  private:
-  Tensor Naive(Backend& b, Arena& a, const StepInputs& step, const Tensor& cache,
+  Tensor Naive(Backend& b, Arena& a, const StepInputs& step, const KvCacheView& cache,
                const Tensor& q3) const;
-  Tensor Absorbed(Backend& b, Arena& a, const StepInputs& step, const Tensor& cache,
+  Tensor Absorbed(Backend& b, Arena& a, const StepInputs& step, const KvCacheView& cache,
                   const Tensor& q3) const;
 };
 
@@ -126,7 +126,8 @@ Result<MlaAttention> MlaAttention::Load(WeightLoader& w, const std::string& p,
 }
 
 Tensor MlaAttention::Forward(Backend& b, Arena& a, const StepInputs& step,
-                             const RopeParams& rope_params, Tensor cache, const Tensor& h) const {
+                             const RopeParams& rope_params, const KvCacheView& cache,
+                             const Tensor& h) const {
   const int64_t T = h.dim(0), qk = nope + rope;
   Tensor q;
   if (has_q_lora) {
@@ -153,7 +154,7 @@ Tensor MlaAttention::Forward(Backend& b, Arena& a, const StepInputs& step,
   RopeParams kp = rope_params;
   kp.offset = static_cast<int>(kv_lora);
   b.Rope(latent, step.positions, kp);
-  b.KvWrite(latent, Tensor(), cache, Tensor(), step.meta.slot_mapping);
+  b.KvWrite(latent, Tensor(), cache, KvCacheView(), step.meta.slot_mapping);
 
   const bool decode = step.num_tokens == step.meta.num_seqs;
   const bool use_absorbed = decode ? absorbed_decode : !naive_prefill;
@@ -163,10 +164,10 @@ Tensor MlaAttention::Forward(Backend& b, Arena& a, const StepInputs& step,
 
 // Decompresses every sequence's cached latents (gathered into a paged buffer of their own) into
 // per-head keys and values, then runs ordinary attention over them.
-Tensor MlaAttention::Naive(Backend& b, Arena& a, const StepInputs& step, const Tensor& cache,
-                           const Tensor& q3) const {
+Tensor MlaAttention::Naive(Backend& b, Arena& a, const StepInputs& step,
+                           const KvCacheView& cache, const Tensor& q3) const {
   PagedGather g;
-  GatherPagedCache(b, a, step.meta, cache.Reshape({cache.dim(0), kv_lora + rope}), &g);
+  GatherPagedCache(b, a, step.meta, cache, &g);  // rows [N, kv_lora + rope]
   const int64_t N = g.rows.dim(0);
   Tensor c_kv = a.Alloc(DType::kF32, {N, kv_lora});
   b.Copy(g.rows.Narrow(1, 0, kv_lora), c_kv);
@@ -185,8 +186,8 @@ Tensor MlaAttention::Naive(Backend& b, Arena& a, const StepInputs& step, const T
 
 // Attends over the latent cache directly: q_lat[h] = W_uk[h]^T q_nope[h]; the scores are
 // q_lat·c_kv + q_pe·k_pe; the output o_lat[h] goes back through W_uv[h].
-Tensor MlaAttention::Absorbed(Backend& b, Arena& a, const StepInputs& step, const Tensor& cache,
-                              const Tensor& q3) const {
+Tensor MlaAttention::Absorbed(Backend& b, Arena& a, const StepInputs& step,
+                              const KvCacheView& cache, const Tensor& q3) const {
   const int64_t T = q3.dim(0);
   // q_full = [q_nope · W_uk | q_pe]: the query in the cache's latent layout.
   Tensor q_full = a.Alloc(DType::kF32, {T, heads, kv_lora + rope});
@@ -194,7 +195,7 @@ Tensor MlaAttention::Absorbed(Backend& b, Arena& a, const StepInputs& step, cons
   b.BatchedMatMul(q3.Narrow(2, 0, nope), uk_t, q_full.Narrow(2, 0, kv_lora));
   b.Copy(q3.Narrow(2, nope, rope), q_full.Narrow(2, kv_lora, rope));
   Tensor o_lat = a.Alloc(DType::kF32, {T, heads, kv_lora});
-  b.Attention(q_full, cache, cache.Narrow(2, 0, kv_lora), step.meta, softmax_scale, o_lat);
+  b.Attention(q_full, cache, cache.NarrowRow(0, kv_lora), step.meta, softmax_scale, o_lat);
   Tensor out = a.Alloc(DType::kF32, {T, heads, vdim});
   b.BatchedMatMul(o_lat, uv, out);  // [T, heads, vdim]
   return out;
@@ -299,16 +300,20 @@ Result<std::unique_ptr<Model>> MakeDeepseekFamily(const ModelConfig& c, WeightLo
                                                   Backend& b, bool mla) {
   DH_RETURN_IF_ERROR(ValidateDeepseek(c, mla));
   DH_RETURN_IF_ERROR(ValidateMoeConfig(c));
-  for (int64_t l = c.num_hidden_layers; l < c.num_hidden_layers + c.num_nextn_predict_layers;
-       ++l) {
-    w.Skip(fmt::format("model.layers.{}.", l));  // multi-token prediction, not the main model
+  // Multi-token prediction layers are not the main model; Decoder::Load reads the first one
+  // when the load options ask for it (docs/mtp.md).
+  const int64_t first_skipped = c.num_hidden_layers + (w.options().load_mtp ? 1 : 0);
+  for (int64_t l = first_skipped; l < c.num_hidden_layers + c.num_nextn_predict_layers; ++l) {
+    w.Skip(fmt::format("model.layers.{}.", l));
   }
   const int n = static_cast<int>(c.num_hidden_layers);
-  // MLA caches one latent per token (kv_lora_rank + the shared rope key); GQA caches K and V.
+  // MLA caches one latent per token (kv_lora_rank + the shared rope key, a quantized cache's
+  // scale for each part); GQA caches K and V. The dtype is the load options' (Decoder::Load).
   const KvCacheSpec kv =
-      mla ? KvCacheSpec{n, 1, c.kv_lora_rank + c.qk_rope_head_dim, 0, 0, DType::kF32}
-          : KvCacheSpec{n, c.num_key_value_heads, c.head_dim, c.num_key_value_heads, c.head_dim,
-                        DType::kF32};
+      mla ? KvCacheSpec{.num_layers = n, .k_heads = 1, .k_dim = c.kv_lora_rank + c.qk_rope_head_dim,
+                        .k_group = c.kv_lora_rank}
+          : KvCacheSpec{.num_layers = n, .k_heads = c.num_key_value_heads, .k_dim = c.head_dim,
+                        .v_heads = c.num_key_value_heads, .v_dim = c.head_dim};
   const RopeSpec rope = mla ? RopeSpec{static_cast<int>(c.qk_rope_head_dim),
                                        RopeStyle::kInterleaved}
                             : RopeSpec{static_cast<int>(c.head_dim), RopeStyle::kHalf};

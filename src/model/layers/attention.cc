@@ -58,8 +58,8 @@ Result<GqaAttention> GqaAttention::Load(WeightLoader& loader, const std::string&
 }
 
 Tensor GqaAttention::Forward(Backend& backend, Arena& arena, const StepInputs& step,
-                             const RopeParams& rope, Tensor k_cache, Tensor v_cache,
-                             const Tensor& h) const {
+                             const RopeParams& rope, const KvCacheView& k_cache,
+                             const KvCacheView& v_cache, const Tensor& h) const {
   const int64_t T = h.dim(0);
   Tensor q3 = q.Forward(backend, arena, h).Reshape({T, num_heads, head_dim});
   Tensor k3 = k.Forward(backend, arena, h).Reshape({T, num_kv_heads, head_dim});
@@ -73,7 +73,7 @@ Tensor GqaAttention::Forward(Backend& backend, Arena& arena, const StepInputs& s
   return o.Forward(backend, arena, attn.Reshape({T, num_heads * head_dim}));
 }
 
-void GatherPagedCache(Backend& b, Arena& a, const AttentionMeta& m, const Tensor& cache,
+void GatherPagedCache(Backend& b, Arena& a, const AttentionMeta& m, const KvCacheView& cache,
                       PagedGather* out) {
   const int bs = m.block_size;
   std::vector<int32_t> rows;
@@ -95,8 +95,10 @@ void GatherPagedCache(Backend& b, Arena& a, const AttentionMeta& m, const Tensor
     for (int j = 0; j < max_blocks; ++j) tables.push_back(j < blocks ? first_block + j : -1);
   }
   const int64_t n = static_cast<int64_t>(rows.size());
-  out->rows = a.Alloc(DType::kF32, {n, cache.dim(1)});
-  b.GatherRows(cache, a.Upload(rows), out->rows);
+  const int64_t heads = cache.dim(1), dim = cache.dim(2);
+  Tensor gathered = a.Alloc(DType::kF32, {n, heads, dim});
+  b.KvGather(cache, a.Upload(rows), gathered);
+  out->rows = gathered.Reshape({n, heads * dim});
   out->meta = m;
   out->meta.max_blocks_per_seq = max_blocks;
   out->meta.block_tables = a.Upload(tables);

@@ -34,7 +34,7 @@ struct GqaAttention {
                                    const ModelConfig& config, bool qkv_bias, bool o_bias);
   // h: [T, hidden] -> [T, hidden]
   Tensor Forward(Backend& backend, Arena& arena, const StepInputs& step, const RopeParams& rope,
-                 Tensor k_cache, Tensor v_cache, const Tensor& h) const;
+                 const KvCacheView& k_cache, const KvCacheView& v_cache, const Tensor& h) const;
 };
 
 // The paged cache of a step gathered into one contiguous buffer, laid out like a paged cache of
@@ -42,7 +42,7 @@ struct GqaAttention {
 // attended), with attention metadata addressing it. `meta.host_block_tables` points into
 // `host_block_tables`, so a PagedGather must not be copied.
 struct PagedGather {
-  Tensor rows;  // [N, width] f32
+  Tensor rows;  // [N, heads * dim] f32, dequantized
   AttentionMeta meta;
   std::vector<int32_t> host_block_tables;
 
@@ -51,9 +51,9 @@ struct PagedGather {
   PagedGather& operator=(const PagedGather&) = delete;
 };
 
-// Gathers every sequence's cached rows of `cache` ([slots, width]) per `meta` into *out
-// (MLA's naive path decompresses them before ordinary attention).
-void GatherPagedCache(Backend& b, Arena& a, const AttentionMeta& meta, const Tensor& cache,
+// Gathers every sequence's cached rows of `cache` ([slots, heads, dim], any cache dtype) per
+// `meta` into *out (MLA's naive path decompresses them before ordinary attention).
+void GatherPagedCache(Backend& b, Arena& a, const AttentionMeta& meta, const KvCacheView& cache,
                       PagedGather* out);
 
 }  // namespace dh

@@ -118,11 +118,13 @@ Result<StepInputs> PrepareStep(const Batch& batch, const KvStorage& kv, int64_t 
 
 Status ComputeLogits(Backend& backend, Arena& arena, const StepInputs& step, Tensor residual,
                      const Tensor& hidden, const Tensor& norm_weight, float eps,
-                     const Weight& lm_head, std::vector<float>* logits) {
+                     const Weight& lm_head, std::vector<float>* logits,
+                     std::vector<float>* normed_rows) {
   const int64_t H = residual.dim(1);
   const int64_t R = step.logits_rows.dim(0);
   if (R == 0) {
     logits->clear();
+    if (normed_rows != nullptr) normed_rows->clear();
     return Status::Ok();
   }
   Tensor normed = arena.Alloc(DType::kF32, {step.num_tokens, H});
@@ -130,6 +132,10 @@ Status ComputeLogits(Backend& backend, Arena& arena, const StepInputs& step, Ten
   Tap(backend, "model.norm", normed);
   Tensor rows = arena.Alloc(DType::kF32, {R, H});
   backend.GatherRows(normed, step.logits_rows, rows);
+  if (normed_rows != nullptr) {
+    normed_rows->resize(static_cast<size_t>(rows.numel()));
+    backend.CopyToHost(normed_rows->data(), rows);
+  }
   Tensor out = arena.Alloc(DType::kF32, {R, lm_head.rows});
   backend.MatMul(rows, lm_head, Tensor(), out);
   Tap(backend, "logits", out);

@@ -53,10 +53,12 @@ struct StepInputs {
 Result<StepInputs> PrepareStep(const Batch& batch, const KvStorage& kv, int64_t vocab_size,
                                Arena& arena);
 
-// Final norm -> rows wanted -> lm_head -> host logits [R, vocab].
+// Final norm -> rows wanted -> lm_head -> host logits [R, vocab]; with `normed_rows`, the
+// normed rows [R, H] too (host).
 Status ComputeLogits(Backend& backend, Arena& arena, const StepInputs& step, Tensor residual,
                      const Tensor& hidden, const Tensor& norm_weight, float eps,
-                     const Weight& lm_head, std::vector<float>* logits);
+                     const Weight& lm_head, std::vector<float>* logits,
+                     std::vector<float>* normed_rows = nullptr);
 
 // Uploads f32 host values as a device tensor owned by `owner`.
 Result<Tensor> UploadF32(Backend& backend, std::span<const float> values,

@@ -11,6 +11,7 @@ namespace dh {
 Result<std::unique_ptr<Model>> Decoder::Load(const ModelConfig& c, WeightLoader& w,
                                              Backend& backend, KvCacheSpec kv_spec,
                                              RopeSpec rope, const LayerBlocksLoader& load_blocks) {
+  kv_spec.dtype = w.options().kv_cache_dtype;
   const TensorParallel tp = TensorParallel::From(w.options());
   if (tp.enabled()) {
     // Each rank caches the kv heads of its query heads (MLA's one latent head stays whole).
@@ -21,6 +22,8 @@ Result<std::unique_ptr<Model>> Decoder::Load(const ModelConfig& c, WeightLoader&
       kv_spec.v_heads = v.count;
     }
   }
+  const bool mtp = w.options().load_mtp && c.num_nextn_predict_layers > 0;
+  if (mtp) ++kv_spec.num_layers;  // the MTP layer's cache comes last
   std::unique_ptr<Decoder> m(new Decoder(c, backend, kv_spec));
   m->tp_ = tp;
   DH_ASSIGN_OR_RETURN(m->embed_, w.Matrix("model.embed_tokens.weight", c.vocab_size,
@@ -39,6 +42,26 @@ Result<std::unique_ptr<Model>> Decoder::Load(const ModelConfig& c, WeightLoader&
     m->lm_head_ = m->embed_;
   } else {
     DH_ASSIGN_OR_RETURN(m->lm_head_, w.Matrix("lm_head.weight", c.vocab_size, c.hidden_size));
+  }
+  if (mtp) {
+    const std::string p = fmt::format("model.layers.{}", c.num_hidden_layers);
+    const int64_t H = c.hidden_size;
+    auto layer = std::make_unique<MtpLayer>();
+    if (w.Has(p + ".embed_tokens.weight")) {
+      DH_ASSIGN_OR_RETURN(layer->embed, w.Matrix(p + ".embed_tokens.weight", c.vocab_size, H));
+    } else {
+      layer->embed = m->embed_;
+    }
+    DH_ASSIGN_OR_RETURN(layer->enorm, w.Vector(p + ".enorm.weight", H));
+    DH_ASSIGN_OR_RETURN(layer->hnorm, w.Vector(p + ".hnorm.weight", H));
+    DH_ASSIGN_OR_RETURN(layer->eh_proj, Linear::Load(w, p + ".eh_proj", H, 2 * H, false));
+    DH_ASSIGN_OR_RETURN(layer->block.input_norm, w.Vector(p + ".input_layernorm.weight", H));
+    DH_ASSIGN_OR_RETURN(layer->block.post_attention_norm,
+                        w.Vector(p + ".post_attention_layernorm.weight", H));
+    DH_RETURN_IF_ERROR(load_blocks(w, c.num_hidden_layers, p, &layer->block));
+    DH_ASSIGN_OR_RETURN(layer->head_norm, w.Vector(p + ".shared_head.norm.weight", H));
+    DH_ASSIGN_OR_RETURN(layer->head, w.Matrix(p + ".shared_head.head.weight", c.vocab_size, H));
+    m->mtp_ = std::move(layer);
   }
   // The rope keeps a pointer to the config it was made from: the model's own copy.
   DH_ASSIGN_OR_RETURN(m->rope_,
@@ -103,7 +126,43 @@ Status Decoder::Forward(const Batch& batch, KvStorage& kv, std::vector<float>* l
     TapLayer(backend_, l, "mlp", x);
   }
   TraceSpan span("head");
-  return ComputeLogits(backend_, arena_, step, residual, x, norm_, eps, lm_head_, logits);
+  return ComputeLogits(backend_, arena_, step, residual, x, norm_, eps, lm_head_, logits,
+                       mtp_ ? &last_hidden_ : nullptr);
+}
+
+Status Decoder::ForwardMtp(const Batch& batch, KvStorage& kv, std::span<const float> hidden,
+                           std::vector<float>* logits) {
+  if (!mtp_) return Unsupported("this model has no multi-token-prediction layer loaded");
+  arena_.Reset();
+  DH_ASSIGN_OR_RETURN(StepInputs step, PrepareStep(batch, kv, config_.vocab_size, arena_));
+  const int64_t T = step.num_tokens, H = config_.hidden_size;
+  if (hidden.size() != static_cast<size_t>(T * H)) {
+    return InvalidArgument("MTP step: {} hidden values for {} tokens of hidden size {}",
+                           hidden.size(), T, H);
+  }
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const RopeParams rope = rope_.ForStep(backend_, arena_, step.max_position);
+  const MtpLayer& mtp = *mtp_;
+  // [T, 2H] = [enorm(embed(t_{i+1})) | hnorm(h_i)]: the embedding first, as eh_proj was trained
+  // (docs/mtp.md on the order).
+  Tensor cat = arena_.Alloc(DType::kF32, {T, 2 * H});
+  Tensor e = arena_.Alloc(DType::kF32, {T, H});
+  backend_.Embedding(mtp.embed, step.token_ids, e);
+  backend_.RmsNorm(e, mtp.enorm, eps, cat.Narrow(1, 0, H));
+  Tensor h_prev = arena_.Alloc(DType::kF32, {T, H});
+  backend_.CopyToDevice(h_prev, hidden.data());
+  backend_.RmsNorm(h_prev, mtp.hnorm, eps, cat.Narrow(1, H, H));
+  Tensor residual = mtp.eh_proj.Forward(backend_, arena_, cat);  // [T, H]
+  Tensor h = arena_.Alloc(DType::kF32, {T, H});
+  backend_.RmsNorm(residual, mtp.block.input_norm, eps, h);
+  Tensor x = mtp.block.attn->Forward(backend_, arena_, step, rope, kv,
+                                     static_cast<int>(config_.num_hidden_layers), h);
+  DH_RETURN_IF_ERROR(tp_.AllReduce(backend_, x, &comm_staging_));
+  backend_.AddRmsNorm(residual, x, mtp.block.post_attention_norm, eps, h);
+  x = mtp.block.ffn->Forward(backend_, arena_, h);
+  DH_RETURN_IF_ERROR(tp_.AllReduce(backend_, x, &comm_staging_));
+  // shared_head.norm(residual + x) -> shared_head.head
+  return ComputeLogits(backend_, arena_, step, residual, x, mtp.head_norm, eps, mtp.head, logits);
 }
 
 }  // namespace dh

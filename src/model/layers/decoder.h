@@ -76,6 +76,17 @@ struct DecoderLayer {
 using LayerBlocksLoader = std::function<Status(WeightLoader& w, int64_t index,
                                                const std::string& prefix, DecoderLayer* layer)>;
 
+// DeepSeek-V3's multi-token-prediction layer (docs/mtp.md), stored at layer index
+// num_hidden_layers: x = eh_proj([enorm(embed(t_{i+1})); hnorm(h_i)]), one decoder layer on x,
+// then shared_head.norm and shared_head.head give the logits of t_{i+2}.
+struct MtpLayer {
+  Weight embed;  // its own embed_tokens, or the model's when the checkpoint shares it
+  Tensor enorm, hnorm, head_norm;
+  Linear eh_proj;  // [hidden, 2 * hidden]
+  DecoderLayer block;
+  Weight head;
+};
+
 struct RopeSpec {
   int dim = 0;  // rotated dims per head
   RopeStyle style = RopeStyle::kHalf;
@@ -88,7 +99,10 @@ class Decoder final : public Model {
   // the rope tables; finishes the loader and fills info(). With tensor parallelism
   // (LoadOptions::parallel) the blocks load their slices and return partial sums, which Forward
   // all-reduces after each attention and each FFN; `kv_spec` is the whole model's and is cut
-  // to this rank's kv heads here.
+  // to this rank's kv heads here (a quantized cache's scales are per head, so they follow), and
+  // its dtype is the load options' kv_cache_dtype. With LoadOptions::load_mtp and a config with
+  // num_nextn_predict_layers > 0, the first MTP layer is loaded too (through `load_blocks` for
+  // its decoder layer) and caches as layer num_hidden_layers.
   static Result<std::unique_ptr<Model>> Load(const ModelConfig& config, WeightLoader& w,
                                              Backend& backend, KvCacheSpec kv_spec,
                                              RopeSpec rope, const LayerBlocksLoader& load_blocks);
@@ -97,6 +111,10 @@ class Decoder final : public Model {
   KvCacheSpec kv_spec() const override { return kv_spec_; }
   const ModelInfo& info() const override { return info_; }
   Status Forward(const Batch& batch, KvStorage& kv, std::vector<float>* logits) override;
+  bool has_mtp() const override { return mtp_ != nullptr; }
+  std::span<const float> last_hidden() const override { return last_hidden_; }
+  Status ForwardMtp(const Batch& batch, KvStorage& kv, std::span<const float> hidden,
+                    std::vector<float>* logits) override;
 
  private:
   Decoder(const ModelConfig& config, Backend& backend, KvCacheSpec kv_spec)
@@ -113,6 +131,8 @@ class Decoder final : public Model {
   Tensor norm_;
   std::vector<DecoderLayer> layers_;
   RotaryEmbedding rope_;
+  std::unique_ptr<MtpLayer> mtp_;
+  std::vector<float> last_hidden_;  // with mtp_: Forward's normed logits rows
 };
 
 }  // namespace dh

@@ -45,11 +45,14 @@ class NullBackend : public Backend {
   void MatMul(const Tensor&, const Weight&, const Tensor&, Tensor) override { Fail(); }
   void BatchedMatMul(const Tensor&, std::span<const Weight>, Tensor) override { Fail(); }
   void Rope(Tensor, const Tensor&, const RopeParams&) override { Fail(); }
-  void KvWrite(const Tensor&, const Tensor&, Tensor, Tensor, const Tensor&) override { Fail(); }
-  void Attention(const Tensor&, const Tensor&, const Tensor&, const AttentionMeta&, float,
-                 Tensor) override {
+  void KvWrite(const Tensor&, const Tensor&, KvCacheView, KvCacheView, const Tensor&) override {
     Fail();
   }
+  void Attention(const Tensor&, const KvCacheView&, const KvCacheView&, const AttentionMeta&,
+                 float, Tensor) override {
+    Fail();
+  }
+  void KvGather(const KvCacheView&, const Tensor&, Tensor) override { Fail(); }
   void SiluMul(const Tensor&, const Tensor&, Tensor) override { Fail(); }
   void Add(const Tensor&, const Tensor&, Tensor) override { Fail(); }
   void Copy(const Tensor&, Tensor) override { Fail(); }

@@ -160,6 +160,10 @@ TEST(Metrics, RendersVllmNamesUnderPrefix) {
   s.kv_blocks_total = 100;
   s.kv_blocks_free = 90;
   s.kv_blocks_used = 10;
+  s.kv_block_size = 16;
+  s.kv_capacity_tokens = 1600;
+  s.kv_bytes_per_token = 168;
+  s.kv_cache_dtype = "fp8";
   s.prompt_tokens = 12;
   s.generation_tokens = 3;
   std::string text = metrics.Render(s);
@@ -177,6 +181,10 @@ TEST(Metrics, RendersVllmNamesUnderPrefix) {
   EXPECT_TRUE(has("vllm:inter_token_latency_seconds_count{" + labels + "} 2\n"));
   EXPECT_TRUE(has("vllm:kv_cache_blocks_free{" + labels + "} 90\n"));
   EXPECT_TRUE(has("vllm:kv_cache_blocks_total{" + labels + "} 100\n"));
+  EXPECT_TRUE(has("vllm:kv_cache_capacity_tokens{" + labels + "} 1600\n"));
+  EXPECT_TRUE(has("vllm:kv_cache_bytes_per_token{" + labels + "} 168\n"));
+  EXPECT_TRUE(has("vllm:cache_config_info{block_size=\"16\",cache_dtype=\"fp8\","
+                  "num_gpu_blocks=\"100\"," + labels + "} 1\n"));
   EXPECT_TRUE(has("vllm:request_rejected_total{" + labels + ",reason=\"queue_full\"} 1\n"));
   EXPECT_TRUE(has("# TYPE vllm:e2e_request_latency_seconds histogram"));
   EXPECT_FALSE(has("deepharness:"));
