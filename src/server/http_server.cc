@@ -289,7 +289,13 @@ Status OpenAIServer::Bind() {
     s.generation_tokens = static_cast<uint64_t>(stats.generation_tokens);
     s.model_load_seconds = handlers_->context.model_load_seconds;
     s.resident_memory_bytes = ResidentMemoryBytes();
-    res.set_content(metrics_->Render(s), "text/plain; version=0.0.4; charset=utf-8");
+    ParallelSnapshot parallel;
+    if (const auto& job = handlers_->context.parallel_job) {
+      for (const RankIdentity& r : job->ranks()) parallel.rank_weight_bytes.push_back(r.weight_bytes);
+      parallel.rank_resident_bytes = job->rank_memory();
+    }
+    res.set_content(metrics_->Render(s, handlers_->context.parallel_job ? &parallel : nullptr),
+                    "text/plain; version=0.0.4; charset=utf-8");
   });
 
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -412,6 +418,11 @@ void OpenAIServer::Attach(ServingContext context) {
                                              context.engine->max_model_len());
   handlers_->generation = std::make_unique<GenerationService>(
       context.engine, context.tokenizer, context.chat_renderer, config, metrics_.get());
+  if (context.parallel_job) {
+    context.parallel_job->SetStepObserver([metrics = metrics_.get()](const StepComm& step) {
+      metrics->RecordStepCollectives(step.seconds, step.bytes, step.calls);
+    });
+  }
   state_.store(State::kServing);
 }
 

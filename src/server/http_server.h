@@ -20,6 +20,7 @@
 
 #include "base/status.h"
 #include "engine/engine.h"
+#include "model/step_broadcast.h"
 #include "server/chat_prompt.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -61,6 +62,8 @@ struct ServingContext {
   int64_t model_created_unix = 0;
   // The start-up self-check's result as a JSON object, shown by /health (empty: not run).
   std::string self_check_json;
+  // Tensor parallelism (serve --tp-size N): rank 0's view of the job, for /metrics. Null: none.
+  std::shared_ptr<ParallelJob> parallel_job;
 };
 
 class OpenAIServer {
