@@ -4,6 +4,7 @@
 // 0; a second signal aborts what is left at once.
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -163,11 +164,12 @@ class SignalWaiter {
     pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // inherited by every thread started later
     signal(SIGPIPE, SIG_IGN);
   }
-  // Blocks until the next SIGTERM/SIGINT.
-  int Wait() {
-    int sig = 0;
-    sigwait(&set_, &sig);
-    return sig;
+  // Blocks until the next SIGTERM/SIGINT; says which and the pid that sent it (0: unknown).
+  siginfo_t Wait() {
+    siginfo_t info{};
+    while (sigwaitinfo(&set_, &info) < 0) {
+    }
+    return info;
   }
 
  private:
@@ -226,9 +228,29 @@ int RunServe(ServeArgs& a) {
   std::atomic<int> signal_count{0};
   std::mutex mu;
   std::condition_variable cv;
+  // Tensor parallelism: a rank that died or hangs fails the job (model/step_broadcast.h); the
+  // main thread then answers what is in flight with 503 and ends the process with status 1.
+  bool rank_failed = false;
+  auto parallel_job = std::make_shared<ParallelJob>([&](const Status&) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      rank_failed = true;
+    }
+    cv.notify_all();
+  });
+  const bool parallel = a.model.tp_size > 1;
   std::thread signal_thread([&] {
     while (true) {
-      signals.Wait();
+      const siginfo_t sig = signals.Wait();
+      if (parallel && sig.si_signo == SIGTERM && sig.si_pid != 0 && sig.si_pid == ::getppid()) {
+        // mpirun (or its daemon) ends the job because a rank failed: fail fast, before the
+        // SIGKILL it sends after odls_base_sigkill_timeout.
+        if (!loaded.load()) std::_Exit(1);
+        parallel_job->Fail(Status(StatusCode::kCancelled,
+                                "mpirun is ending the job: a rank failed (" +
+                                    parallel_job->DescribeRanks() + ")"));
+        continue;
+      }
       if (!loaded.load()) std::_Exit(0);
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -285,7 +307,7 @@ int RunServe(ServeArgs& a) {
     // Rank 0 leads: each engine step goes to the follower ranks first; whatever ends this
     // function (an error below, or the drain) destroys the model, which stops them.
     model->model = MakeStepLeader(std::move(model->model), *model->parallel.comm,
-                                  std::chrono::seconds(a.rank_timeout));
+                                  std::chrono::seconds(a.rank_timeout), parallel_job);
   }
   auto tokenizer = Tokenizer::Load(a.model.model_path);
   if (!tokenizer.ok()) return fail(tokenizer.status().WithContext(a.model.model_path));
@@ -327,6 +349,7 @@ int RunServe(ServeArgs& a) {
     }
     ctx.extra_metrics = [obs](const std::string& prefix) { return obs->OpMetricsText(prefix); };
   }
+  if (model->parallel.comm) ctx.parallel_job = parallel_job;
   http.SetReasoningParser(reasoning == "deepseek_r1" ? "deepseek_r1" : "");
   http.Attach(ctx);
   loaded.store(true);
@@ -338,7 +361,19 @@ int RunServe(ServeArgs& a) {
 
   {
     std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return signal_count.load() >= 1; });
+    cv.wait(lock, [&] { return signal_count.load() >= 1 || rank_failed; });
+  }
+  if (auto failure = parallel_job->failure()) {
+    // The requests in flight and those queued fail at their next step (the leader's Forward
+    // returns the failure at once) and are answered 503; then the process ends: MPI cannot be
+    // finalized with a rank gone.
+    std::fprintf(stderr, "error: %s\n", failure->message().c_str());
+    http.BeginDrain();
+    engine.Drain(std::chrono::seconds(3));
+    http.WaitIdle(std::chrono::seconds(3));
+    std::fprintf(stderr, "deepharness serve: stopped after a tensor-parallel rank failed\n");
+    std::fflush(stderr);
+    std::_Exit(kExitFailure);
   }
   std::fprintf(stderr, "deepharness serve: draining (up to %.0f s)\n", a.shutdown_timeout);
   http.BeginDrain();

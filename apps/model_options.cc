@@ -49,8 +49,10 @@ void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model) {
                   "Tensor-parallel ranks: split the model over N processes started by "
                   "`mpirun -np N` (default 1; docs/parallel.md)");
   sub->add_option("--ep-size", o->ep_size,
-                  "Expert-parallel ranks for MoE models: the --tp-size (default: routed experts "
-                  "distributed over the ranks) or 1 (every expert split like a dense MLP)");
+                  "Expert-parallel groups for MoE models, a divisor of --tp-size: the routed "
+                  "experts are dealt out to M groups of ranks, each expert split over its "
+                  "group's ranks like a dense MLP (default: --tp-size, experts whole; 1: every "
+                  "expert split over every rank)");
   sub->add_flag("--quiet,-q", o->quiet, "Only print errors on stderr");
 }
 

@@ -22,8 +22,13 @@ Result<ParallelRun> StartParallel(int tp_size, int ep_size, int threads) {
   run.threads = threads;
   if (tp_size < 1) return InvalidArgument("--tp-size: expected >= 1, got {}", tp_size);
   if (ep_size < 0) return InvalidArgument("--ep-size: expected >= 1, got {}", ep_size);
-  if (ep_size != 0 && ep_size != 1 && ep_size != tp_size) {
-    return InvalidArgument("--ep-size {}: expected 1 or the --tp-size ({})", ep_size, tp_size);
+  if (ep_size != 0 && tp_size % ep_size != 0) {
+    std::string sizes;
+    for (int d = 1; d <= tp_size; ++d) {
+      if (tp_size % d == 0) sizes += (sizes.empty() ? "" : ", ") + std::to_string(d);
+    }
+    return InvalidArgument("--ep-size {}: expected a divisor of --tp-size {}: {}", ep_size,
+                           tp_size, sizes);
   }
   run.options.ep_size = ep_size;
   if (tp_size == 1) return run;

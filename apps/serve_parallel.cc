@@ -70,7 +70,11 @@ pid_t RankZeroOf(pid_t mpirun) {
 
 // Runs `mpirun -np N /proc/self/exe ARGS...` and exits with its status.
 Status LaunchUnderMpirun(int ranks) {
-  std::vector<std::string> args = {"mpirun", "-np", std::to_string(ranks), "--oversubscribe"};
+  // When a rank dies, mpirun sends the others SIGTERM and, odls_base_sigkill_timeout seconds
+  // later, SIGKILL: 5 s (Open MPI's default is 1) leaves rank 0 time to answer the requests in
+  // flight with 503 (docs/parallel.md).
+  std::vector<std::string> args = {"mpirun", "-np", std::to_string(ranks), "--oversubscribe",
+                                   "--mca", "odls_base_sigkill_timeout", "5"};
   if (::geteuid() == 0) args.push_back("--allow-run-as-root");
   std::vector<std::string> own = OwnArguments();
   if (own.empty()) return Internal("cannot read /proc/self/cmdline to start the ranks");

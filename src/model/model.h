@@ -30,6 +30,9 @@ struct Batch {
   std::vector<int32_t> block_tables;  // [S * max_blocks_per_seq], -1 padded
   std::vector<int32_t> slot_mapping;  // [T]
   std::vector<int32_t> logits_rows;   // rows of T to compute logits for, in output order
+  // Tensor parallelism: only rank 0 needs the logits (it samples for every rank); the vocabulary
+  // slices are then gathered there alone. Every rank of a step must set it alike.
+  bool logits_on_rank0_only = false;
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_seqs() const { return static_cast<int>(seq_lens.size()); }

@@ -293,7 +293,13 @@ Status OpenAIServer::Bind() {
     s.generation_tokens = static_cast<uint64_t>(stats.generation_tokens);
     s.model_load_seconds = handlers_->context.model_load_seconds;
     s.resident_memory_bytes = ResidentMemoryBytes();
-    std::string body = metrics_->Render(s);
+    ParallelSnapshot parallel;
+    if (const auto& job = handlers_->context.parallel_job) {
+      for (const RankIdentity& r : job->ranks()) parallel.rank_weight_bytes.push_back(r.weight_bytes);
+      parallel.rank_resident_bytes = job->rank_memory();
+    }
+    std::string body =
+        metrics_->Render(s, handlers_->context.parallel_job ? &parallel : nullptr);
     if (handlers_->context.extra_metrics) body += handlers_->context.extra_metrics(metrics_->prefix());
     res.set_content(body, "text/plain; version=0.0.4; charset=utf-8");
   });
@@ -418,6 +424,11 @@ void OpenAIServer::Attach(ServingContext context) {
                                              context.engine->max_model_len());
   handlers_->generation = std::make_unique<GenerationService>(
       context.engine, context.tokenizer, context.chat_renderer, config, metrics_.get());
+  if (context.parallel_job) {
+    context.parallel_job->SetStepObserver([metrics = metrics_.get()](const StepComm& step) {
+      metrics->RecordStepCollectives(step.seconds, step.bytes, step.calls);
+    });
+  }
   state_.store(State::kServing);
 }
 

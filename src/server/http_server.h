@@ -21,6 +21,7 @@
 
 #include "base/status.h"
 #include "engine/engine.h"
+#include "model/step_broadcast.h"
 #include "server/chat_prompt.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -65,6 +66,8 @@ struct ServingContext {
   // Appended to /metrics when set (serve --op-metrics: op times, routed tokens per expert);
   // called on HTTP threads with the metric name prefix.
   std::function<std::string(const std::string& prefix)> extra_metrics;
+  // Tensor parallelism (serve --tp-size N): rank 0's view of the job, for /metrics. Null: none.
+  std::shared_ptr<ParallelJob> parallel_job;
 };
 
 class OpenAIServer {

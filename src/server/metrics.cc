@@ -112,7 +112,10 @@ ServerMetrics::ServerMetrics(std::string prefix, std::string model_name, int64_t
       gen_len_(Buckets125(max_model_len)),
       max_gen_(Buckets125(max_model_len)),
       params_n_({1, 2, 5, 10, 20}),
-      params_max_tokens_(Buckets125(max_model_len)) {}
+      params_max_tokens_(Buckets125(max_model_len)),
+      // 50 us (an all-reduce on one host) to 2.5 s (a slow network, a long prefill).
+      step_collective_seconds_({5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05,
+                                0.1, 0.25, 0.5, 1.0, 2.5}) {}
 
 void ServerMetrics::RecordRequest(const RequestRecord& r) {
   {
@@ -135,12 +138,19 @@ void ServerMetrics::RecordRequest(const RequestRecord& r) {
   params_max_tokens_.Observe(static_cast<double>(r.max_tokens));
 }
 
+void ServerMetrics::RecordStepCollectives(double seconds, uint64_t bytes, uint64_t calls) {
+  step_collective_seconds_.Observe(seconds);
+  std::lock_guard<std::mutex> lock(mu_);
+  collective_bytes_ += bytes;
+  collective_calls_ += calls;
+}
+
 void ServerMetrics::RecordRejected(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   ++rejected_by_reason_[reason];
 }
 
-std::string ServerMetrics::Render(const EngineSnapshot& s) const {
+std::string ServerMetrics::Render(const EngineSnapshot& s, const ParallelSnapshot* parallel) const {
   std::string out;
   const std::string& p = prefix_;
   auto gauge = [&](const char* name, const char* help, double v) {
@@ -235,6 +245,36 @@ std::string ServerMetrics::Render(const EngineSnapshot& s) const {
         s.model_load_seconds);
   gauge("resident_memory_bytes", "Resident set size of the server process.",
         static_cast<double>(s.resident_memory_bytes));
+  if (parallel == nullptr) return out;
+  // Tensor parallelism (docs/parallel.md): the communication time of a step, and per rank (a
+  // label bounded by --tp-size) its weights and resident memory.
+  hist("tensor_parallel_step_collective_seconds",
+       "Seconds rank 0 spent in collectives (step broadcast, all-reduces, logits gather) per "
+       "engine step.", step_collective_seconds_);
+  uint64_t bytes = 0, calls = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    bytes = collective_bytes_;
+    calls = collective_calls_;
+  }
+  counter("tensor_parallel_collective_bytes", "Bytes rank 0 handed to collectives.",
+          static_cast<double>(bytes));
+  counter("tensor_parallel_collective_calls", "Collective calls made by rank 0.",
+          static_cast<double>(calls));
+  gauge("tensor_parallel_ranks", "Ranks the model is split over (--tp-size).",
+        static_cast<double>(parallel->rank_weight_bytes.size()));
+  auto per_rank = [&](const char* name, const char* help, const auto& values) {
+    Header(&out, p + name, "gauge", help);
+    for (size_t r = 0; r < values.size(); ++r) {
+      Sample(&out, p + name, labels_ + fmt::format(",rank=\"{}\"", r),
+             static_cast<double>(values[r]));
+    }
+  };
+  per_rank("tensor_parallel_rank_weight_bytes", "Bytes of model weights each rank holds.",
+           parallel->rank_weight_bytes);
+  per_rank("tensor_parallel_rank_resident_memory_bytes",
+           "Resident set size of each rank, gathered by rank 0 about once a second.",
+           parallel->rank_resident_bytes);
   return out;
 }
 

@@ -51,6 +51,13 @@ struct EngineSnapshot {
   int64_t resident_memory_bytes = 0;
 };
 
+// Tensor parallelism (serve --tp-size N), read at scrape time: each rank's weight bytes and its
+// resident memory as last gathered by rank 0 (index = rank; empty before the first gather).
+struct ParallelSnapshot {
+  std::vector<uint64_t> rank_weight_bytes;
+  std::vector<int64_t> rank_resident_bytes;
+};
+
 // What one finished request contributes (times in seconds).
 struct RequestRecord {
   std::string finished_reason;  // stop | length | abort | error
@@ -73,8 +80,12 @@ class ServerMetrics {
   void RecordRequest(const RequestRecord& record);
   // Called for every admitted request (request_params histograms are filled at the end).
   void RecordRejected(const std::string& reason);
+  // Tensor parallelism: rank 0's collectives in one engine step.
+  void RecordStepCollectives(double seconds, uint64_t bytes, uint64_t calls);
 
-  std::string Render(const EngineSnapshot& snapshot) const;
+  // `parallel`: the tensor-parallel section, rendered only when given.
+  std::string Render(const EngineSnapshot& snapshot,
+                     const ParallelSnapshot* parallel = nullptr) const;
   const std::string& prefix() const { return prefix_; }
 
  private:
@@ -85,6 +96,8 @@ class ServerMetrics {
   std::map<std::string, uint64_t> rejected_by_reason_;
   Histogram ttft_, itl_, tpot_, e2e_, queue_, inference_, prefill_, decode_;
   Histogram prompt_len_, gen_len_, max_gen_, params_n_, params_max_tokens_;
+  Histogram step_collective_seconds_;
+  uint64_t collective_bytes_ = 0, collective_calls_ = 0;  // guarded by mu_
 };
 
 // Escapes a Prometheus label value (backslash, quote, newline).

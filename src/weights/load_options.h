@@ -19,9 +19,10 @@ class Communicator;  // comm/communicator.h; the weights layer only carries the 
 
 // Tensor and expert parallelism (docs/parallel.md): this process is rank `rank` of `size`, and
 // loads only its slice of the weights that are split over ranks. `comm` (not owned) carries the
-// collectives the model makes; null when size is 1. `ep_size`: ranks the routed experts are
-// distributed over (0: the same as size; 1: every rank holds every expert, split like a dense
-// MLP).
+// collectives the model makes; null when size is 1. `ep_size`: groups of ranks the routed
+// experts are distributed over, a divisor of size (0: the same as size, each rank's experts
+// whole; 1: every rank holds every expert, split like a dense MLP; between: each group's ranks
+// split its experts).
 struct ParallelOptions {
   int rank = 0;
   int size = 1;

@@ -72,5 +72,31 @@ TEST(OpenAiSdkTest, StructuredOutputAndToolCallsThroughTheNodeSdk) {
   EXPECT_EQ(server.Stop(), 0);
 }
 
+// The same SDK script against `serve --tp-size 2` started without mpirun (serve starts
+// `mpirun -np 2` itself): rank 0 serves, rank 1 follows its steps (docs/parallel.md).
+TEST(OpenAiSdkTest, ChatCompletionsThroughTheNodeSdkWithTensorParallelism) {
+  namespace fs = std::filesystem;
+  int status = 0;
+  RunShell("node --version && npm --version", &status);
+  if (status != 0) GTEST_SKIP() << "node/npm not installed: the OpenAI Node SDK test cannot run";
+  RunShell("command -v mpirun", &status);
+  if (status != 0) GTEST_SKIP() << "mpirun not installed (openmpi-bin): --tp-size 2 cannot run";
+  const fs::path dir = fs::path(DH_SOURCE_DIR) / "tests" / "e2e";
+  if (!fs::exists(dir / "node_modules" / "openai" / "package.json")) {
+    std::string out = RunShell("cd '" + dir.string() + "' && timeout 300 npm ci --no-audit --no-fund", &status);
+    if (status != 0) GTEST_SKIP() << "could not install the npm packages (npm ci):\n" << out;
+  }
+  ServerProcess server;
+  server.set_api_key("sdk-key");
+  ASSERT_TRUE(server.Start({"--api-key", "sdk-key", "--tp-size", "2", "--threads", "1"}))
+      << server.log();
+  const std::string model = ServedModel(server);
+  std::string out = RunShell("cd '" + dir.string() + "' && DH_BASE_URL=" + server.base_url() + "/v1 DH_MODEL='" +
+                            model + "' DH_API_KEY=sdk-key timeout 300 node openai_sdk_test.mjs",
+                        &status);
+  EXPECT_EQ(status, 0) << out << "\nserver log:\n" << server.log();
+  EXPECT_EQ(server.Stop(), 0) << server.log();
+}
+
 }  // namespace
 }  // namespace dh::e2e

@@ -3,8 +3,11 @@
 # `mpirun -np 2` itself; rank 0 serves and rank 1 follows its steps. Checks:
 #   1. greedy completions equal those of a --tp-size 1 server (same prompts, temperature 0);
 #   2. SIGTERM to the launcher ends every rank with status 0;
-#   3. a rank that hangs (SIGSTOP) mid-request: rank 0 reports the timed-out step and the job
-#      exits non-zero within --rank-timeout plus a margin, leaving no process behind.
+#   3. a rank that hangs (SIGSTOP) with a request in flight: the request is answered 503 with an
+#      OpenAI error body, rank 0 names the stopped rank, and the job exits non-zero within
+#      --rank-timeout plus a margin, leaving no process behind;
+#   4. a rank that dies (SIGKILL; stopped first so the request is surely in flight): the same,
+#      well within the bound (mpirun notices the death and rank 0 answers before it ends it).
 # Usage: serve_tp_test.sh DEEPHARNESS MODEL_DIR. Exit 77 (skip) without mpirun or curl.
 set -u
 BIN=$1
@@ -41,6 +44,13 @@ complete() {  # complete PORT PROMPT -> the completion text (JSON string)
   curl -s --max-time 120 "http://127.0.0.1:$1/v1/completions" -H 'Content-Type: application/json' \
     -d "{\"prompt\": \"$2\", \"max_tokens\": 24, \"temperature\": 0}" | grep -o '"text":"[^"]*"'
 }
+# complete_raw PORT OUT: a completion; writes "STATUS BODY" to OUT.
+complete_raw() {
+  curl -s --max-time 120 -o "$2.body" -w '%{http_code}' "http://127.0.0.1:$1/v1/completions" \
+    -H 'Content-Type: application/json' \
+    -d '{"prompt": "ROMEO:", "max_tokens": 24, "temperature": 0}' >"$2.code"
+  echo "$(cat "$2.code") $(cat "$2.body" 2>/dev/null)" >"$2"
+}
 # The descendants of a pid (the launcher's mpirun and the ranks).
 descendants() {
   local kids
@@ -66,30 +76,65 @@ wait "$PID_two"; status=$?
 for p in $RANKS; do kill -0 "$p" 2>/dev/null && fail "process $p of the tp 2 job left behind"; done
 echo "ok: SIGTERM ended every rank with status 0"
 
-start hang --tp-size 2 --rank-timeout 5
-follower=""
-for p in $(descendants "$PID_hang"); do
-  if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then
-    follower=$p
+# fail_rank NAME STOP|KILL: starts a tp 2 server, stops rank 1, sends a request, then (KILL)
+# kills rank 1 once the request runs; checks the request's 503 body, the exit status, that rank 0
+# named rank 1, and that no process is left.
+fail_rank() {
+  local name=$1 sig=$2
+  start "$name" --tp-size 2 --rank-timeout 5
+  local follower="" p
+  for p in $(descendants "$(eval echo "\$PID_$name")"); do
+    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then
+      follower=$p
+    fi
+  done
+  [ -n "$follower" ] || fail "$name: rank 1 of the job not found"
+  local pid port
+  pid=$(eval echo "\$PID_$name"); port=$(eval echo "\$PORT_$name")
+  RANKS=$(descendants "$pid")
+  kill -STOP "$follower"
+  local start_s=$SECONDS
+  complete_raw "$port" "$TMP/$name.reply" &
+  local client=$!
+  PIDS+=("$client")
+  if [ "$sig" = KILL ]; then
+    local running=""
+    for _ in $(seq 1 40); do
+      curl -s "http://127.0.0.1:$port/metrics" | grep -q '^deepharness:num_requests_running{.*} 1$' &&
+        { running=1; break; }
+      sleep 0.1
+    done
+    [ -n "$running" ] || fail "$name: the request is not running"
+    kill -KILL "$follower"
   fi
-done
-[ -n "$follower" ] || fail "rank 1 of the job not found"
-RANKS=$(descendants "$PID_hang")
-kill -STOP "$follower"
-complete "$PORT_hang" "ROMEO:" >/dev/null &
-PIDS+=($!)
-start_s=$SECONDS
-for _ in $(seq 1 120); do kill -0 "$PID_hang" 2>/dev/null || break; sleep 0.5; done
-kill -0 "$PID_hang" 2>/dev/null && fail "the job still runs 60 s after rank 1 hung"
-wait "$PID_hang"; status=$?
-[ "$status" != 0 ] || fail "the job exited 0 after rank 1 hung"
-grep -q "timed out" "$TMP/hang.log" || fail "rank 0 did not report the timed-out step"
-for p in $RANKS; do kill -CONT "$p" 2>/dev/null; done
-for _ in $(seq 1 40); do  # mpirun ends the rest of the job; give it up to 20 s on a loaded machine
-  left=""
-  for p in $RANKS; do kill -0 "$p" 2>/dev/null && left="$left $p"; done
-  [ -z "$left" ] && break
-  sleep 0.5
-done
-[ -z "$left" ] || fail "processes$left left behind after the failure"
-echo "ok: a hung rank ended the job in $((SECONDS - start_s)) s with status $status"
+  for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  kill -0 "$pid" 2>/dev/null && fail "$name: the job still runs 60 s after rank 1 got SIG$sig"
+  wait "$pid"; local status=$?
+  local took=$((SECONDS - start_s))
+  [ "$status" != 0 ] || fail "$name: the job exited 0 after rank 1 got SIG$sig"
+  [ "$took" -le 25 ] || fail "$name: the job took $took s to end (bound: --rank-timeout 5 + 20)"
+  wait "$client"
+  local reply
+  reply=$(cat "$TMP/$name.reply")
+  case "$reply" in
+    "503 "*'"error"'*'"type":"server_error"'*) ;;
+    *) fail "$name: the request in flight got '$reply', expected a 503 OpenAI error body" ;;
+  esac
+  local state="is stopped"
+  [ "$sig" = KILL ] && state="has exited"
+  grep -q "rank 1 (pid $follower) $state" "$TMP/$name.log" ||
+    fail "$name: rank 0 did not say that rank 1 (pid $follower) $state"
+  for p in $RANKS; do kill -CONT "$p" 2>/dev/null; done
+  local left=""
+  for _ in $(seq 1 40); do  # mpirun ends the rest of the job; up to 20 s on a loaded machine
+    left=""
+    for p in $RANKS; do kill -0 "$p" 2>/dev/null && left="$left $p"; done
+    [ -z "$left" ] && break
+    sleep 0.5
+  done
+  [ -z "$left" ] || fail "$name: processes$left left behind after the failure"
+  echo "ok: rank 1 got SIG$sig: the request in flight got 503, the job ended in $took s with" \
+       "status $status: $(grep -m1 -o 'rank 1 (pid [0-9]*) [a-z ]*' "$TMP/$name.log")"
+}
+fail_rank hang STOP
+fail_rank dead KILL

@@ -3,8 +3,11 @@
 // its slice of the checkpoint, and the logits of the whole prompt and a 32-token greedy
 // continuation (decode through the KV cache) must equal the single-process model's: logits within
 // kTpTolerance of the logit scale (the all-reduce sums partial products in another order),
-// tokens identical. MoE fixtures run with experts distributed (--ep-size N) and split (--ep-size 1).
-// AWQ/GPTQ fixtures must be refused with a clear error (int4 weights are not split).
+// tokens identical. MoE fixtures run with experts distributed (--ep-size N), split (--ep-size 1)
+// and, at 4 ranks, both (--ep-size 2: two groups of two ranks). lm_head is split by vocabulary, so
+// every comparison covers the logits gather too. AWQ/GPTQ fixtures must be refused with a clear
+// error (int4 weights are not split). serve's path, rank 0 leading the steps and the logits
+// gathered on rank 0 alone, is compared the same way.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -21,6 +24,7 @@
 #include "io/npy.h"
 #include "io/safetensors_writer.h"
 #include "model/sequence_runner.h"
+#include "model/step_broadcast.h"
 
 namespace dh {
 namespace {
@@ -38,10 +42,16 @@ struct Run {
   std::vector<float> logits;   // [prompt, vocab]
   std::vector<int32_t> greedy;
   uint64_t weight_bytes = 0;
+  std::vector<int64_t> rank_memory;  // led: every rank's resident bytes, gathered by rank 0
 };
 
+Result<Run> Generate(Model& model, Backend& backend, const std::vector<int32_t>& prompt,
+                     size_t n_greedy);
+
+// led: serve's arrangement (model/step_broadcast.h): rank 0 wraps its model as the step leader and
+// the other ranks follow its steps (returning an empty Run).
 Result<Run> RunModel(const fs::path& dir, const ParallelOptions& parallel,
-                     const std::vector<int32_t>& prompt, size_t n_greedy,
+                     const std::vector<int32_t>& prompt, size_t n_greedy, bool led = false,
                      DType kv_cache_dtype = DType::kF32) {
   BackendOptions bo;
   bo.num_threads = 1;
@@ -50,11 +60,25 @@ Result<Run> RunModel(const fs::path& dir, const ParallelOptions& parallel,
   lo.parallel = parallel;
   lo.kv_cache_dtype = kv_cache_dtype;
   DH_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(dir.string(), backend, lo));
+  if (!led) return Generate(*model, backend, prompt, n_greedy);
+  if (parallel.rank != 0) {
+    DH_RETURN_IF_ERROR(FollowSteps(*model, backend, *parallel.comm));
+    return Run{};
+  }
+  auto job = std::make_shared<ParallelJob>();
+  model = MakeStepLeader(std::move(model), *parallel.comm, std::chrono::seconds(120), job);
+  auto run = Generate(*model, backend, prompt, n_greedy);
+  if (run.ok()) run->rank_memory = job->rank_memory();
+  return run;  // destroying the leader stops the followers
+}
+
+Result<Run> Generate(Model& model, Backend& backend, const std::vector<int32_t>& prompt,
+                     size_t n_greedy) {
   DH_ASSIGN_OR_RETURN(auto runner,
-                      SequenceRunner::Create(*model, backend,
+                      SequenceRunner::Create(model, backend,
                                              static_cast<int>(prompt.size() + n_greedy)));
   Run run;
-  run.weight_bytes = model->info().weight_bytes;
+  run.weight_bytes = model.info().weight_bytes;
   DH_ASSIGN_OR_RETURN(run.logits, runner->Feed(prompt, /*all_logits=*/true));
   runner->Reset();
   DH_ASSIGN_OR_RETURN(std::vector<float> last, runner->Feed(prompt, false));
@@ -103,7 +127,9 @@ TEST(TensorParallel, EveryFixtureMatchesOneProcess) {
     const bool moe = std::ifstream(dir / "config.json").good() &&
                      nlohmann::json::parse(std::ifstream(dir / "config.json"))
                              .value("n_routed_experts", 0) > 0;
-    for (int ep : moe ? std::vector<int>{size, 1} : std::vector<int>{0}) {
+    std::vector<int> eps = {0};
+    if (moe) eps = size == 4 ? std::vector<int>{size, 1, 2} : std::vector<int>{size, 1};
+    for (int ep : eps) {
       ParallelOptions p{g_comm->Rank(), size, ep, g_comm};
       auto tp = RunModel(dir, p, prompt, greedy.size());
       const std::string what = name + " tp " + std::to_string(size) + " ep " + std::to_string(ep);
@@ -156,9 +182,9 @@ TEST(TensorParallel, QuantizedKvCacheMatchesOneProcess) {
     for (DType dtype : {DType::kBF16, DType::kF8E4M3, DType::kI8}) {
       const std::string what = std::string(name) + " " + std::string(DTypeName(dtype)) + " tp " +
                                std::to_string(size);
-      auto single = RunModel(dir, ParallelOptions{}, prompt, 4, dtype);
+      auto single = RunModel(dir, ParallelOptions{}, prompt, 4, false, dtype);
       ASSERT_TRUE(single.ok()) << what << ": " << single.status().message();
-      auto tp = RunModel(dir, ParallelOptions{g_comm->Rank(), size, 0, g_comm}, prompt, 4, dtype);
+      auto tp = RunModel(dir, ParallelOptions{g_comm->Rank(), size, 0, g_comm}, prompt, 4, false, dtype);
       if (!tp.ok() && tp.status().message().find("does not divide") != std::string::npos) continue;
       ASSERT_TRUE(tp.ok()) << what << ": " << tp.status().message();
       float scale = 0;
@@ -173,6 +199,39 @@ TEST(TensorParallel, QuantizedKvCacheMatchesOneProcess) {
     }
   }
   EXPECT_GE(compared, size == 3 ? 3 : 6);
+}
+
+// serve's path: rank 0 leads (each step broadcast, logits gathered on rank 0 only), the others
+// follow; rank 0's logits and greedy tokens equal one process's, and rank 0 has gathered every
+// rank's resident memory. One dense fixture with tied embeddings (lm_head a slice of the
+// embedding) and one MoE/MLA fixture.
+TEST(TensorParallel, LedStepsMatchOneProcess) {
+  const int size = g_comm->Size();
+  int compared = 0;
+  for (const char* name : {"llama_bf16_tied", "ds_v3", "llama_f32"}) {
+    const fs::path dir = fs::path(DH_SOURCE_DIR) / "tests/golden/fixtures" / name;
+    std::ifstream in(dir / "expected.json");
+    const auto expected = nlohmann::json::parse(in);
+    const auto prompt = expected["input_ids"].get<std::vector<int32_t>>();
+    const size_t n_greedy = expected["greedy"].size();
+    auto single = RunModel(dir, ParallelOptions{}, prompt, n_greedy);
+    ASSERT_TRUE(single.ok()) << name << ": " << single.status().message();
+    auto led = RunModel(dir, ParallelOptions{g_comm->Rank(), size, 0, g_comm}, prompt, n_greedy,
+                        /*led=*/true);
+    if (!led.ok() && led.status().message().find("does not divide") != std::string::npos) {
+      continue;  // e.g. 2 or 4 heads at 3 ranks (EveryFixtureMatchesOneProcess checks the error)
+    }
+    ASSERT_TRUE(led.ok()) << name << ": " << led.status().message();
+    ++compared;
+    if (g_comm->Rank() != 0) continue;
+    float scale = 0;
+    for (float v : single->logits) scale = std::max(scale, std::fabs(v));
+    EXPECT_LE(MaxAbsDiff(led->logits, single->logits), kTpTolerance * scale) << name;
+    EXPECT_EQ(led->greedy, single->greedy) << name;
+    ASSERT_EQ(led->rank_memory.size(), static_cast<size_t>(size)) << name;
+    for (int64_t bytes : led->rank_memory) EXPECT_GT(bytes, 0) << name;
+  }
+  EXPECT_GE(compared, 1);
 }
 
 // No golden fixture with an o_proj bias has a head count 2 or 4 divides: a random Llama with every

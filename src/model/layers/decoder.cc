@@ -38,10 +38,27 @@ Result<std::unique_ptr<Model>> Decoder::Load(const ModelConfig& c, WeightLoader&
     m->layers_.push_back(std::move(layer));
   }
   DH_ASSIGN_OR_RETURN(m->norm_, w.Vector("model.norm.weight", c.hidden_size));
-  if (c.tie_word_embeddings && !w.Has("lm_head.weight")) {
+  // With tensor parallelism each rank holds a slice of the vocabulary's rows (GatherLogits puts
+  // the logits back together); a tied dense embedding is sliced in place.
+  const PartRange vocab = tp.VocabRows(c.vocab_size, tp.rank);
+  if (tp.enabled() && tp.VocabRows(c.vocab_size, tp.size - 1).count == 0) {
+    return InvalidArgument("config.json: vocab_size {} leaves the last of --tp-size {} ranks no "
+                           "lm_head rows", c.vocab_size, tp.size);
+  }
+  const bool tied = c.tie_word_embeddings && !w.Has("lm_head.weight");
+  if (tied && (!tp.enabled() || m->embed_.format == WeightFormat::kDense)) {
     m->lm_head_ = m->embed_;
-  } else {
+    if (tp.enabled()) {
+      m->lm_head_.data = m->embed_.data.Slice0(vocab.first, vocab.count);
+      m->lm_head_.rows = vocab.count;
+    }
+  } else if (!tp.enabled()) {
     DH_ASSIGN_OR_RETURN(m->lm_head_, w.Matrix("lm_head.weight", c.vocab_size, c.hidden_size));
+  } else {
+    DH_ASSIGN_OR_RETURN(m->lm_head_,
+                        w.MatrixPart(tied ? "model.embed_tokens.weight" : "lm_head.weight",
+                                     c.vocab_size, c.hidden_size,
+                                     TensorParallel::Rows(vocab, 1, c.vocab_size)));
   }
   if (mtp) {
     const std::string p = fmt::format("model.layers.{}", c.num_hidden_layers);
@@ -126,8 +143,15 @@ Status Decoder::Forward(const Batch& batch, KvStorage& kv, std::vector<float>* l
     TapLayer(backend_, l, "mlp", x);
   }
   TraceSpan span("head");
-  return ComputeLogits(backend_, arena_, step, residual, x, norm_, eps, lm_head_, logits,
-                       mtp_ ? &last_hidden_ : nullptr);
+  std::vector<float>* hidden_out = mtp_ ? &last_hidden_ : nullptr;
+  if (!tp_.enabled()) {
+    return ComputeLogits(backend_, arena_, step, residual, x, norm_, eps, lm_head_, logits,
+                         hidden_out);
+  }
+  DH_RETURN_IF_ERROR(ComputeLogits(backend_, arena_, step, residual, x, norm_, eps, lm_head_,
+                                   &vocab_slice_, hidden_out));
+  return tp_.GatherLogits(vocab_slice_, static_cast<int64_t>(batch.logits_rows.size()),
+                          config_.vocab_size, batch.logits_on_rank0_only, logits);
 }
 
 Status Decoder::ForwardMtp(const Batch& batch, KvStorage& kv, std::span<const float> hidden,

@@ -95,7 +95,8 @@ struct RopeSpec {
 class Decoder final : public Model {
  public:
   // Loads, in this order: the embedding, each layer (norms, then `load_blocks`), the final norm,
-  // lm_head (tied to the embedding when the config says so and the checkpoint has none), then
+  // lm_head (tied to the embedding when the config says so and the checkpoint has none; with
+  // tensor parallelism this rank's rows of the vocabulary, the logits gathered after), then
   // the rope tables; finishes the loader and fills info(). With tensor parallelism
   // (LoadOptions::parallel) the blocks load their slices and return partial sums, which Forward
   // all-reduces after each attention and each FFN; `kv_spec` is the whole model's and is cut
@@ -127,6 +128,7 @@ class Decoder final : public Model {
   ModelInfo info_;
   TensorParallel tp_;
   std::vector<float> comm_staging_;  // host buffer of the all-reduce
+  std::vector<float> vocab_slice_;   // this rank's [rows, vocab slice] logits before the gather
   Weight embed_, lm_head_;
   Tensor norm_;
   std::vector<DecoderLayer> layers_;

@@ -49,14 +49,12 @@ Result<MoeFfn> MoeFfn::Load(WeightLoader& w, const std::string& p, const ModelCo
   if (c.topk_method == MoeTopkMethod::kNoauxTc) {
     DH_ASSIGN_OR_RETURN(m.gate_bias, w.Vector(p + ".gate.e_score_correction_bias", E));
   }
-  // Expert parallelism (--ep-size = --tp-size): this rank's experts, whole. --ep-size 1 with
-  // tensor parallelism: every expert, each split over the ranks like a dense MLP.
+  // Expert parallelism: the experts are dealt out to --ep-size groups of ranks; the ranks of a
+  // group split each of its experts like a dense MLP (--ep-size = --tp-size: one rank per group,
+  // experts whole; --ep-size 1: one group, every expert split over every rank).
   const TensorParallel tp = TensorParallel::From(w.options());
   DH_ASSIGN_OR_RETURN(const PartRange mine, tp.Experts(E));
-  PartRange cols{0, I};
-  if (tp.ep_size == 1) {
-    DH_ASSIGN_OR_RETURN(cols, tp.Split(I, "moe_intermediate_size"));
-  }
+  DH_ASSIGN_OR_RETURN(const PartRange cols, tp.ExpertColumns(I));
   const MatrixSlice rows_part = TensorParallel::Rows(cols, 1, I);
   const MatrixSlice cols_part = TensorParallel::Cols(cols, 1, I);
   m.first_expert = mine.first;

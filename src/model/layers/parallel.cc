@@ -1,6 +1,7 @@
 // Tensor-parallel partitions and the block all-reduce (parallel.h).
 #include "model/layers/parallel.h"
 
+#include <algorithm>
 #include <string>
 
 #include "base/check.h"
@@ -30,8 +31,9 @@ Status ValidateParallel(const ParallelOptions& p) {
     return InvalidArgument("--tp-size {}: the communicator has {} ranks", p.size,
                            p.comm == nullptr ? 1 : p.comm->Size());
   }
-  if (p.ep_size != 0 && p.ep_size != 1 && p.ep_size != p.size) {
-    return InvalidArgument("--ep-size {}: expected 1 or the --tp-size ({})", p.ep_size, p.size);
+  if (p.ep_size < 0 || (p.ep_size != 0 && p.size % p.ep_size != 0)) {
+    return InvalidArgument("--ep-size {}: expected a divisor of --tp-size {}: {}", p.ep_size,
+                           p.size, Divisors(p.size));
   }
   return Status::Ok();
 }
@@ -81,7 +83,26 @@ Result<PartRange> TensorParallel::Experts(int64_t n_experts) const {
                            "sizes that do: {}", n_experts, ep_size, Divisors(n_experts));
   }
   const int64_t per = n_experts / ep_size;
-  return PartRange{rank * per, per};
+  return PartRange{rank / (size / ep_size) * per, per};
+}
+
+Result<PartRange> TensorParallel::ExpertColumns(int64_t intermediate) const {
+  const int share = size / ep_size;  // ranks holding the same experts
+  if (share == 1) return PartRange{0, intermediate};
+  if (intermediate % share != 0) {
+    return InvalidArgument("config.json: moe_intermediate_size {} does not divide over the {} "
+                           "ranks that share each expert (--tp-size {} / --ep-size {}); group "
+                           "sizes that do: {}", intermediate, share, size, ep_size,
+                           Divisors(intermediate));
+  }
+  const int64_t per = intermediate / share;
+  return PartRange{rank % share * per, per};
+}
+
+PartRange TensorParallel::VocabRows(int64_t vocab, int r) const {
+  const int64_t per = (vocab + size - 1) / size;
+  const int64_t first = std::min<int64_t>(vocab, per * r);
+  return PartRange{first, std::min(per, vocab - first)};
 }
 
 MatrixSlice TensorParallel::Rows(PartRange part, int64_t per_unit, int64_t total_units) {
@@ -109,6 +130,56 @@ Status TensorParallel::AllReduce(Backend& backend, const Tensor& x,
   Status st = comm->AllReduceSum(staging->data(), n, DType::kF32);
   if (!st.ok()) return st.WithContext(fmt::format("tensor-parallel all-reduce on rank {}", rank));
   backend.CopyToDevice(x, staging->data());
+  return Status::Ok();
+}
+
+Status TensorParallel::GatherLogits(std::span<const float> local, int64_t rows, int64_t vocab,
+                                    bool rank0_only, std::vector<float>* logits) const {
+  // Each rank's [rows, part] block lands whole at its offset in `blocks` (rank order), then is
+  // scattered into the columns of the [rows, vocab] result.
+  std::vector<size_t> bytes(static_cast<size_t>(size)), offsets(static_cast<size_t>(size));
+  size_t total = 0;
+  for (int r = 0; r < size; ++r) {
+    bytes[r] = static_cast<size_t>(rows * VocabRows(vocab, r).count) * sizeof(float);
+    offsets[r] = total;
+    total += bytes[r];
+  }
+  DH_CHECK(local.size_bytes() == bytes[rank], "logits slice of {} floats on rank {}", local.size(),
+           rank);
+  std::vector<float> blocks(total / sizeof(float));
+  if (rank0_only) {
+    // A gather to rank 0 as a personalized exchange: every rank sends its block to rank 0 only.
+    std::vector<size_t> send_bytes(bytes.size(), 0), zeros(bytes.size(), 0);
+    send_bytes[0] = bytes[rank];
+    const bool root = rank == 0;
+    Status st = comm->AllToAllV(local.data(), send_bytes, zeros, blocks.data(),
+                                root ? std::span<const size_t>(bytes) : zeros,
+                                root ? std::span<const size_t>(offsets) : zeros);
+    if (!st.ok()) return st.WithContext(fmt::format("gathering the logits on rank {}", rank));
+    if (!root) {
+      logits->clear();
+      return Status::Ok();
+    }
+  } else {
+    // All-gather needs equal blocks: pad every block to the first rank's (the largest) size.
+    const size_t padded = bytes[0];
+    std::vector<float> send(padded / sizeof(float), 0.0f), all(padded / sizeof(float) * size);
+    std::copy(local.begin(), local.end(), send.begin());
+    Status st = comm->AllGather(send.data(), padded, all.data());
+    if (!st.ok()) return st.WithContext(fmt::format("gathering the logits on rank {}", rank));
+    for (int r = 0; r < size; ++r) {
+      std::copy_n(all.begin() + static_cast<ptrdiff_t>(r * padded / sizeof(float)),
+                  bytes[r] / sizeof(float), blocks.begin() + static_cast<ptrdiff_t>(offsets[r] / sizeof(float)));
+    }
+  }
+  logits->resize(static_cast<size_t>(rows * vocab));
+  for (int r = 0; r < size; ++r) {
+    const PartRange part = VocabRows(vocab, r);
+    const float* block = blocks.data() + offsets[r] / sizeof(float);
+    for (int64_t i = 0; i < rows; ++i) {
+      std::copy_n(block + i * part.count, part.count, logits->data() + i * vocab + part.first);
+    }
+  }
   return Status::Ok();
 }
 
