@@ -8,6 +8,7 @@
 #include "apps/bench_commands.h"
 #include "apps/model_options.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/membw.h"
 #include "backend/cpu/quant_vnni.h"
 #include "base/thread_pool.h"
@@ -56,7 +57,8 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
   sub->add_option("--warmup", a->bench.warmup, "Untimed runs before each test (default 1)");
   sub->add_option("--seed", a->bench.seed, "Seed for the random prompt tokens (default 0)");
   sub->add_flag("--no-peak", a->no_peak,
-               "Skip the f32 FMA peak probe (pp rows then show GFLOP/s without a peak fraction)");
+               "Skip the f32 FMA and bf16 dot peak probes (pp rows then show GFLOP/s without peak "
+               "fractions)");
   sub->add_option("--membw-mib", a->membw_mib,
                   "Buffer for the read-bandwidth probe in MiB (default 512; 0 skips it)");
   sub->add_flag("--json", a->json, "Print the result as JSON");
@@ -107,6 +109,7 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
     if (!a->no_peak) {
       ThreadPool pool(threads);
       a->bench.peak_gflops = MeasureFmaPeakGflops(pool);
+      a->bench.bf16_peak_gflops = MeasureBf16PeakGflops(pool);  // 0 without AVX512-BF16
     }
     auto result = tools::RunModelBench(*loaded->model, *loaded->backend, a->bench);
     if (!result.ok()) return ReportError(result.status());
@@ -129,21 +132,35 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
                                 : dot_off                    ? "off (f32 products)"
                                 : cpu::IntegerDotAvailable() ? cpu::IntegerDotName()
                                                              : "none";
+    // bf16 weights with 4+ rows of x: vdpbf16ps where the CPU and the dispatched target have it.
+    cpu::GemmArgs bf16_call;
+    bf16_call.m = 8;
+    bf16_call.k = 64;
+    bf16_call.wtype = cpu::WType::kBF16;
+    const std::string bf16_dot = !cpu_device ? ""
+                                 : cpu::UseBf16Dot(bf16_call)
+                                     ? "vdpbf16ps (x rounded to bf16)"
+                                     : (cpu::Bf16DotAvailable() ? "off (f32 FMA, x exact)"
+                                                                : "none (f32 FMA, x exact)");
     if (a->json) {
       nlohmann::json j = tools::ModelBenchJson(*result, *loaded->model, label, threads);
       j["device"] = a->model.device;
       if (cpu_device) {
         j["simd_target"] = simd;
         j["integer_dot_kernel"] = int_dot;
+        j["bf16_dot_kernel"] = bf16_dot;
       }
       j["load_seconds"] = loaded->load_seconds;
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::printf("%s", tools::FormatModelBench(*result, *loaded->model, label, threads).c_str());
       if (cpu_device) {
-        std::printf("kernels: SIMD target %s, int8/int4 integer dot %s (DH_INTEGER_DOT=%s)\n",
+        std::printf("kernels: SIMD target %s, int8/int4 integer dot %s (DH_INTEGER_DOT=%s), "
+                    "bf16 GEMM %s (DH_BF16_DOT=%s)\n",
                     simd.c_str(), int_dot.c_str(),
-                    std::getenv("DH_INTEGER_DOT") ? std::getenv("DH_INTEGER_DOT") : "auto");
+                    std::getenv("DH_INTEGER_DOT") ? std::getenv("DH_INTEGER_DOT") : "auto",
+                    bf16_dot.c_str(),
+                    std::getenv("DH_BF16_DOT") ? std::getenv("DH_BF16_DOT") : "auto");
       }
     }
     if (const comm::Communicator* comm = loaded->parallel.comm.get(); comm && IsLeadRank(*loaded)) {

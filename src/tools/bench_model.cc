@@ -148,6 +148,7 @@ Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend, const Mod
   ModelBenchResult result;
   result.bandwidth_gbs = o.bandwidth_gbs;
   result.peak_gflops = o.peak_gflops;
+  result.bf16_peak_gflops = o.bf16_peak_gflops;
   result.active_weight_bytes_per_token = model.info().active_weight_bytes_per_token;
   std::mt19937_64 rng(o.seed);
   for (int batch : o.batches) {
@@ -185,6 +186,10 @@ Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend, const Mod
       if (pp && o.depth == 0) {  // PromptFlops counts attention from position 0
         row.gflops = PromptFlops(model, t.tokens) * row.tokens_per_s.mean / t.tokens / 1e9;
         if (o.peak_gflops > 0) row.peak_fraction = row.gflops / o.peak_gflops;
+        if (o.bf16_peak_gflops > 0) row.bf16_peak_fraction = row.gflops / o.bf16_peak_gflops;
+      } else if (o.bandwidth_gbs > 0) {
+        row.bandwidth_fraction = static_cast<double>(result.active_weight_bytes_per_token) *
+                                 row.tokens_per_s.mean / batch / 1e9 / o.bandwidth_gbs;
       }
       if (!pp && batch == 1) {
         result.tg_weight_gbs =
@@ -206,17 +211,19 @@ std::string FormatModelBench(const ModelBenchResult& r, const Model& model,
                                  ? fmt::format("{:.2f} B", info.num_parameters / 1e9)
                                  : fmt::format("{:.2f} M", info.num_parameters / 1e6);
   out += "| model | arch | params | weights GiB | threads | test | batch | t/s | GFLOP/s | "
-         "% peak | load 1m |\n";
-  out += "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n";
+         "% peak | % bf16 peak | % read bw | load 1m |\n";
+  out += "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+         "|\n";
+  auto percent = [](double f) { return f >= 0 ? fmt::format("{:.1f}", 100.0 * f) : "-"; };
   for (const ModelBenchRow& row : r.rows) {
     const std::string gflops = row.gflops >= 0 ? fmt::format("{:.1f}", row.gflops) : "-";
-    const std::string frac =
-        row.peak_fraction >= 0 ? fmt::format("{:.1f}", 100.0 * row.peak_fraction) : "-";
     out += fmt::format(
-        "| {} | {} | {} | {:.2f} | {} | {} | {} | {:.2f} ± {:.2f} | {} | {} | {:.1f} |\n", label,
-        info.architecture, params, info.weight_bytes / (1024.0 * 1024.0 * 1024.0), threads,
-        row.test, row.batch, row.tokens_per_s.mean, row.tokens_per_s.stddev, gflops, frac,
-        row.load_avg_1m);
+        "| {} | {} | {} | {:.2f} | {} | {} | {} | {:.2f} ± {:.2f} | {} | {} | {} | {} | {:.1f} "
+        "|\n",
+        label, info.architecture, params, info.weight_bytes / (1024.0 * 1024.0 * 1024.0), threads,
+        row.test, row.batch, row.tokens_per_s.mean, row.tokens_per_s.stddev, gflops,
+        percent(row.peak_fraction), percent(row.bf16_peak_fraction),
+        percent(row.bandwidth_fraction), row.load_avg_1m);
   }
   out += fmt::format("\nactive weight bytes per token: {:.1f} MB\n",
                      r.active_weight_bytes_per_token / 1e6);
@@ -229,6 +236,10 @@ std::string FormatModelBench(const ModelBenchResult& r, const Model& model,
   if (r.peak_gflops > 0) {
     out += fmt::format("measured f32 FMA peak ({} threads): {:.1f} GFLOP/s\n", threads,
                        r.peak_gflops);
+  }
+  if (r.bf16_peak_gflops > 0) {
+    out += fmt::format("measured bf16 dot peak, vdpbf16ps ({} threads): {:.1f} GFLOP/s\n",
+                       threads, r.bf16_peak_gflops);
   }
   if (r.tg_weight_gbs > 0) {
     out += fmt::format("tg at batch 1 reads weights at {:.2f} GB/s", r.tg_weight_gbs);
@@ -255,7 +266,13 @@ nlohmann::json ModelBenchJson(const ModelBenchResult& r, const Model& model,
                     {"load_avg_1m", row.load_avg_1m},
                     {"gflops", row.gflops >= 0 ? nlohmann::json(row.gflops) : nullptr},
                     {"peak_fraction",
-                     row.peak_fraction >= 0 ? nlohmann::json(row.peak_fraction) : nullptr}});
+                     row.peak_fraction >= 0 ? nlohmann::json(row.peak_fraction) : nullptr},
+                    {"bf16_peak_fraction", row.bf16_peak_fraction >= 0
+                                               ? nlohmann::json(row.bf16_peak_fraction)
+                                               : nullptr},
+                    {"bandwidth_fraction", row.bandwidth_fraction >= 0
+                                               ? nlohmann::json(row.bandwidth_fraction)
+                                               : nullptr}});
   }
   nlohmann::json j = {{"model", label},
                       {"architecture", info.architecture},
@@ -267,6 +284,7 @@ nlohmann::json ModelBenchJson(const ModelBenchResult& r, const Model& model,
                       {"kv_bytes_per_token", model.kv_spec().BytesPerToken()},
                       {"results", rows}};
   j["fma_peak_gflops"] = r.peak_gflops > 0 ? nlohmann::json(r.peak_gflops) : nullptr;
+  j["bf16_peak_gflops"] = r.bf16_peak_gflops > 0 ? nlohmann::json(r.bf16_peak_gflops) : nullptr;
   j["read_bandwidth_gbs"] = r.bandwidth_gbs > 0 ? nlohmann::json(r.bandwidth_gbs) : nullptr;
   j["tg_weight_read_gbs"] = r.tg_weight_gbs > 0 ? nlohmann::json(r.tg_weight_gbs) : nullptr;
   j["tg_bandwidth_fraction"] =

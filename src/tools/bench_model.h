@@ -30,6 +30,9 @@ struct ModelBenchOptions {
   // f32 FMA peak of the machine in GFLOP/s on the same threads (measured by the caller); <= 0:
   // unknown.
   double peak_gflops = 0;
+  // bf16 dot-product peak (vdpbf16ps) in GFLOP/s on the same threads; <= 0: unknown / no such
+  // instruction.
+  double bf16_peak_gflops = 0;
 };
 
 struct BenchStat {
@@ -51,6 +54,10 @@ struct ModelBenchRow {
   // measured / not a pp row).
   double gflops = -1;
   double peak_fraction = -1;
+  double bf16_peak_fraction = -1;  // pp rows: of the bf16 dot peak (< 0: not measured)
+  // tg rows: weight bytes read per step (active bytes/token; a step of a batch reads them once
+  // for all its sequences) x steps/s / the read bandwidth (< 0: not measured / a pp row).
+  double bandwidth_fraction = -1;
 };
 
 // Floating-point operations of one pp forward of `tokens` prompt tokens of one sequence:
@@ -65,6 +72,7 @@ struct ModelBenchResult {
   std::vector<ModelBenchRow> rows;
   double bandwidth_gbs = 0;
   double peak_gflops = 0;
+  double bf16_peak_gflops = 0;
   uint64_t active_weight_bytes_per_token = 0;
   // active bytes/token x tg tokens/s at batch 1 / bandwidth; < 0 when not measured.
   double tg_bandwidth_fraction = -1;

@@ -5,9 +5,15 @@
 //
 // Tolerance: |got - want| <= 1e-5 * max(1, max|want|) (ExpectClose). The GEMM sums in f32 in a
 // different order than the reference (double); with |x|, |w| < 1 and K <= 2100 the f32 rounding
-// of a dot product stays far below 1e-5 of the output's scale.
+// of a dot product stays far below 1e-5 of the output's scale. Where the AVX512-BF16 kernel
+// (gemm_bf16.h) takes a bf16 call (the AVX3 targets on a CPU with the instruction) x is rounded
+// to bf16 by the kernel, so the reference gets the same rounded x and the same 1e-5 holds (bf16
+// products are exact in f32); Bf16Dot* tests bound the error against the exact f32 x.
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,6 +21,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/membw.h"
 #include "backend/reference/reference_backend.h"
 #include "hwy/highway.h"
@@ -29,6 +36,16 @@ using test::Owned;
 using test::Rng;
 
 constexpr float kTol = 1e-5f;
+
+// f32 -> bf16 -> f32 with round to nearest even, as vcvtneps2bf16 does for finite values.
+float RoundToBf16(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  b = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
+  float r;
+  std::memcpy(&r, &b, 4);
+  return r;
+}
 
 class GemmTest : public ::testing::Test {
  protected:
@@ -60,10 +77,6 @@ class GemmTest : public ::testing::Test {
     rng_.Fill(x);
     rng_.Fill(w);
     rng_.Fill(bias);
-    Tensor xv = x.t;
-    xv.shape[1] = k;
-    Owned want(DType::kF32, {m, n});
-    ref_.MatMul(xv, Weight::Dense(w.t), with_bias ? bias.t : Tensor(), want.t);
     std::vector<float> out(m * (n + out_pad), kSentinel);
 
     // The weight as f32 rows, for the callback.
@@ -97,6 +110,17 @@ class GemmTest : public ::testing::Test {
     a.bias = with_bias ? bias.f32() : nullptr;
     a.out = out.data();
     a.out_stride = n + out_pad;
+    // The reference sees x as the kernel does (rounded to bf16 by the AVX512-BF16 kernel).
+    const bool bf16dot = cpu::UseBf16Dot(a);
+    Owned xr(DType::kF32, {m, k});
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < k; ++c) {
+        const float v = x.f32()[r * (k + x_pad) + c];
+        xr.f32()[r * k + c] = bf16dot ? RoundToBf16(v) : v;
+      }
+    }
+    Owned want(DType::kF32, {m, n});
+    ref_.MatMul(xr.t, Weight::Dense(w.t), with_bias ? bias.t : Tensor(), want.t);
     cpu::Gemm(a, pool);
 
     std::vector<float> got(m * n);
@@ -105,8 +129,8 @@ class GemmTest : public ::testing::Test {
       for (int64_t c = 0; c < n; ++c) got[r * n + c] = out[r * (n + out_pad) + c];
       for (int64_t c = n; c < n + out_pad; ++c) pad_changed += out[r * (n + out_pad) + c] != kSentinel;
     }
-    const std::string what = fmt::format("gemm {} M={} N={} K={} bias={} callback={}",
-                                         DTypeName(wt), m, n, k, with_bias, callback);
+    const std::string what = fmt::format("gemm {} M={} N={} K={} bias={} callback={} bf16dot={}",
+                                         DTypeName(wt), m, n, k, with_bias, callback, bf16dot);
     EXPECT_EQ(pad_changed, 0) << what;
     ExpectClose(got, want.ToVector(), kTol, what);
     if (callback) {
@@ -141,7 +165,7 @@ TEST_F(GemmTest, LargerShapesSeveralKBlocks) {
   // K > kGemmKcMax (split into blocks, the last one ragged), m > 8 (several row tiles), n over
   // several row blocks with ragged ends.
   const Shape shapes[] = {{9, 50, 1030}, {20, 97, 2100}, {33, 13, 700}, {48, 200, 64},
-                          {8, 301, 1500}, {64, 6, 16}};
+                          {8, 301, 1500}, {64, 6, 16}, {17, 145, 4099}, {4, 49, 31}};
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
     ForEachTarget([&] {
@@ -174,10 +198,93 @@ TEST_F(GemmTest, BackendMatMulAroundTheGemvCrossover) {
       rng_.Fill(bias);
       Owned got(DType::kF32, {m, 70}), want(DType::kF32, {m, 70});
       cpu.MatMul(x.t, Weight::Dense(w.t), bias.t, got.t);
+      cpu::GemmArgs probe;
+      probe.m = m;
+      probe.k = 300;
+      probe.wtype = cpu::WType::kBF16;
+      if (m > cpu::kGemvMaxRows && cpu::UseBf16Dot(probe)) {
+        for (float& v : std::span<float>(x.f32(), m * 300)) v = RoundToBf16(v);
+      }
       ref_.MatMul(x.t, Weight::Dense(w.t), bias.t, want.t);
       ExpectClose(got.ToVector(), want.ToVector(), kTol, fmt::format("backend matmul M={}", m));
     }
   });
+}
+
+// The AVX512-BF16 kernel against the exact f32 x: each output within its rounding bound
+// sum_i |x_i - bf16(x_i)| * |w_i| (<= 2^-9 sum_i |x_i w_i|) plus 1e-5 of the output's scale; and
+// with the kernel turned off the same call is exact again.
+TEST_F(GemmTest, Bf16DotWithinRoundingBoundOfExactX) {
+  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  ThreadPool pool(2);
+  const int64_t m = 37, n = 101, k = 1537;
+  Owned x(DType::kF32, {m, k}), w(DType::kBF16, {n, k});
+  rng_.Fill(x);
+  rng_.Fill(w);
+  Owned want(DType::kF32, {m, n}), wf(DType::kF32, {n, k});
+  ref_.MatMul(x.t, Weight::Dense(w.t), Tensor(), want.t);
+  ref_.Copy(w.t, wf.t);
+  cpu::GemmArgs a;
+  a.x = x.f32();
+  a.x_stride = k;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.w = w.bytes.data();
+  a.wtype = cpu::WType::kBF16;
+  a.w_stride = k;
+  std::vector<float> got(m * n);
+  a.out = got.data();
+  a.out_stride = n;
+  ASSERT_TRUE(cpu::UseBf16Dot(a));  // the CPU has it and no test forces a narrower target here
+  cpu::Gemm(a, pool);
+  float scale = 1.0f;
+  for (float v : want.ToVector()) scale = std::max(scale, std::fabs(v));
+  int outside = 0, moved = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      double bound = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        const float xi = x.f32()[r * k + i];
+        bound += std::fabs(xi - RoundToBf16(xi)) * std::fabs(wf.f32()[c * k + i]);
+      }
+      const double err = std::fabs(got[r * n + c] - want.f32()[r * n + c]);
+      outside += err > bound + 1e-5 * scale;
+      moved += err > 1e-5 * scale;
+    }
+  }
+  EXPECT_EQ(outside, 0) << "outputs outside the bf16 rounding bound";
+  EXPECT_GT(moved, 0) << "x was not rounded: is the bf16 kernel running?";
+  cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);
+  EXPECT_FALSE(cpu::UseBf16Dot(a));
+  cpu::Gemm(a, pool);
+  cpu::SetBf16DotForTest(cpu::Bf16Dot::kAuto);
+  ExpectClose(got, want.ToVector(), kTol, "DH_BF16_DOT=off");
+}
+
+// Narrower Highway targets (an AVX2 machine, DH_CPU_TIER=avx2) keep the f32 GEMM.
+TEST_F(GemmTest, Bf16DotOnlyWithAnAvx512Target) {
+  cpu::GemmArgs a;
+  a.m = 8;
+  a.k = 64;
+  a.wtype = cpu::WType::kBF16;
+  ForEachTarget([&] {
+    const bool avx512 = (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0;
+    EXPECT_EQ(cpu::UseBf16Dot(a), avx512 && cpu::Bf16DotAvailable());
+  });
+  a.wtype = cpu::WType::kF32;
+  EXPECT_FALSE(cpu::UseBf16Dot(a));
+}
+
+TEST_F(GemmTest, Bf16PeakProbe) {
+  ThreadPool pool(2);
+  if (!cpu::Bf16DotAvailable()) {
+    EXPECT_EQ(cpu::Bf16DotProbeFlops(10), 0);
+    EXPECT_EQ(MeasureBf16PeakGflops(pool), 0.0);
+    return;
+  }
+  EXPECT_EQ(cpu::Bf16DotProbeFlops(10), 10 * 16 * 64);
+  EXPECT_GT(MeasureBf16PeakGflops(pool), 0.0);
 }
 
 TEST_F(GemmTest, FmaPeakProbeIsPositive) {

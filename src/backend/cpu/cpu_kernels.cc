@@ -333,6 +333,23 @@ uint64_t SumWords(const uint64_t* HWY_RESTRICT p, int64_t n) {
   return s;
 }
 
+uint64_t SumWordsTwoStreams(const uint64_t* HWY_RESTRICT p, int64_t n) {
+  const hn::ScalableTag<uint64_t> du;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(du));
+  const int64_t half = n / 2 / (2 * lanes) * (2 * lanes);
+  const uint64_t* HWY_RESTRICT q = p + half;
+  auto a0 = hn::Zero(du), a1 = hn::Zero(du), b0 = hn::Zero(du), b1 = hn::Zero(du);
+  for (int64_t i = 0; i < half; i += 2 * lanes) {
+    a0 = hn::Add(a0, hn::LoadU(du, p + i));
+    b0 = hn::Add(b0, hn::LoadU(du, q + i));
+    a1 = hn::Add(a1, hn::LoadU(du, p + i + lanes));
+    b1 = hn::Add(b1, hn::LoadU(du, q + i + lanes));
+  }
+  uint64_t s = hn::GetLane(hn::SumOfLanes(du, hn::Add(hn::Add(a0, a1), hn::Add(b0, b1))));
+  for (int64_t i = 2 * half; i < n; ++i) s += p[i];
+  return s;
+}
+
 const char* TargetNameHere() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -350,6 +367,7 @@ HWY_EXPORT(AddRow);
 HWY_EXPORT(SiluMulRow);
 HWY_EXPORT(WidenRow);
 HWY_EXPORT(SumWords);
+HWY_EXPORT(SumWordsTwoStreams);
 HWY_EXPORT(TargetNameHere);
 
 void MatMulRange(const MatMulArgs& a, int64_t n_begin, int64_t n_end) {
@@ -370,6 +388,9 @@ void WidenRow(const void* src, WType wtype, float* out, int64_t n) {
   HWY_DYNAMIC_DISPATCH(WidenRow)(src, wtype, out, n);
 }
 uint64_t SumWords(const uint64_t* p, int64_t n) { return HWY_DYNAMIC_DISPATCH(SumWords)(p, n); }
+uint64_t SumWordsTwoStreams(const uint64_t* p, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(SumWordsTwoStreams)(p, n);
+}
 const char* DispatchedTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameHere)(); }
 
 }  // namespace dh::cpu

@@ -59,6 +59,8 @@ void WidenRow(const void* src, WType wtype, float* out, int64_t n);
 
 // Sum of n words, read with full-width vector loads (the memory bandwidth probe).
 uint64_t SumWords(const uint64_t* p, int64_t n);
+// The same sum, read as two streams at once (the first and second half in lockstep).
+uint64_t SumWordsTwoStreams(const uint64_t* p, int64_t n);
 
 // Name of the SIMD target the dispatcher picks now ("AVX3", "AVX2", ...).
 const char* DispatchedTargetName();

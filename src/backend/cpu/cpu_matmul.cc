@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/quant_vnni.h"
 #include "backend/cpu/row_view.h"
@@ -228,7 +229,9 @@ struct MatMulKernel {
 const MatMulKernel kMatMulKernels[] = {
     {kDenseOnly, PathBit(MatMulPath::kGemm), [](const MatMulCall&) { return true; },
      [](const MatMulCall& c) {
-       return fmt::format("matmul gemm-tiled {} M={} N={} K={}", DTypeName(c.w.data.dtype),
+       const bool bf16dot = cpu::UseBf16Dot(GemmOver(c.dense, c.n(), nullptr));
+       return fmt::format("matmul {} {} M={} N={} K={}",
+                          bf16dot ? "gemm-bf16dot" : "gemm-tiled", DTypeName(c.w.data.dtype),
                           c.m(), c.n(), c.k());
      },
      DenseGemm},

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/gemm_bf16.h"
 #include "tensor/dtype.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -201,6 +202,7 @@ int64_t GemmKc(int64_t m, int64_t k, bool rows_fn) {
 
 void Gemm(const GemmArgs& a, ThreadPool& pool) {
   if (a.m <= 0 || a.n <= 0) return;
+  if (UseBf16Dot(a)) return Bf16DotGemm(a, pool);  // bf16 weights on AVX512-BF16 (gemm_bf16.h)
   const int64_t threads = pool.num_threads();
   // Blocks of output features: at most kMaxBlockRows (the weight block, kMaxBlockRows x kGemmKc,
   // stays in L2), and at least ~4 per thread so the dynamic hand-out can balance.

@@ -142,6 +142,7 @@ TEST(ModelBench, RunsPrefillAndDecodeAtSeveralBatchSizes) {
     bo.repeat = 2;
     bo.bandwidth_gbs = 10.0;
     bo.peak_gflops = 50.0;
+    bo.bf16_peak_gflops = 100.0;
     auto r = RunModelBench(**model, backend, bo);
     ASSERT_TRUE(r.ok()) << r.status().message();
     ASSERT_EQ(r->rows.size(), 4u);
@@ -159,6 +160,13 @@ TEST(ModelBench, RunsPrefillAndDecodeAtSeveralBatchSizes) {
     EXPECT_NEAR(r->rows[0].peak_fraction, r->rows[0].gflops / 50.0, 1e-12);
     EXPECT_LT(r->rows[1].gflops, 0.0);
     EXPECT_LT(r->rows[1].peak_fraction, 0.0);
+    EXPECT_NEAR(r->rows[0].bf16_peak_fraction, r->rows[0].gflops / 100.0, 1e-12);
+    EXPECT_LT(r->rows[0].bandwidth_fraction, 0.0);
+    // tg rows: weight bytes per step (one step serves the whole batch) / the bandwidth.
+    EXPECT_NEAR(r->rows[3].bandwidth_fraction,
+                r->active_weight_bytes_per_token * r->rows[3].tokens_per_s.mean / 3 / 1e9 / 10.0,
+                1e-12);
+    EXPECT_NEAR(r->rows[1].bandwidth_fraction, r->tg_bandwidth_fraction, 1e-12);
     EXPECT_GT(r->active_weight_bytes_per_token, 0u);
     EXPECT_GT(r->tg_bandwidth_fraction, 0.0);
     const std::string table = FormatModelBench(*r, **model, preset, 1);

@@ -1,0 +1,47 @@
+// bf16 x bf16 -> f32 GEMM on AVX512-BF16 (`vdpbf16ps`), for dense bf16 weights with 4+ rows of x
+// (prefill, batched decode, MoE expert groups): the GEMM of gemm.h at twice the multiply rate of
+// f32 FMAs. x is rounded to bf16 (nearest even) once per call; each product of two bf16 values
+// is exact in f32 and sums stay f32, so an output differs from the exact f32 product by at most
+// sum_i |x_i - bf16(x_i)| * |w_i| <= 2^-9 * sum_i |x_i * w_i| (plus f32 rounding of the sums).
+//
+// Layout: per K block (at most kBf16KcPairs column pairs), each thread packs its block of weight
+// rows into panels of 16 rows, [panel][pair][16 rows] of u32 column pairs, so one 64-byte load
+// holds one column pair of 16 output features. The micro-kernel multiplies 8 rows of x
+// (broadcast column pairs) by 3 panels: 24 zmm accumulators of 16 outputs each, no horizontal
+// sums. x86 intrinsics in functions compiled with a target attribute; chosen at run time.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/gemm.h"
+
+namespace dh::cpu {
+
+enum class Bf16Dot : uint8_t {
+  kAuto,  // vdpbf16ps where the CPU has it and the Highway AVX-512 target is active
+  kOff,   // always the f32 FMA GEMM (bf16 weights widened, x exact)
+  kOn,    // as kAuto (the CPU must still have the instruction)
+};
+
+// Overrides the mode (tests, microbenchmarks); kAuto restores the default. The starting mode
+// comes from DH_BF16_DOT=on|off|auto (unset: auto).
+void SetBf16DotForTest(Bf16Dot mode);
+
+// Whether this CPU has AVX512-BF16 (with AVX-512 F/BW/VL) and this build its kernel.
+bool Bf16DotAvailable();
+
+// The per-call choice: bf16 weight rows in memory (no rows_fn), the mode not off, the CPU has
+// the instruction, and Highway dispatches to an AVX-512 target now (DH_CPU_TIER=avx2 and the
+// per-target tests turn it off with the other AVX-512 kernels).
+bool UseBf16Dot(const GemmArgs& a);
+
+// The GEMM of gemm.h for a with UseBf16Dot(a); runs on all threads of pool.
+void Bf16DotGemm(const GemmArgs& a, ThreadPool& pool);
+
+// Floating-point operations (2 per multiply-add) per call of Bf16DotProbe; 0 without the kernel.
+int64_t Bf16DotProbeFlops(int64_t iters);
+// iters steps of independent register-resident vdpbf16ps chains (the bf16 peak yardstick);
+// returns a value derived from them. Call only when Bf16DotAvailable().
+float Bf16DotProbe(int64_t iters);
+
+}  // namespace dh::cpu
