@@ -148,7 +148,7 @@ void TracingBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
   const double heads = static_cast<double>(q.dim(1));
   const double dk = static_cast<double>(q.dim(2)), dv = static_cast<double>(out.dim(2));
   const double row_bytes = static_cast<double>(k_cache.dim(1)) * (dk + dv) *
-                           static_cast<double>(DTypeSize(k_cache.data.dtype()));
+                           static_cast<double>(DTypeSize(k_cache.data.dtype));
   Timed(
       "Attention", Bytes(q) + Bytes(out) + rows_read * row_bytes, 2 * pairs * heads * (dk + dv),
       [&] { inner().Attention(q, k_cache, v_cache, meta, scale, out); },
