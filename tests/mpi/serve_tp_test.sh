@@ -17,8 +17,11 @@ command -v curl >/dev/null || { echo "skip: curl not found"; exit 77; }
 [ -f "$MODEL/config.json" ] || { echo "skip: no model at $MODEL"; exit 77; }
 TMP=$(mktemp -d)
 PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+cleanup() {  # every server, its mpirun and its ranks (a stopped rank too)
+  for p in "${PIDS[@]}"; do
+    for d in $(descendants "$p"); do kill -KILL "$d" 2>/dev/null; done
+    kill -KILL "$p" 2>/dev/null
+  done
   rm -rf "$TMP"
 }
 trap cleanup EXIT
