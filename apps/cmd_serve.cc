@@ -244,7 +244,7 @@ int RunServe(ServeArgs& a) {
       const siginfo_t sig = signals.Wait();
       if (parallel && sig.si_signo == SIGTERM && sig.si_pid != 0 && sig.si_pid == ::getppid()) {
         // mpirun (or its daemon) ends the job because a rank failed: fail fast, before the
-        // SIGKILL it sends after odls_base_sigkill_timeout.
+        // SIGKILL that follows.
         if (!loaded.load()) std::_Exit(1);
         parallel_job->Fail(Status(StatusCode::kCancelled,
                                 "mpirun is ending the job: a rank failed (" +

@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,13 +70,16 @@ pid_t RankZeroOf(pid_t mpirun) {
   return mpirun;
 }
 
+// How long mpirun may outlive rank 0 before the launcher ends the job.
+constexpr std::chrono::seconds kRankZeroGrace{5};
+
 // Runs `mpirun -np N /proc/self/exe ARGS...` and exits with its status.
 Status LaunchUnderMpirun(int ranks) {
-  // When a rank dies, mpirun sends the others SIGTERM and, odls_base_sigkill_timeout seconds
-  // later, SIGKILL: 5 s (Open MPI's default is 1) leaves rank 0 time to answer the requests in
-  // flight with 503 (docs/parallel.md).
+  // A rank that dies must not make mpirun kill rank 0 at once (orte_abort_on_non_zero_status):
+  // rank 0 notices it, answers the requests in flight with 503 and exits, and its exit without
+  // finalizing MPI ends the job (docs/parallel.md).
   std::vector<std::string> args = {"mpirun", "-np", std::to_string(ranks), "--oversubscribe",
-                                   "--mca", "odls_base_sigkill_timeout", "5"};
+                                   "--mca", "orte_abort_on_non_zero_status", "0"};
   if (::geteuid() == 0) args.push_back("--allow-run-as-root");
   std::vector<std::string> own = OwnArguments();
   if (own.empty()) return Internal("cannot read /proc/self/cmdline to start the ranks");
@@ -115,10 +120,28 @@ Status LaunchUnderMpirun(int ranks) {
       if (::sigwait(&set, &sig) == 0) ::kill(RankZeroOf(pid), sig);
     }
   }).detach();
+  // mpirun runs with orte_abort_on_non_zero_status 0, so it does not end the job when rank 0
+  // exits after a rank failure: once rank 0 has been gone a few seconds while mpirun still
+  // waits (on a hung rank), SIGTERM to mpirun ends the rest of the job, on every host.
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  pid_t rank0 = 0;
+  std::optional<std::chrono::steady_clock::time_point> rank0_gone;
+  bool ended_job = false;
+  while (true) {
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid || (done < 0 && errno != EINTR)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (rank0 == 0 || rank0 == pid) {
+      rank0 = RankZeroOf(pid);
+    } else if (!rank0_gone && ::kill(rank0, 0) != 0) {
+      rank0_gone = std::chrono::steady_clock::now();
+    } else if (rank0_gone && !ended_job &&
+               std::chrono::steady_clock::now() - *rank0_gone > kRankZeroGrace) {
+      ::kill(pid, SIGTERM);
+      ended_job = true;
+    }
   }
-  std::exit(WIFEXITED(status) ? WEXITSTATUS(status) : kExitFailure);
+  std::exit(!ended_job && WIFEXITED(status) ? WEXITSTATUS(status) : kExitFailure);
 }
 
 }  // namespace

@@ -155,6 +155,11 @@ class StepLeader final : public Model {
       cv_.wait_for(lock, std::chrono::milliseconds(100));
       if (job_done_) break;
       if (auto f = job_->failure()) return *f;
+      if (job_->LocalRankExited()) {
+        lock.unlock();
+        return Fail(Cancelled("tensor-parallel step {}: a rank exited; {}", step,
+                              job_->DescribeRanks()));
+      }
       if (std::chrono::steady_clock::now() >= deadline) {
         lock.unlock();
         return Fail(Cancelled("tensor-parallel step {} did not finish within {} s; {}", step,
@@ -317,6 +322,18 @@ void ParallelJob::ObserveStep(const StepComm& step) const {
     observer = observer_;
   }
   if (observer) observer(step);
+}
+
+bool ParallelJob::LocalRankExited() const {
+  const std::vector<RankIdentity> all = ranks();
+  char host[64] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r].host != host) continue;
+    const char state = ProcessState(all[r].pid);
+    if (state == 0 || state == 'Z' || state == 'X') return true;
+  }
+  return false;
 }
 
 std::string ParallelJob::DescribeRanks() const {

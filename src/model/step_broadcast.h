@@ -65,6 +65,8 @@ class ParallelJob {
   // exited", "... is stopped", "... is running", or "rank 2 (pid 77 on host b): on another
   // host"; joined with "; ".
   std::string DescribeRanks() const;
+  // Whether a follower rank on this host has exited (looked up in /proc).
+  bool LocalRankExited() const;
 
   // Every rank's resident set size in bytes (index = rank), gathered about once a second while
   // steps run; empty before the first gather.

@@ -88,7 +88,8 @@ TEST(OpenAiSdkTest, ChatCompletionsThroughTheNodeSdkWithTensorParallelism) {
   }
   ServerProcess server;
   server.set_api_key("sdk-key");
-  ASSERT_TRUE(server.Start({"--api-key", "sdk-key", "--tp-size", "2", "--threads", "1"}))
+  ASSERT_TRUE(server.Start({"--api-key", "sdk-key", "--tp-size", "2", "--threads", "1"},
+                           std::chrono::seconds(240)))
       << server.log();
   const std::string model = ServedModel(server);
   std::string out = RunShell("cd '" + dir.string() + "' && DH_BASE_URL=" + server.base_url() + "/v1 DH_MODEL='" +

