@@ -205,7 +205,8 @@ TEST_F(Observability, BrokenPluginsAreRefusedWithTheReason) {
 
 TEST(OpMetrics, ServeExportsOpTimesAndRoutedTokensPerExpert) {
   ServerProcess server;
-  ASSERT_TRUE(server.Start({"--model-path", kModel, "--op-metrics", "--threads", "1"}))
+  // The fixture serves TestModelDir(): the embedded model when its weights exist.
+  ASSERT_TRUE(server.Start({"--op-metrics", "--threads", "1"}))
       << server.log();
   const Json req = {{"model", ServedModel(server)},
                     {"prompt", "To be"},
