@@ -528,7 +528,7 @@ TEST(CompileCacheTest, KeyNamesItsInputs) {
   o.plan = *ParseWeightPlan({.quant = "int4"});
   auto key = CompileCacheKey((kFixtures / "qwen2_sharded").string(), o, "cpu", "target=AVX3");
   ASSERT_TRUE(key.ok()) << key.status().message();
-  for (const char* part : {"format=2\n", "build=", "backend=cpu", "kernels=target=AVX3",
+  for (const char* part : {"format=3\n", "build=", "backend=cpu", "kernels=target=AVX3",
                            "\nweights=dtype=auto;embed=auto,attn=int4,", ",lm_head=auto,",
                            "config.json size=", "model.safetensors.index.json size=",
                            "-of-", "mtime_ns=", "header_xxh3="}) {

@@ -136,10 +136,11 @@ TEST(PolicyModelTest, InfoCountsBytesPerFormat) {
     const bool matrix = t->shape.size() == 2;
     const int64_t rows = t->shape[0], cols = matrix ? t->shape[1] : 1;
     const std::string format = matrix ? policy->FormatFor(t->name).Name() : "auto";
-    if (format == "int4") {
-      want["int4"] += rows * ((cols + 1) / 2) + 2 * rows * ((cols + 31) / 32) * 4;
-    } else if (format == "int8") {
-      want["int8"] += rows * cols + rows * ((cols + 31) / 32) * 4;
+    const int64_t groups = (cols + 31) / 32;
+    if (format == "int4") {  // codes, f16 scales, 4-bit zero points
+      want["int4"] += rows * ((cols + 1) / 2) + rows * groups * 2 + rows * ((groups + 1) / 2);
+    } else if (format == "int8") {  // codes, f16 scales
+      want["int8"] += rows * cols + rows * groups * 2;
     } else if (format == "bf16") {
       want["bf16"] += rows * cols * 2;
     } else {
