@@ -1,6 +1,7 @@
 // Kernel microbenchmark: GEMV (decode-shaped MatMul) throughput of CpuBackend for bf16 and f32
 // weights as a fraction of the machine's measured read bandwidth, plus GEMM rates for larger M as
-// a fraction of the measured f32 FMA peak.
+// a fraction of the measured f32 FMA peak and (bf16 weights, AVX512-BF16) of the bf16 dot peak;
+// DH_BF16_DOT=off runs bf16 weights on the f32 FMA GEMM for comparison.
 // Usage: bench_ops [--threads N] [--mb WORKING_SET_MB] [--seconds S] [--m 1,4,16]
 //                  [--kernel auto|gemv|gemm] [--dtype all|bf16|f32]
 // --kernel gemv / gemm call cpu::MatMulRange / cpu::Gemm directly (to find their crossover in M);
@@ -18,6 +19,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/membw.h"
 
 namespace dh {
@@ -144,15 +146,23 @@ int Run(const Options& o) {
   CpuBackend cpu(BackendOptions{.num_threads = o.threads});
   const double bw = MeasureReadBandwidthGBs(cpu.pool(), o.working_set_mb << 20);
   const double peak = MeasureFmaPeakGflops(cpu.pool());
+  const double bf16_peak = MeasureBf16PeakGflops(cpu.pool());  // 0 without AVX512-BF16
   const double core_peak = FmaPeakPerCpuSecond();
+  cpu::GemmArgs bf16_call;
+  bf16_call.m = 8;
+  bf16_call.k = 64;
+  bf16_call.wtype = cpu::WType::kBF16;
   std::printf("threads=%d target=%s measured read bandwidth: %.2f GB/s, f32 FMA peak: %.1f GFLOP/s "
-              "(%.1f GFLOP per CPU-second of one thread)\n",
-              o.threads, cpu::DispatchedTargetName(), bw, peak, core_peak);
+              "(%.1f GFLOP per CPU-second of one thread), bf16 dot peak: %.1f GFLOP/s, bf16 GEMM: "
+              "%s\n",
+              o.threads, cpu::DispatchedTargetName(), bw, peak, core_peak, bf16_peak,
+              cpu::UseBf16Dot(bf16_call) ? "vdpbf16ps" : "f32 FMA");
   // cpu_frac: GFLOP per CPU-second of the whole process / (threads x the one-thread peak per
   // CPU-second): the kernel's efficiency while other processes take turns on the cores (pool
   // threads waiting at the end of a call count as busy, so it errs low).
-  std::printf("%-5s %5s %6s %6s %10s %10s %9s %8s %9s %8s\n", "dtype", "M", "N", "K", "time_us",
-              "GB/s", "GFLOP/s", "bw_frac", "peak_frac", "cpu_frac");
+  // bf16_frac: GFLOP/s / the bf16 dot peak (bf16 rows on a CPU with AVX512-BF16).
+  std::printf("%-5s %5s %6s %6s %10s %10s %9s %8s %9s %8s %9s\n", "dtype", "M", "N", "K",
+              "time_us", "GB/s", "GFLOP/s", "bw_frac", "peak_frac", "cpu_frac", "bf16_frac");
   struct Shape {
     int64_t n, k;
   };
@@ -171,10 +181,12 @@ int Run(const Options& o) {
         const double cpu_frac = 2.0 * m * s.n * s.k / cpu_s / 1e9 / (o.threads * core_peak);
         const double gbs = static_cast<double>(bytes) / t / 1e9;
         const double gflops = 2.0 * m * s.n * s.k / t / 1e9;
-        std::printf("%-5s %5lld %6lld %6lld %10.1f %10.2f %9.1f %8.2f %9.2f %8.2f\n",
+        const bool bf16_row = dtype == DType::kBF16 && bf16_peak > 0;
+        std::printf("%-5s %5lld %6lld %6lld %10.1f %10.2f %9.1f %8.2f %9.2f %8.2f %9s\n",
                     std::string(DTypeName(dtype)).c_str(), static_cast<long long>(m),
                     static_cast<long long>(s.n), static_cast<long long>(s.k), t * 1e6, gbs, gflops,
-                    gbs / bw, gflops / peak, cpu_frac);
+                    gbs / bw, gflops / peak, cpu_frac,
+                    bf16_row ? fmt::format("{:.2f}", gflops / bf16_peak).c_str() : "-");
       }
     }
   }

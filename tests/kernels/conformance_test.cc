@@ -16,6 +16,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/quant_vnni.h"
 #include "backend/reference/reference_backend.h"
 #include "base/log.h"
@@ -70,6 +71,9 @@ TEST_F(ConformanceTest, MatMulDense) {
   const Shape shapes[] = {{1, 1, 1},   {1, 7, 5},   {1, 33, 67},  {2, 17, 129}, {3, 40, 255},
                           {4, 9, 64},  {5, 31, 100}, {8, 64, 97}, {17, 23, 301}};
   Rng rng(1);
+  // The exact kernels (f32 x, 2e-5): the AVX512-BF16 GEMM, which rounds x to bf16, is checked
+  // against its bound in gemm_test.cc.
+  cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);
   ForEachTarget([&] {
     for (DType wt : kWeightTypes) {
       for (const Shape& s : shapes) {
@@ -92,6 +96,7 @@ TEST_F(ConformanceTest, MatMulDense) {
       }
     }
   });
+  cpu::SetBf16DotForTest(cpu::Bf16Dot::kAuto);
 }
 
 TEST_F(ConformanceTest, MatMulQuantized) {
@@ -353,11 +358,16 @@ TEST_F(ConformanceTest, TraceShowsTheSimdKernelsRan) {
   traced.SiluMul(x.t, xs.t, xs.t);
   const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(log.find("matmul gemv bf16 M=1 N=8 K=16 target="), std::string::npos) << log;
-  EXPECT_NE(log.find("matmul gemm-tiled bf16 M=5 N=8 K=16 target="), std::string::npos) << log;
+  cpu::GemmArgs bf16_call;
+  bf16_call.m = 5;
+  bf16_call.k = 16;
+  bf16_call.wtype = cpu::WType::kBF16;
+  const std::string gemm = cpu::UseBf16Dot(bf16_call) ? "gemm-bf16dot" : "gemm-tiled";
+  EXPECT_NE(log.find("matmul " + gemm + " bf16 M=5 N=8 K=16 target="), std::string::npos) << log;
   EXPECT_NE(log.find("rmsnorm T=5 H=16"), std::string::npos) << log;
   EXPECT_NE(log.find("silu_mul T=5 I=16"), std::string::npos) << log;
   EXPECT_EQ(log.find("reference"), std::string::npos) << log;
-  EXPECT_EQ(log.find("gemm-tiled bf16 M=5"), log.rfind("gemm-tiled bf16 M=5")) << log;
+  EXPECT_EQ(log.find(gemm + " bf16 M=5"), log.rfind(gemm + " bf16 M=5")) << log;
 }
 
 TEST_F(ConformanceTest, SupportsMatchesAcceleratedOps) {

@@ -22,6 +22,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/quant_vnni.h"
 #include "backend/reference/reference_backend.h"
 #include "hwy/targets.h"
@@ -166,6 +167,7 @@ class MoeExpertsTest : public ::testing::Test {
     hwy::SetSupportedTargetsForTest(0);
     cpu::SetIntegerDotForTest(cpu::IntegerDot::kAuto);
     cpu::SetIntegerDotPathForTest(cpu::IntegerDotPath::kNone);
+    cpu::SetBf16DotForTest(cpu::Bf16Dot::kAuto);
   }
   ReferenceBackend ref_{BackendOptions{}};
   CpuBackend cpu_{BackendOptions{.num_threads = 2}};
@@ -177,6 +179,7 @@ const Fmt kFormats[] = {Fmt::kF32, Fmt::kBF16, Fmt::kInt8, Fmt::kInt4, Fmt::kFp8
 TEST_F(MoeExpertsTest, MatchesReferenceOnEverySimdTarget) {
   Rng rng(11);
   cpu::SetIntegerDotForTest(cpu::IntegerDot::kOff);
+  cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);  // exact x here; the bf16 GEMM's bound: gemm_test.cc
   for (Fmt f : kFormats) {
     Experts experts(f, rng);
     for (const Routing& r : kRoutings) {

@@ -127,7 +127,8 @@ class GemmTest : public ::testing::Test {
     int pad_changed = 0;
     for (int64_t r = 0; r < m; ++r) {
       for (int64_t c = 0; c < n; ++c) got[r * n + c] = out[r * (n + out_pad) + c];
-      for (int64_t c = n; c < n + out_pad; ++c) pad_changed += out[r * (n + out_pad) + c] != kSentinel;
+      for (int64_t c = n; c < n + out_pad; ++c)
+        pad_changed += out[r * (n + out_pad) + c] != kSentinel;
     }
     const std::string what = fmt::format("gemm {} M={} N={} K={} bias={} callback={} bf16dot={}",
                                          DTypeName(wt), m, n, k, with_bias, callback, bf16dot);
@@ -164,8 +165,8 @@ TEST_F(GemmTest, LargerShapesSeveralKBlocks) {
   };
   // K > kGemmKcMax (split into blocks, the last one ragged), m > 8 (several row tiles), n over
   // several row blocks with ragged ends.
-  const Shape shapes[] = {{9, 50, 1030}, {20, 97, 2100}, {33, 13, 700}, {48, 200, 64},
-                          {8, 301, 1500}, {64, 6, 16}, {17, 145, 4099}, {4, 49, 31}};
+  const Shape shapes[] = {{9, 50, 1030},  {20, 97, 2100}, {33, 13, 700},   {48, 200, 64},
+                          {8, 301, 1500}, {64, 6, 16},    {17, 145, 4099}, {4, 49, 31}};
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
     ForEachTarget([&] {
@@ -217,49 +218,52 @@ TEST_F(GemmTest, BackendMatMulAroundTheGemvCrossover) {
 TEST_F(GemmTest, Bf16DotWithinRoundingBoundOfExactX) {
   if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
   ThreadPool pool(2);
-  const int64_t m = 37, n = 101, k = 1537;
-  Owned x(DType::kF32, {m, k}), w(DType::kBF16, {n, k});
-  rng_.Fill(x);
-  rng_.Fill(w);
-  Owned want(DType::kF32, {m, n}), wf(DType::kF32, {n, k});
-  ref_.MatMul(x.t, Weight::Dense(w.t), Tensor(), want.t);
-  ref_.Copy(w.t, wf.t);
-  cpu::GemmArgs a;
-  a.x = x.f32();
-  a.x_stride = k;
-  a.m = m;
-  a.n = n;
-  a.k = k;
-  a.w = w.bytes.data();
-  a.wtype = cpu::WType::kBF16;
-  a.w_stride = k;
-  std::vector<float> got(m * n);
-  a.out = got.data();
-  a.out_stride = n;
-  ASSERT_TRUE(cpu::UseBf16Dot(a));  // the CPU has it and no test forces a narrower target here
-  cpu::Gemm(a, pool);
-  float scale = 1.0f;
-  for (float v : want.ToVector()) scale = std::max(scale, std::fabs(v));
-  int outside = 0, moved = 0;
-  for (int64_t r = 0; r < m; ++r) {
-    for (int64_t c = 0; c < n; ++c) {
-      double bound = 0;
-      for (int64_t i = 0; i < k; ++i) {
-        const float xi = x.f32()[r * k + i];
-        bound += std::fabs(xi - RoundToBf16(xi)) * std::fabs(wf.f32()[c * k + i]);
+  for (const int64_t m : {8, 37}) {  // the unpacked few-row kernel and the packed one
+    SCOPED_TRACE(fmt::format("M={}", m));
+    const int64_t n = 101, k = 1537;
+    Owned x(DType::kF32, {m, k}), w(DType::kBF16, {n, k});
+    rng_.Fill(x);
+    rng_.Fill(w);
+    Owned want(DType::kF32, {m, n}), wf(DType::kF32, {n, k});
+    ref_.MatMul(x.t, Weight::Dense(w.t), Tensor(), want.t);
+    ref_.Copy(w.t, wf.t);
+    cpu::GemmArgs a;
+    a.x = x.f32();
+    a.x_stride = k;
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    a.w = w.bytes.data();
+    a.wtype = cpu::WType::kBF16;
+    a.w_stride = k;
+    std::vector<float> got(m * n);
+    a.out = got.data();
+    a.out_stride = n;
+    ASSERT_TRUE(cpu::UseBf16Dot(a));  // the CPU has it and no test forces a narrower target here
+    cpu::Gemm(a, pool);
+    float scale = 1.0f;
+    for (float v : want.ToVector()) scale = std::max(scale, std::fabs(v));
+    int outside = 0, moved = 0;
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < n; ++c) {
+        double bound = 0;
+        for (int64_t i = 0; i < k; ++i) {
+          const float xi = x.f32()[r * k + i];
+          bound += std::fabs(xi - RoundToBf16(xi)) * std::fabs(wf.f32()[c * k + i]);
+        }
+        const double err = std::fabs(got[r * n + c] - want.f32()[r * n + c]);
+        outside += err > bound + 1e-5 * scale;
+        moved += err > 1e-5 * scale;
       }
-      const double err = std::fabs(got[r * n + c] - want.f32()[r * n + c]);
-      outside += err > bound + 1e-5 * scale;
-      moved += err > 1e-5 * scale;
     }
+    EXPECT_EQ(outside, 0) << "outputs outside the bf16 rounding bound";
+    EXPECT_GT(moved, 0) << "x was not rounded: is the bf16 kernel running?";
+    cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);
+    EXPECT_FALSE(cpu::UseBf16Dot(a));
+    cpu::Gemm(a, pool);
+    cpu::SetBf16DotForTest(cpu::Bf16Dot::kAuto);
+    ExpectClose(got, want.ToVector(), kTol, "DH_BF16_DOT=off");
   }
-  EXPECT_EQ(outside, 0) << "outputs outside the bf16 rounding bound";
-  EXPECT_GT(moved, 0) << "x was not rounded: is the bf16 kernel running?";
-  cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);
-  EXPECT_FALSE(cpu::UseBf16Dot(a));
-  cpu::Gemm(a, pool);
-  cpu::SetBf16DotForTest(cpu::Bf16Dot::kAuto);
-  ExpectClose(got, want.ToVector(), kTol, "DH_BF16_DOT=off");
 }
 
 // Narrower Highway targets (an AVX2 machine, DH_CPU_TIER=avx2) keep the f32 GEMM.

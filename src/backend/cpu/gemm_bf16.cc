@@ -45,11 +45,11 @@ Bf16Dot ModeFromEnv() {
 
 std::atomic<Bf16Dot> g_mode{ModeFromEnv()};
 
-constexpr int kMR = 8;                              // rows of x per micro-tile
-constexpr int kNR = 3;                              // 16-row weight panels per micro-tile
-constexpr int64_t kPanel = 16;                      // weight rows per panel (one zmm of f32)
-constexpr int64_t kGroupRows = kNR * kPanel;        // 48 output features per micro-tile
-constexpr int64_t kMaxBlockRows = 2 * kGroupRows;   // weight rows per packed block
+constexpr int kMR = 8;                             // rows of x per micro-tile
+constexpr int kNR = 3;                             // 16-row weight panels per micro-tile
+constexpr int64_t kPanel = 16;                     // weight rows per panel (one zmm of f32)
+constexpr int64_t kGroupRows = kNR * kPanel;       // 48 output features per micro-tile
+constexpr int64_t kMaxBlockRows = 2 * kGroupRows;  // weight rows per packed block
 // Column pairs per K block: the 8-row x tile is 32 KiB (L1), a packed block 384 KiB (L2).
 constexpr int64_t kKcPairsMax = 1024;
 constexpr int kProbeChains = 16;  // > vdpbf16ps latency x pipes of current x86 cores
@@ -126,7 +126,8 @@ DH_BF16_TARGET void PackBlock(const uint16_t* w, int64_t ws, int64_t rows, int64
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i) {
         const int64_t row = p * kPanel + i;
-        r[i] = row < rows ? _mm512_maskz_loadu_epi16(cm, w + row * ws + c0) : _mm512_setzero_si512();
+        r[i] =
+            row < rows ? _mm512_maskz_loadu_epi16(cm, w + row * ws + c0) : _mm512_setzero_si512();
       }
       Transpose16(r);
       const int64_t tn = pn - t0 < 16 ? pn - t0 : 16;
@@ -156,7 +157,8 @@ DH_BF16_TARGET DH_BF16_INLINE void Micro(const uint32_t* xb, int64_t xps, const 
   for (int64_t t = 0; t < pn; ++t) {
     __m512bh wv[NR];
 #pragma GCC unroll 3
-    for (int c = 0; c < NR; ++c) wv[c] = (__m512bh)_mm512_loadu_si512(wp + c * pstride + t * kPanel);
+    for (int c = 0; c < NR; ++c)
+      wv[c] = (__m512bh)_mm512_loadu_si512(wp + c * pstride + t * kPanel);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const __m512bh xv = (__m512bh)_mm512_set1_epi32(static_cast<int>(xb[r * xps + t]));
@@ -187,8 +189,8 @@ DH_BF16_TARGET DH_BF16_INLINE void RowTile(int mr, const uint32_t* xb, int64_t x
                                            float* out, int64_t os, int64_t cols_left,
                                            const float* bias, bool accumulate) {
   switch (mr) {
-#define DH_BF16_CASE(MR)                                                                 \
-  case MR:                                                                               \
+#define DH_BF16_CASE(MR) \
+  case MR:               \
     return Micro<MR, NR>(xb, xps, wp, pstride, pn, out, os, cols_left, bias, accumulate);
     DH_BF16_CASE(1)
     DH_BF16_CASE(2)
@@ -199,7 +201,8 @@ DH_BF16_TARGET DH_BF16_INLINE void RowTile(int mr, const uint32_t* xb, int64_t x
     DH_BF16_CASE(7)
     DH_BF16_CASE(8)
 #undef DH_BF16_CASE
-    default: return;
+    default:
+      return;
   }
 }
 
@@ -227,6 +230,90 @@ DH_BF16_TARGET void RunBlock(const GemmArgs& a, const uint32_t* xb, int64_t kp, 
         RowTile<1>(mr, xr, kp, wp, pstride, pn, orow + g, a.out_stride, cols, bias, accumulate);
       }
     }
+  }
+}
+
+// Few rows of x (batched decode): no packing, the weight rows are read once, as they lie. out[r][c]
+// (= sum + bias) for MR rows of x (bf16, xs elements apart) by NR weight rows over all k columns:
+// 32 columns per vdpbf16ps, a horizontal sum per output at the end.
+template <int MR, int NR>
+DH_BF16_TARGET DH_BF16_INLINE void DotTile(const uint16_t* xb, int64_t xs, const uint16_t* w,
+                                           int64_t ws, int64_t k, float* out, int64_t os,
+                                           const float* bias) {
+  __m512 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 3
+    for (int c = 0; c < NR; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  int64_t i = 0;
+  for (; i + 32 <= k; i += 32) {
+    __m512bh wv[NR];
+#pragma GCC unroll 3
+    for (int c = 0; c < NR; ++c) wv[c] = (__m512bh)_mm512_loadu_si512(w + c * ws + i);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + r * xs + i);
+#pragma GCC unroll 3
+      for (int c = 0; c < NR; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, wv[c]);
+    }
+  }
+  if (i < k) {
+    const __mmask32 m = static_cast<__mmask32>((1u << (k - i)) - 1);
+    __m512bh wv[NR];
+#pragma GCC unroll 3
+    for (int c = 0; c < NR; ++c) wv[c] = (__m512bh)_mm512_maskz_loadu_epi16(m, w + c * ws + i);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(m, xb + r * xs + i);
+#pragma GCC unroll 3
+      for (int c = 0; c < NR; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, wv[c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 3
+    for (int c = 0; c < NR; ++c) {
+      out[r * os + c] = _mm512_reduce_add_ps(acc[r][c]) + (bias != nullptr ? bias[c] : 0.0f);
+    }
+  }
+}
+
+template <int MR>
+DH_BF16_TARGET void DotRows(const uint16_t* xb, int64_t xs, const uint16_t* w, int64_t ws,
+                            int64_t k, int64_t rows, float* out, int64_t os, const float* bias) {
+  int64_t c = 0;
+  for (; c + 3 <= rows; c += 3) {
+    DotTile<MR, 3>(xb, xs, w + c * ws, ws, k, out + c, os, bias != nullptr ? bias + c : nullptr);
+  }
+  for (; c < rows; ++c) {
+    DotTile<MR, 1>(xb, xs, w + c * ws, ws, k, out + c, os, bias != nullptr ? bias + c : nullptr);
+  }
+}
+
+// Weight rows [j0, j0 + rows) for all m <= kMR rows of x.
+DH_BF16_TARGET void RunDotBlock(const GemmArgs& a, const uint32_t* xb, int64_t kp, int64_t j0,
+                                int64_t rows) {
+  const uint16_t* x16 = reinterpret_cast<const uint16_t*>(xb);
+  const uint16_t* w = static_cast<const uint16_t*>(a.w) + j0 * a.w_stride;
+  float* out = a.out + j0;
+  const float* bias = a.bias != nullptr ? a.bias + j0 : nullptr;
+  const int64_t xs = 2 * kp;
+  switch (a.m) {
+#define DH_BF16_CASE(MR) \
+  case MR:               \
+    return DotRows<MR>(x16, xs, w, a.w_stride, a.k, rows, out, a.out_stride, bias);
+    DH_BF16_CASE(1)
+    DH_BF16_CASE(2)
+    DH_BF16_CASE(3)
+    DH_BF16_CASE(4)
+    DH_BF16_CASE(5)
+    DH_BF16_CASE(6)
+    DH_BF16_CASE(7)
+    DH_BF16_CASE(8)
+#undef DH_BF16_CASE
+    default:
+      return;
   }
 }
 
@@ -290,11 +377,25 @@ void Bf16DotGemm(const GemmArgs& a, ThreadPool& pool) {
       ConvertRow(a.x + r * a.x_stride, a.k, reinterpret_cast<uint16_t*>(xb + r * kp));
     }
   });
+  const int64_t threads = pool.num_threads();
+  if (a.m <= kMR) {
+    // One x tile: the weight rows stream once from memory, unpacked, in blocks of 48 rows handed
+    // out dynamically.
+    const int64_t blocks = (a.n + kGroupRows - 1) / kGroupRows;
+    std::atomic<int64_t> next{0};
+    auto work = [&](int) {
+      for (int64_t b = next.fetch_add(1); b < blocks; b = next.fetch_add(1)) {
+        const int64_t j0 = b * kGroupRows;
+        RunDotBlock(a, xb, kp, j0, std::min(kGroupRows, a.n - j0));
+      }
+    };
+    if (threads <= 1 || blocks == 1) return work(0);
+    return pool.RunOnAll(work);
+  }
   // Equal K blocks of at most kKcPairsMax pairs, multiples of 16 pairs (one transpose).
   const int64_t kblocks = (kp + kKcPairsMax - 1) / kKcPairsMax;
   const int64_t kcp = ((kp + kblocks - 1) / kblocks + 15) / 16 * 16;
   // Blocks of output features: 48 or 96 rows, at least ~4 per thread where n allows.
-  const int64_t threads = pool.num_threads();
   const int64_t per = (a.n + 4 * threads - 1) / (4 * threads);
   const int64_t nb = per <= kGroupRows ? kGroupRows : kMaxBlockRows;
   const int64_t blocks = (a.n + nb - 1) / nb;

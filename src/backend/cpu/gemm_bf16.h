@@ -8,7 +8,10 @@
 // rows into panels of 16 rows, [panel][pair][16 rows] of u32 column pairs, so one 64-byte load
 // holds one column pair of 16 output features. The micro-kernel multiplies 8 rows of x
 // (broadcast column pairs) by 3 panels: 24 zmm accumulators of 16 outputs each, no horizontal
-// sums. x86 intrinsics in functions compiled with a target attribute; chosen at run time.
+// sums. Up to 8 rows of x (batched decode) skip the packing: 8 x 3 tiles of dot products over
+// whole weight rows as they lie (32 columns per instruction, one horizontal sum per output), so
+// the weight streams from memory once for the batch. x86 intrinsics in functions compiled with
+// a target attribute; chosen at run time.
 #pragma once
 
 #include <cstdint>
