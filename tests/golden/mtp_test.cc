@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/gemm_bf16.h"
 #include "backend/reference/reference_backend.h"
 #include "io/npy.h"
 #include "model/model.h"
@@ -43,6 +44,12 @@ std::unique_ptr<Backend> MakeBackend(const std::string& name) {
 class MtpGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MtpGolden, MatchesReference) {
+  // f32 products, as the PyTorch reference: the bf16 dot product (which rounds x to bf16) would
+  // make a multi-token MTP step differ from the same tokens one at a time.
+  cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);
+  struct Restore {
+    ~Restore() { cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff); }
+  } restore;
   std::ifstream in(kCase / "expected.json");
   const auto expected = nlohmann::json::parse(in);
   const auto prompt = expected["input_ids"].get<std::vector<int32_t>>();

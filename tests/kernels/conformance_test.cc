@@ -96,7 +96,7 @@ TEST_F(ConformanceTest, MatMulDense) {
       }
     }
   });
-  cpu::SetBf16DotForTest(cpu::Bf16Dot::kAuto);
+  cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);  // the default
 }
 
 TEST_F(ConformanceTest, MatMulQuantized) {

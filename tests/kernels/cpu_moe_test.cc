@@ -167,7 +167,7 @@ class MoeExpertsTest : public ::testing::Test {
     hwy::SetSupportedTargetsForTest(0);
     cpu::SetIntegerDotForTest(cpu::IntegerDot::kAuto);
     cpu::SetIntegerDotPathForTest(cpu::IntegerDotPath::kNone);
-    cpu::SetBf16DotForTest(cpu::Bf16Dot::kAuto);
+    cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);  // the default
   }
   ReferenceBackend ref_{BackendOptions{}};
   CpuBackend cpu_{BackendOptions{.num_threads = 2}};

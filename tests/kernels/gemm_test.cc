@@ -49,6 +49,9 @@ float RoundToBf16(float v) {
 
 class GemmTest : public ::testing::Test {
  protected:
+  // The bf16 dot-product GEMM is opt-in (DH_BF16_DOT); these tests check it wherever it applies.
+  void SetUp() override { cpu::SetBf16DotForTest(cpu::Bf16Dot::kAuto); }
+  void TearDown() override { cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff); }
   template <typename Body>
   void ForEachTarget(Body body) {
     const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();

@@ -185,7 +185,10 @@ TEST(TensorParallel, QuantizedKvCacheMatchesOneProcess) {
       auto single = RunModel(dir, ParallelOptions{}, prompt, 4, false, dtype);
       ASSERT_TRUE(single.ok()) << what << ": " << single.status().message();
       auto tp = RunModel(dir, ParallelOptions{g_comm->Rank(), size, 0, g_comm}, prompt, 4, false, dtype);
-      if (!tp.ok() && tp.status().message().find("does not divide") != std::string::npos) continue;
+      if (!tp.ok() && tp.status().message().find("does not divide") != std::string::npos) {
+        if (g_comm->Rank() == 0) std::printf("  %s: %s\n", what.c_str(), tp.status().message().c_str());
+        continue;
+      }
       ASSERT_TRUE(tp.ok()) << what << ": " << tp.status().message();
       float scale = 0;
       for (float v : single->logits) scale = std::max(scale, std::fabs(v));
@@ -198,7 +201,7 @@ TEST(TensorParallel, QuantizedKvCacheMatchesOneProcess) {
       ++compared;
     }
   }
-  EXPECT_GE(compared, size == 3 ? 3 : 6);
+  EXPECT_GE(compared, 3);  // llama_f32 (3 heads) divides at 3 ranks, ds_v3 at 2 and 4
 }
 
 // serve's path: rank 0 leads (each step broadcast, logits gathered on rank 0 only), the others

@@ -32,15 +32,18 @@ namespace dh::cpu {
 namespace {
 
 Bf16Dot ModeFromEnv() {
+  // Off unless asked for: rounding x to bf16 in the GEMM but not in the one-row GEMV makes a
+  // sequence's logits depend on how many rows share its step (batch size, tensor parallelism),
+  // and greedy output must not.
   const char* v = std::getenv("DH_BF16_DOT");
-  if (v == nullptr) return Bf16Dot::kAuto;
+  if (v == nullptr) return Bf16Dot::kOff;
   const std::string_view s(v);
   if (s == "on") return Bf16Dot::kOn;
-  if (s == "off") return Bf16Dot::kOff;
-  if (s != "auto" && !s.empty()) {
-    std::fprintf(stderr, "DH_BF16_DOT=%s: expected on, off or auto; using auto\n", v);
+  if (s == "auto") return Bf16Dot::kAuto;
+  if (s != "off" && !s.empty()) {
+    std::fprintf(stderr, "DH_BF16_DOT=%s: expected on, off or auto; using off\n", v);
   }
-  return Bf16Dot::kAuto;
+  return Bf16Dot::kOff;
 }
 
 std::atomic<Bf16Dot> g_mode{ModeFromEnv()};

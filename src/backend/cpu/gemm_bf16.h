@@ -26,8 +26,8 @@ enum class Bf16Dot : uint8_t {
   kOn,    // as kAuto (the CPU must still have the instruction)
 };
 
-// Overrides the mode (tests, microbenchmarks); kAuto restores the default. The starting mode
-// comes from DH_BF16_DOT=on|off|auto (unset: auto).
+// Overrides the mode (tests, microbenchmarks). The starting mode comes from
+// DH_BF16_DOT=on|off|auto (unset: off, see gemm_bf16.cc).
 void SetBf16DotForTest(Bf16Dot mode);
 
 // Whether this CPU has AVX512-BF16 (with AVX-512 F/BW/VL) and this build its kernel.

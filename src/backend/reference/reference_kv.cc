@@ -79,7 +79,9 @@ void KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache, KvCacheView 
   const int64_t t_count = k.shape[0];
   DH_CHECK(slot_mapping.numel() == t_count, "kv write slot mapping {} for {} tokens",
            slot_mapping.ShapeString(), t_count);
-  std::vector<float> row;
+  // Grow-only per thread: the CPU backend writes its cache through here on every decode step,
+  // which must not allocate (tests/alloc).
+  thread_local std::vector<float> row;
   auto write = [&](const Tensor& src, const KvCacheView& cache) {
     CheckView(cache);
     DH_CHECK(src.ndim == 3 && src.shape[1] == cache.dim(1) && src.shape[2] == cache.dim(2),

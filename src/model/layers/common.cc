@@ -119,7 +119,7 @@ Result<StepInputs> PrepareStep(const Batch& batch, const KvStorage& kv, int64_t 
 Status ComputeLogits(Backend& backend, Arena& arena, const StepInputs& step, Tensor residual,
                      const Tensor& hidden, const Tensor& norm_weight, float eps,
                      const Weight& lm_head, std::vector<float>* logits,
-                     std::vector<float>* normed_rows) {
+                     std::vector<float>* normed_rows, bool tap_logits) {
   const int64_t H = residual.dim(1);
   const int64_t R = step.logits_rows.dim(0);
   if (R == 0) {
@@ -138,7 +138,7 @@ Status ComputeLogits(Backend& backend, Arena& arena, const StepInputs& step, Ten
   }
   Tensor out = arena.Alloc(DType::kF32, {R, lm_head.rows});
   backend.MatMul(rows, lm_head, Tensor(), out);
-  Tap(backend, "logits", out);
+  if (tap_logits) Tap(backend, "logits", out);
   logits->resize(static_cast<size_t>(out.numel()));
   backend.CopyToHost(logits->data(), out);
   return Status::Ok();

@@ -54,11 +54,12 @@ Result<StepInputs> PrepareStep(const Batch& batch, const KvStorage& kv, int64_t 
                                Arena& arena);
 
 // Final norm -> rows wanted -> lm_head -> host logits [R, vocab]; with `normed_rows`, the
-// normed rows [R, H] too (host).
+// normed rows [R, H] too (host). `tap_logits` false: the caller taps "logits" itself (a rank's
+// vocabulary slice is not the logits; the decoder taps them once gathered).
 Status ComputeLogits(Backend& backend, Arena& arena, const StepInputs& step, Tensor residual,
                      const Tensor& hidden, const Tensor& norm_weight, float eps,
                      const Weight& lm_head, std::vector<float>* logits,
-                     std::vector<float>* normed_rows = nullptr);
+                     std::vector<float>* normed_rows = nullptr, bool tap_logits = true);
 
 // Uploads f32 host values as a device tensor owned by `owner`.
 Result<Tensor> UploadF32(Backend& backend, std::span<const float> values,

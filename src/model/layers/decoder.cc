@@ -149,9 +149,15 @@ Status Decoder::Forward(const Batch& batch, KvStorage& kv, std::vector<float>* l
                          hidden_out);
   }
   DH_RETURN_IF_ERROR(ComputeLogits(backend_, arena_, step, residual, x, norm_, eps, lm_head_,
-                                   &vocab_slice_, hidden_out));
-  return tp_.GatherLogits(vocab_slice_, static_cast<int64_t>(batch.logits_rows.size()),
-                          config_.vocab_size, batch.logits_on_rank0_only, logits);
+                                   &vocab_slice_, hidden_out, /*tap_logits=*/false));
+  const int64_t rows = static_cast<int64_t>(batch.logits_rows.size());
+  DH_RETURN_IF_ERROR(tp_.GatherLogits(vocab_slice_, rows, config_.vocab_size,
+                                      batch.logits_on_rank0_only, logits));
+  if (ActiveTapSink() != nullptr && !logits->empty()) {  // the gathered logits, on the host
+    Tap(backend_, "logits",
+        Tensor::FromDims(logits->data(), DType::kF32, std::vector<int64_t>{rows, config_.vocab_size}));
+  }
+  return Status::Ok();
 }
 
 Status Decoder::ForwardMtp(const Batch& batch, KvStorage& kv, std::span<const float> hidden,

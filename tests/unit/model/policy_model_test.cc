@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/reference/reference_backend.h"
 #include "io/safetensors.h"
@@ -190,7 +191,9 @@ TEST(PolicyModelTest, BackendsAgreeOnFp8Policy) {
   if (!fs::exists(kFixtures / "ds_v3")) GTEST_SKIP() << "fixture ds_v3 is absent";
   for (const char* policy : {"static:fp8", "custom:default=bf16,experts=fp8,gate=f16"}) {
     auto ref = Load("ds_v3", "reference", policy);
+    cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);  // bf16 weights in f32 products, as the reference
     auto cpu = Load("ds_v3", "cpu", policy);
+    cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);
     ASSERT_TRUE(ref.ok() && cpu.ok()) << policy;
     EXPECT_LE(RelativeRmsError(cpu->logits, ref->logits), 1e-4) << policy;
   }

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/quant_vnni.h"
 #include "backend/reference/reference_backend.h"
@@ -88,9 +89,12 @@ TEST(QuantizedModelTest, BackendsAgreeOnQuantizedModel) {
   if (!fs::exists(kFixtures / "ds_moe")) GTEST_SKIP() << "fixture ds_moe is absent";
   for (const char* quant : {"int8", "int4"}) {
     auto ref = Logits("ds_moe", "reference", quant);
-    // f32 products on the CPU: the same weights, so only summation order differs.
+    // f32 products on the CPU: the same weights, so only summation order differs (neither the
+    // integer dot nor the bf16 dot product, which round x).
     cpu::SetIntegerDotForTest(cpu::IntegerDot::kOff);
+    cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);
     auto cpu = Logits("ds_moe", "cpu", quant);
+    cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);
     // The integer (VNNI) kernels also round x to int8 per 32 columns (quant_vnni.h): an 8-bit
     // error of the same order as int8 weights' (0.01-0.02 here), so the bound is 0.05.
     cpu::SetIntegerDotForTest(cpu::IntegerDot::kOn);
