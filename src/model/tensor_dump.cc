@@ -58,7 +58,7 @@ TensorDumper::~TensorDumper() {
 
 void TensorDumper::OnTap(Backend& backend, std::string_view name, const Tensor& t) {
   if (!error_.ok() || step_ < options_.first_step || step_ > options_.last_step) return;
-  if (!GlobMatch(options_.filter, name)) return;
+  if (!GlobMatchAny(options_.filter, name)) return;
   DH_CHECK(t.contiguous(), "tap {} is a strided view {}", name, t.ShapeString());
   host_.resize(t.nbytes());
   backend.CopyToHost(host_.data(), t);

@@ -420,40 +420,6 @@ const Rule* FindRule(std::string_view id) {
   return nullptr;
 }
 
-bool GlobMatch(std::string_view g, std::string_view t) {
-  // Iterative matcher with one backtrack point for '*' (the last star seen); '#' is one or more
-  // digits, matched greedily (a digit never follows '#' in our patterns).
-  size_t gi = 0, ti = 0, star_g = std::string_view::npos, star_t = 0;
-  while (ti < t.size() || gi < g.size()) {
-    if (gi < g.size()) {
-      const char c = g[gi];
-      if (c == '*') {
-        star_g = gi++;
-        star_t = ti;
-        continue;
-      }
-      if (c == '#') {
-        if (ti < t.size() && t[ti] >= '0' && t[ti] <= '9') {
-          while (ti < t.size() && t[ti] >= '0' && t[ti] <= '9') ++ti;
-          ++gi;
-          continue;
-        }
-      } else if (ti < t.size() && t[ti] == c) {
-        ++gi;
-        ++ti;
-        continue;
-      }
-    }
-    if (star_g != std::string_view::npos && star_t < t.size()) {
-      gi = star_g + 1;
-      ti = ++star_t;
-      continue;
-    }
-    return false;
-  }
-  return true;
-}
-
 const char* TargetName(Target t) {
   switch (t) {
     case Target::kAscend: return "ascend";

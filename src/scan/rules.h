@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/glob.h"
+
 namespace dh::scan {
 
 enum class Target { kAscend = 0, kRocm = 1, kCpu = 2 };
@@ -62,7 +64,6 @@ const std::vector<Rule>& Rules();
 // nullptr when no rule has that id.
 const Rule* FindRule(std::string_view id);
 
-bool GlobMatch(std::string_view glob, std::string_view text);
 
 const char* TargetName(Target t);
 bool ParseTarget(std::string_view s, Target* t);

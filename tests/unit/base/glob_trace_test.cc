@@ -16,8 +16,10 @@ TEST(GlobMatch, StarsQuestionMarksAndAlternatives) {
   EXPECT_FALSE(GlobMatch("model.layers.*.mlp", "model.layers.12.mlp.gate"));
   EXPECT_TRUE(GlobMatch("model.layers.?.self_attn.*", "model.layers.3.self_attn.q_a_proj"));
   EXPECT_FALSE(GlobMatch("model.layers.?.self_attn.*", "model.layers.13.self_attn.q_a_proj"));
-  EXPECT_TRUE(GlobMatch("logits,model.norm", "model.norm"));
-  EXPECT_FALSE(GlobMatch("logits,model.norm", "model.norms"));
+  EXPECT_TRUE(GlobMatchAny("logits,model.norm", "model.norm"));
+  EXPECT_FALSE(GlobMatchAny("logits,model.norm", "model.norms"));
+  EXPECT_TRUE(GlobMatch("model.layers.#.mlp", "model.layers.12.mlp"));
+  EXPECT_FALSE(GlobMatch("model.layers.#.mlp", "model.layers.x.mlp"));
   EXPECT_TRUE(GlobMatch("*a*b*c", "xxaxxbxxbxc"));
   EXPECT_FALSE(GlobMatch("", "x"));
 }
