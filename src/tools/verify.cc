@@ -303,6 +303,8 @@ Result<uint64_t> StreamStats(const std::vector<const TensorInfo*>& tensors, doub
     total += t.nbytes;
   }
   std::vector<TensorStats> partial(chunks.size());
+  std::vector<uint64_t> limit_bits(tensors.size());  // max_abs in each tensor's bits, once
+  for (size_t i = 0; i < tensors.size(); ++i) limit_bits[i] = LimitBits(tensors[i]->dtype, max_abs);
   std::vector<std::string> errors(chunks.size());
   ProgressBar bar("verify", total, progress);
   std::mutex mu;
@@ -349,7 +351,7 @@ Result<uint64_t> StreamStats(const std::vector<const TensorInfo*>& tensors, doub
       } else {
         const uint64_t cols = t.shape.size() == 2 ? static_cast<uint64_t>(t.shape[1]) : 0;
         AccumulateStats(buf.data(), t.dtype, ch.bytes / DTypeSize(t.dtype), cols,
-                        LimitBits(t.dtype, max_abs), &partial[c]);
+                        limit_bits[ch.tensor], &partial[c]);
       }
       std::lock_guard<std::mutex> lock(mu);
       done += ch.bytes;
