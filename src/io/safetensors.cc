@@ -27,12 +27,6 @@ struct Entry {
   uint64_t end = 0;
 };
 
-std::string FormatShape(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", shape[i]);
-  return s + "]";
-}
-
 // A JSON integer in [0, limit], or nullopt.
 std::optional<uint64_t> NonNegativeInt(const json& v, uint64_t limit) {
   uint64_t u;
@@ -145,6 +139,12 @@ bool IsPlainFileName(const std::string& name) {
 }
 
 }  // namespace
+
+std::string FormatShape(std::span<const int64_t> dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", dims[i]);
+  return s + "]";
+}
 
 std::string TensorInfo::ShapeString() const { return FormatShape(shape); }
 

@@ -5,10 +5,13 @@
 // model.safetensors.index.json (shard names confined to the directory), or *.safetensors.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -21,6 +24,12 @@ namespace dh {
 
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100u << 20;  // as the reference library
 
+// "[a, b, ...]": how a shape reads in messages.
+std::string FormatShape(std::span<const int64_t> dims);
+inline std::string FormatShape(std::initializer_list<int64_t> dims) {
+  return FormatShape(std::span<const int64_t>(dims.begin(), dims.size()));
+}
+
 struct TensorInfo {
   std::string name;
   DType dtype = DType::kF32;
@@ -32,6 +41,9 @@ struct TensorInfo {
   // A host view of the stored bytes (read-only by convention).
   Tensor View() const { return Tensor::FromDims(const_cast<uint8_t*>(data), dtype, shape); }
   std::string ShapeString() const;
+  bool HasShape(std::initializer_list<int64_t> dims) const {
+    return std::equal(shape.begin(), shape.end(), dims.begin(), dims.end());
+  }
 };
 
 class SafetensorsFile {

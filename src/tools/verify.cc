@@ -39,12 +39,6 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string ShapeOf(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 float ElementAsFloat(const TensorInfo& t, uint64_t i) { return ElementAt(t.data, t.dtype, i); }
 
 bool IsScaleTensor(const std::string& name) {
@@ -176,7 +170,7 @@ Result<uint64_t> StreamStats(const std::vector<const TensorInfo*>& tensors, doub
     TensorStats& s = (*stats)[i];
     s.name = tensors[i]->name;
     s.dtype = std::string(DTypeName(tensors[i]->dtype));
-    s.shape = ShapeOf(tensors[i]->shape);
+    s.shape = FormatShape(tensors[i]->shape);
     s.elements = tensors[i]->nbytes / DTypeSize(tensors[i]->dtype);
   }
   for (size_t c = 0; c < chunks.size(); ++c) {
@@ -204,14 +198,14 @@ void CheckFp8Scales(const Checkpoint& ckpt, const ModelConfig* config, VerifyRep
     }
     if (w->shape.size() != 2 || t->shape.size() != 2) {
       r->problems.push_back({"fp8-scales", t->name, "expected 2-D weight and scales, got " +
-                                                        ShapeOf(w->shape) + " and " + ShapeOf(t->shape)});
+                                                        FormatShape(w->shape) + " and " + FormatShape(t->shape)});
       continue;
     }
     const int64_t er = (w->shape[0] + br - 1) / br, ec = (w->shape[1] + bc - 1) / bc;
     if (t->shape[0] != er || t->shape[1] != ec) {
       r->problems.push_back({"fp8-scales", t->name,
-                             "shape " + ShapeOf(t->shape) + ": expected [" + std::to_string(er) +
-                                 ", " + std::to_string(ec) + "] (weight " + ShapeOf(w->shape) +
+                             "shape " + FormatShape(t->shape) + ": expected [" + std::to_string(er) +
+                                 ", " + std::to_string(ec) + "] (weight " + FormatShape(w->shape) +
                                  " in " + std::to_string(br) + "x" + std::to_string(bc) + " blocks)"});
     }
     if (!IsFloat(t->dtype)) {
@@ -259,21 +253,21 @@ void CheckPacking(const Checkpoint& ckpt, const ModelConfig* config, VerifyRepor
     }
     const int64_t groups = s->shape[0], out = s->shape[1];
     if (z->shape[0] != groups || z->shape[1] * 8 != out) {
-      bad("qzeros " + ShapeOf(z->shape) + " does not match scales " + ShapeOf(s->shape) +
+      bad("qzeros " + FormatShape(z->shape) + " does not match scales " + FormatShape(s->shape) +
           ": expected [" + std::to_string(groups) + ", " + std::to_string(out / 8) + "]");
       continue;
     }
     int64_t in = 0;
     if (method == "awq") {
       if (q->shape[1] * 8 != out) {
-        bad("AWQ qweight " + ShapeOf(q->shape) + ": expected " + std::to_string(out / 8) +
+        bad("AWQ qweight " + FormatShape(q->shape) + ": expected " + std::to_string(out / 8) +
             " packed columns for " + std::to_string(out) + " outputs");
         continue;
       }
       in = q->shape[0];
     } else {
       if (q->shape[1] != out) {
-        bad("GPTQ qweight " + ShapeOf(q->shape) + ": expected " + std::to_string(out) + " columns");
+        bad("GPTQ qweight " + FormatShape(q->shape) + ": expected " + std::to_string(out) + " columns");
         continue;
       }
       in = q->shape[0] * 8;
@@ -286,7 +280,7 @@ void CheckPacking(const Checkpoint& ckpt, const ModelConfig* config, VerifyRepor
     if (const TensorInfo* g = ckpt.Find(base + ".g_idx"); g != nullptr) {
       if (g->dtype != DType::kI32 || g->shape.size() != 1 || g->shape[0] != in) {
         bad("g_idx: expected int32 [" + std::to_string(in) + "], got " +
-            std::string(DTypeName(g->dtype)) + " " + ShapeOf(g->shape));
+            std::string(DTypeName(g->dtype)) + " " + FormatShape(g->shape));
         continue;
       }
       for (int64_t i = 0; i < in; ++i) {

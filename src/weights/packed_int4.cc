@@ -14,21 +14,6 @@ namespace {
 // AWQ's GEMM packing: nibble i (bits 4i..4i+3) of word j holds output column 8j + kAwqOrder[i].
 constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 
-std::string Dims(std::initializer_list<int64_t> dims) {
-  std::string s = "[";
-  for (int64_t d : dims) s += fmt::format("{}{}", s.size() > 1 ? ", " : "", d);
-  return s + "]";
-}
-
-bool ShapeIs(const TensorInfo& t, std::initializer_list<int64_t> dims) {
-  if (t.shape.size() != dims.size()) return false;
-  size_t i = 0;
-  for (int64_t d : dims) {
-    if (t.shape[i++] != d) return false;
-  }
-  return true;
-}
-
 int32_t ReadI32(const TensorInfo& t, int64_t i) {
   int32_t v;
   std::memcpy(&v, t.data + i * 4, 4);
@@ -46,7 +31,7 @@ float ReadScale(const TensorInfo& t, int64_t i) {
 // The common "<file>: tensor '<name>' has shape S, expected E (<layout>)" error.
 Status ShapeError(const TensorInfo& t, std::initializer_list<int64_t> want, const std::string& why) {
   return InvalidArgument("{}: tensor '{}' has shape {}, expected {} ({})", t.file, t.name,
-                         t.ShapeString(), Dims(want), why);
+                         t.ShapeString(), FormatShape(want), why);
 }
 
 Status DTypeError(const TensorInfo& t, const char* want) {
@@ -181,17 +166,17 @@ Result<Int4Host> ConvertPackedInt4(const QuantizationConfig& q, const PackedInt4
   if (sc.dtype != DType::kF16 && sc.dtype != DType::kBF16) return DTypeError(sc, "F16 or BF16");
   const std::string proj = fmt::format("for a projection of {} outputs x {} inputs", rows, cols);
   if (awq) {
-    if (!ShapeIs(qw, {cols, rows / 8})) {
+    if (!qw.HasShape({cols, rows / 8})) {
       return ShapeError(qw, {cols, rows / 8}, "AWQ qweight [in_features, out_features / 8] " + proj);
     }
-  } else if (!ShapeIs(qw, {cols / 8, rows})) {
+  } else if (!qw.HasShape({cols / 8, rows})) {
     return ShapeError(qw, {cols / 8, rows}, "GPTQ qweight [in_features / 8, out_features] " + proj);
   }
   const std::string group_note =
       fmt::format("{} qzeros [in_features / group_size, out_features / 8] with group_size {} {}",
                   method, group, proj);
-  if (!ShapeIs(qz, {groups, rows / 8})) return ShapeError(qz, {groups, rows / 8}, group_note);
-  if (!ShapeIs(sc, {groups, rows})) {
+  if (!qz.HasShape({groups, rows / 8})) return ShapeError(qz, {groups, rows / 8}, group_note);
+  if (!sc.HasShape({groups, rows})) {
     return ShapeError(sc, {groups, rows},
                       fmt::format("{} scales [in_features / group_size, out_features] with "
                                   "group_size {} {}",
@@ -201,7 +186,7 @@ Result<Int4Host> ConvertPackedInt4(const QuantizationConfig& q, const PackedInt4
   if (!awq && t.g_idx != nullptr) {
     const TensorInfo& gi = *t.g_idx;
     if (gi.dtype != DType::kI32 && gi.dtype != DType::kI64) return DTypeError(gi, "I32 or I64");
-    if (!ShapeIs(gi, {cols})) return ShapeError(gi, {cols}, "GPTQ g_idx [in_features]");
+    if (!gi.HasShape({cols})) return ShapeError(gi, {cols}, "GPTQ g_idx [in_features]");
     std::vector<int32_t> g(static_cast<size_t>(cols));
     for (int64_t c = 0; c < cols; ++c) {
       int64_t v;

@@ -12,25 +12,6 @@
 namespace dh {
 namespace {
 
-std::string DimsString(std::initializer_list<int64_t> dims) {
-  std::string s = "[";
-  bool first = true;
-  for (int64_t d : dims) {
-    s += fmt::format("{}{}", first ? "" : ", ", d);
-    first = false;
-  }
-  return s + "]";
-}
-
-bool ShapeIs(const TensorInfo& t, std::initializer_list<int64_t> dims) {
-  if (t.shape.size() != dims.size()) return false;
-  size_t i = 0;
-  for (int64_t d : dims) {
-    if (t.shape[i++] != d) return false;
-  }
-  return true;
-}
-
 // Converts `n` elements of a float tensor to f32.
 void ToF32(const Tensor& src, float* dst) {
   const int64_t n = src.numel();
@@ -132,9 +113,9 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
     return LoadPackedInt4(base, rows, cols);  // AWQ / GPTQ: weight_loader_packed.cc
   }
   DH_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name));
-  if (!ShapeIs(*t, {rows, cols})) {
+  if (!t->HasShape({rows, cols})) {
     return InvalidArgument("{}: tensor '{}' has shape {}, expected {} for this config", t->file,
-                           name, t->ShapeString(), DimsString({rows, cols}));
+                           name, t->ShapeString(), FormatShape({rows, cols}));
   }
   num_parameters_ += rows * cols;
   Weight w;
@@ -207,10 +188,10 @@ Result<const TensorInfo*> WeightLoader::FindFp8Scale(const std::string& name, in
   const int bc = q.block_cols > 0 ? q.block_cols : 128;
   DH_ASSIGN_OR_RETURN(const TensorInfo* s, Find(scale_name));
   const int64_t srows = (rows + br - 1) / br, scols = (cols + bc - 1) / bc;
-  if (!ShapeIs(*s, {srows, scols})) {
+  if (!s->HasShape({srows, scols})) {
     return InvalidArgument("{}: scale tensor '{}' has shape {}, expected {} ({}x{} blocks of {})",
-                           s->file, scale_name, s->ShapeString(), DimsString({srows, scols}), br,
-                           bc, DimsString({rows, cols}));
+                           s->file, scale_name, s->ShapeString(), FormatShape({srows, scols}), br,
+                           bc, FormatShape({rows, cols}));
   }
   if (s->dtype != DType::kF32 && s->dtype != DType::kBF16 && s->dtype != DType::kF16) {
     return InvalidArgument("{}: scale tensor '{}' has dtype {}, expected F32/BF16", s->file,
@@ -239,9 +220,9 @@ Result<std::vector<float>> WeightLoader::HostMatrixF32(const std::string& name, 
     *stored_dtype = PolicyDenseDType(name, DType::kBF16);
     return out;
   }
-  if (!ShapeIs(*t, {rows, cols})) {
+  if (!t->HasShape({rows, cols})) {
     return InvalidArgument("{}: tensor '{}' has shape {}, expected {} for this config", t->file,
-                           name, t->ShapeString(), DimsString({rows, cols}));
+                           name, t->ShapeString(), FormatShape({rows, cols}));
   }
   if (!IsFloat(t->dtype) || DTypeSize(t->dtype) > 4 || DTypeSize(t->dtype) < 2) {
     return InvalidArgument("{}: tensor '{}' has dtype {}, expected F32, BF16 or F16", t->file,
@@ -296,9 +277,9 @@ Result<Weight> WeightLoader::MatrixPart(const std::string& name, int64_t rows, i
                        "ranks; use --tp-size 1", name);
   }
   DH_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name));
-  if (!ShapeIs(*t, {rows, cols})) {
+  if (!t->HasShape({rows, cols})) {
     return InvalidArgument("{}: tensor '{}' has shape {}, expected {} for this config", t->file,
-                           name, t->ShapeString(), DimsString({rows, cols}));
+                           name, t->ShapeString(), FormatShape({rows, cols}));
   }
   num_parameters_ += rows * cols;
   const int64_t part_rows = by_rows ? slice.count : rows;
@@ -345,9 +326,9 @@ Result<Tensor> WeightLoader::VectorPart(const std::string& name, int64_t n, int6
                                         int64_t count) {
   if (begin == 0 && count == n) return Vector(name, n);
   DH_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name));
-  if (!ShapeIs(*t, {n})) {
+  if (!t->HasShape({n})) {
     return InvalidArgument("{}: tensor '{}' has shape {}, expected {} for this config", t->file,
-                           name, t->ShapeString(), DimsString({n}));
+                           name, t->ShapeString(), FormatShape({n}));
   }
   if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
     return InvalidArgument("{}: tensor '{}' has dtype {}, expected F32, BF16 or F16", t->file,
@@ -368,9 +349,9 @@ Result<Tensor> WeightLoader::VectorPart(const std::string& name, int64_t n, int6
 
 Result<Tensor> WeightLoader::Vector(const std::string& name, int64_t n) {
   DH_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name));
-  if (!ShapeIs(*t, {n})) {
+  if (!t->HasShape({n})) {
     return InvalidArgument("{}: tensor '{}' has shape {}, expected {} for this config", t->file,
-                           name, t->ShapeString(), DimsString({n}));
+                           name, t->ShapeString(), FormatShape({n}));
   }
   if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
     return InvalidArgument("{}: tensor '{}' has dtype {}, expected F32, BF16 or F16", t->file,
