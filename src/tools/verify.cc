@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/progress.h"
@@ -46,125 +46,76 @@ bool IsScaleTensor(const std::string& name) {
          EndsWith(name, "_scale") || EndsWith(name, ".weight_scale");
 }
 
-// Where each tensor's bytes start in its file: 8 + header length + data_offsets[0] (the header
-// was validated when the checkpoint was opened; this re-reads only the header).
-Result<std::map<std::string, uint64_t>> DataOffsets(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  uint8_t len8[8];
-  if (!in.read(reinterpret_cast<char*>(len8), 8)) return IoError("{}: cannot read", path);
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len8[i];
-  if (header_len > (uint64_t{100} << 20)) return IoError("{}: header too large", path);
-  std::string header(header_len, '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(header_len)))
-    return IoError("{}: cannot read the header", path);
-  json h = json::parse(header, nullptr, false);
-  if (h.is_discarded() || !h.is_object()) return IoError("{}: header is not a JSON object", path);
-  std::map<std::string, uint64_t> out;
-  for (const auto& [name, v] : h.items()) {
-    if (name == "__metadata__" || !v.is_object() || !v.contains("data_offsets")) continue;
-    const json& off = v["data_offsets"];
-    if (!off.is_array() || off.empty() || !off[0].is_number_unsigned()) continue;
-    out[name] = 8 + header_len + off[0].get<uint64_t>();
-  }
-  return out;
-}
-
-// A piece of one tensor read with one pread: whole rows for 2-D tensors, ~kChunkBytes.
+// A piece of one tensor counted in one go: whole rows for 2-D tensors, ~kChunkBytes.
 struct StatsChunk {
   size_t tensor = 0;
-  uint64_t file_offset = 0, bytes = 0;
+  uint64_t offset = 0, bytes = 0;  // within the tensor's data
 };
 constexpr uint64_t kChunkBytes = 8u << 20;
 
-// Streams every float tensor from disk in chunks on all threads (each thread reuses one buffer,
-// so memory stays at threads x kChunkBytes whatever the checkpoint's size), in file order so
-// the disk reads sequentially. Fills stats (one entry per tensor) and returns the bytes read.
-Result<uint64_t> StreamStats(const std::vector<const TensorInfo*>& tensors, double max_abs,
-                             ThreadPool& pool, bool progress, std::vector<TensorStats>* stats) {
-  std::map<std::string, std::map<std::string, uint64_t>> offsets;  // file -> name -> offset
+// madvise over the pages of [p, p + n): every page it touches (outward) or only those wholly
+// inside it (a neighbouring chunk may still be counting the partial ones).
+void AdvisePages(const uint8_t* p, uint64_t n, int advice, bool outward) {
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  uint64_t begin = reinterpret_cast<uintptr_t>(p), end = begin + n;
+  begin = outward ? begin / page * page : (begin + page - 1) / page * page;
+  end = outward ? (end + page - 1) / page * page : end / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, advice);
+}
+
+// Counts every float tensor where the checkpoint maps it, in chunks on all threads, in file
+// order so the disk reads sequentially. No copy: the statistics read the mapped page-cache pages
+// directly. The kernel is asked to start reading the chunk the threads take after this round
+// (MADV_WILLNEED: a disk's readahead window alone is far smaller than a chunk), to map the
+// current chunk's pages in one call (MADV_POPULATE_READ instead of a fault per few pages), and
+// to drop the mapping of a counted chunk (MADV_DONTNEED: the pages stay in the page cache, the
+// process's resident memory stays at a few chunks whatever the checkpoint's size). Fills stats
+// (one entry per tensor) and returns the bytes counted.
+uint64_t StreamStats(const std::vector<const TensorInfo*>& tensors, double max_abs,
+                     ThreadPool& pool, bool progress, std::vector<TensorStats>* stats) {
   std::vector<StatsChunk> chunks;
-  std::vector<std::vector<size_t>> chunks_of(tensors.size());
   uint64_t total = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorInfo& t = *tensors[i];
-    auto it = offsets.find(t.file);
-    if (it == offsets.end()) {
-      DH_ASSIGN_OR_RETURN(auto o, DataOffsets(t.file));
-      it = offsets.emplace(t.file, std::move(o)).first;
-    }
-    auto off = it->second.find(t.name);
-    if (off == it->second.end()) return Internal("{}: '{}' not in the header", t.file, t.name);
     const uint64_t esize = DTypeSize(t.dtype);
     const uint64_t row_bytes =
         t.shape.size() == 2 && t.shape[1] > 0 ? static_cast<uint64_t>(t.shape[1]) * esize : esize;
     const uint64_t step = std::max<uint64_t>(1, kChunkBytes / row_bytes) * row_bytes;
     for (uint64_t b = 0; b < t.nbytes; b += step) {
-      chunks.push_back({i, off->second + b, std::min(step, t.nbytes - b)});
+      chunks.push_back({i, b, std::min(step, t.nbytes - b)});
     }
     total += t.nbytes;
   }
   std::vector<TensorStats> partial(chunks.size());
   std::vector<uint64_t> limit_bits(tensors.size());  // max_abs in each tensor's bits, once
   for (size_t i = 0; i < tensors.size(); ++i) limit_bits[i] = LimitBits(tensors[i]->dtype, max_abs);
-  std::vector<std::string> errors(chunks.size());
   ProgressBar bar("verify", total, progress);
   std::mutex mu;
   uint64_t done = 0;
   std::atomic<size_t> next{0};
   const size_t ahead = static_cast<size_t>(pool.num_threads());
   pool.RunOnAll([&](int) {
-    std::vector<uint8_t> buf;
-    std::map<std::string, int> fds;
-    auto fd_of = [&fds](const std::string& file) {
-      auto [slot, opened] = fds.try_emplace(file, -1);
-      if (opened) {
-        slot->second = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-        if (slot->second >= 0) ::posix_fadvise(slot->second, 0, 0, POSIX_FADV_SEQUENTIAL);
-      }
-      return slot->second;
-    };
     while (true) {
       const size_t c = next.fetch_add(1);
       if (c >= chunks.size()) break;
-      const StatsChunk& ch = chunks[c];
-      const TensorInfo& t = *tensors[ch.tensor];
-      const int fd = fd_of(t.file);
-      // The chunk the threads take after this round starts reading now, while this one is read
-      // and counted: a disk's readahead window alone is far smaller than a chunk.
       if (c + ahead < chunks.size()) {
         const StatsChunk& later = chunks[c + ahead];
-        const int later_fd = fd_of(tensors[later.tensor]->file);
-        if (later_fd >= 0)
-          ::posix_fadvise(later_fd, static_cast<off_t>(later.file_offset),
-                          static_cast<off_t>(later.bytes), POSIX_FADV_WILLNEED);
+        AdvisePages(tensors[later.tensor]->data + later.offset, later.bytes, MADV_WILLNEED, true);
       }
-      buf.resize(ch.bytes);
-      uint64_t got = 0;
-      while (fd >= 0 && got < ch.bytes) {
-        const ssize_t k = ::pread(fd, buf.data() + got, ch.bytes - got,
-                                  static_cast<off_t>(ch.file_offset + got));
-        if (k <= 0) break;
-        got += static_cast<uint64_t>(k);
-      }
-      if (got < ch.bytes) {
-        errors[c] = fmt::format("{}: short read of '{}' at offset {}", t.file, t.name,
-                                ch.file_offset + got);
-      } else {
-        const uint64_t cols = t.shape.size() == 2 ? static_cast<uint64_t>(t.shape[1]) : 0;
-        AccumulateStats(buf.data(), t.dtype, ch.bytes / DTypeSize(t.dtype), cols,
-                        limit_bits[ch.tensor], &partial[c]);
-      }
+      const StatsChunk& ch = chunks[c];
+      const TensorInfo& t = *tensors[ch.tensor];
+      const uint8_t* data = t.data + ch.offset;
+      AdvisePages(data, ch.bytes, MADV_POPULATE_READ, true);
+      const uint64_t cols = t.shape.size() == 2 ? static_cast<uint64_t>(t.shape[1]) : 0;
+      AccumulateStats(data, t.dtype, ch.bytes / DTypeSize(t.dtype), cols, limit_bits[ch.tensor],
+                      &partial[c]);
+      AdvisePages(data, ch.bytes, MADV_DONTNEED, false);
       std::lock_guard<std::mutex> lock(mu);
       done += ch.bytes;
       bar.Update(done);
     }
-    for (const auto& [f, fd] : fds)
-      if (fd >= 0) ::close(fd);
   });
   bar.Finish();
-  for (const std::string& e : errors)
-    if (!e.empty()) return IoError("{}", e);
   stats->assign(tensors.size(), TensorStats());
   for (size_t i = 0; i < tensors.size(); ++i) {
     TensorStats& s = (*stats)[i];
@@ -427,7 +378,9 @@ Result<VerifyReport> VerifyCheckpoint(const VerifyOptions& o, Backend* backend) 
   } else {
     r.architecture = config->architecture;
   }
-  auto ckpt = Checkpoint::Open(o.model_path);
+  // Mapped from the files (StreamStats drops counted pages from the mapping, which an anonymous
+  // copy would lose).
+  auto ckpt = Checkpoint::Open(o.model_path, FileLoadOptions{.use_mmap = true});
   if (!ckpt.ok()) {
     r.problems.push_back({"structure", o.model_path, ckpt.status().message()});
     return r;  // nothing below can run without readable tensors
@@ -449,7 +402,7 @@ Result<VerifyReport> VerifyCheckpoint(const VerifyOptions& o, Backend* backend) 
       r.problems.push_back(std::move(p));
   }
 
-  // Statistics streamed from disk over every float tensor, in file order, on all threads.
+  // Statistics over every float tensor, read where the checkpoint maps it, in file order.
   r.checks_run.push_back("values");
   std::vector<const TensorInfo*> floats;
   for (const TensorInfo* t : ckpt->tensors()) {
@@ -460,7 +413,7 @@ Result<VerifyReport> VerifyCheckpoint(const VerifyOptions& o, Backend* backend) 
   });
   std::vector<TensorStats> stats;
   const auto t0 = std::chrono::steady_clock::now();
-  DH_ASSIGN_OR_RETURN(r.stats_bytes, StreamStats(floats, o.max_abs, pool, o.progress, &stats));
+  r.stats_bytes = StreamStats(floats, o.max_abs, pool, o.progress, &stats);
   r.stats_seconds = Seconds(t0);
   for (size_t i = 0; i < floats.size(); ++i) {
     const TensorStats& s = stats[i];
