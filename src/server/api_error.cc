@@ -71,7 +71,13 @@ ApiError FromStatus(const Status& status, std::optional<std::string> param) {
 }
 
 ApiError FromEngineError(const Status& status) {
-  if (status.code() == StatusCode::kCancelled) return ShuttingDown();
+  if (status.code() == StatusCode::kCancelled) {
+    // The engine's own stop says only that; a failed tensor-parallel job says which rank failed
+    // and how (model/step_broadcast.h), which the client and its operator should see.
+    if (status.message().rfind("engine ", 0) == 0) return ShuttingDown();
+    return Make(503, kServer, "The server is shutting down: " + status.message(),
+                "server_shutting_down");
+  }
   return InternalError("The engine failed while generating");
 }
 

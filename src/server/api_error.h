@@ -35,7 +35,8 @@ ApiError InternalError(std::string message);
 // ResourceExhausted -> 503, Cancelled -> 499-style 400, everything else -> 500).
 ApiError FromStatus(const Status& status, std::optional<std::string> param = std::nullopt);
 // The error a request gets when the engine ended it with `status`: 503 server_shutting_down when
-// the engine stopped (kCancelled at shutdown), else 500.
+// the engine stopped (kCancelled at shutdown; with the reason when a tensor-parallel rank failed),
+// else 500.
 ApiError FromEngineError(const Status& status);
 
 // The JSON body text for `error` (never throws, whatever bytes the message holds).

@@ -114,8 +114,8 @@ fail_rank() {
   local reply
   reply=$(cat "$TMP/$name.reply")
   case "$reply" in
-    "503 "*'"error"'*'"type":"server_error"'*) ;;
-    *) fail "$name: the request in flight got '$reply', expected a 503 OpenAI error body" ;;
+    "503 "*'"error"'*"rank 1 (pid $follower)"*'"type":"server_error"'*) ;;
+    *) fail "$name: the request in flight got '$reply', expected a 503 OpenAI error body naming rank 1 (pid $follower)" ;;
   esac
   local state="is stopped"
   [ "$sig" = KILL ] && state="has exited"

@@ -45,6 +45,16 @@ TEST(ErrorBody, StatusCodesMapToOpenAiErrors) {
   EXPECT_EQ(FromEngineError(Status(StatusCode::kCancelled, "engine stopped")).code,
             "server_shutting_down");
   EXPECT_EQ(FromEngineError(Internal("kernel failed")).status, 500);
+  // A failed tensor-parallel job: still a 503 shutdown, with the reason that names the rank.
+  const ApiError rank = FromEngineError(Status(
+      StatusCode::kCancelled, "tensor-parallel step 7: a rank exited; rank 1 (pid 42) has exited"));
+  EXPECT_EQ(rank.status, 503);
+  EXPECT_EQ(rank.code, "server_shutting_down");
+  EXPECT_EQ(rank.message,
+            "The server is shutting down: tensor-parallel step 7: a rank exited; rank 1 (pid 42) "
+            "has exited");
+  EXPECT_EQ(FromEngineError(Status(StatusCode::kCancelled, "engine stopped")).message,
+            "The server is shutting down");
 }
 
 TEST(SafeDump, InvalidUtf8NeverThrows) {
