@@ -719,11 +719,11 @@ CallsScan ScanDeepSeek(std::string_view s) {
     }
     if (call.name.empty()) break;
     JsonScan j = ScanJsonValue(s, args);
-    if (j.state == JsonScan::kInvalid) break;
     call.args_begin = args;
     call.streamable = true;
-    call.args_end = j.state == JsonScan::kComplete ? j.end : s.size();
+    call.args_end = j.state == JsonScan::kPartial ? s.size() : j.end;  // invalid: the valid prefix
     r.calls.push_back(std::move(call));
+    if (j.state == JsonScan::kInvalid) break;
     if (j.state == JsonScan::kPartial) return r;
     i = SkipSpace(s, j.end);
     if (!v31) {
@@ -838,6 +838,7 @@ std::string ToolCallStreamer::Advance(bool final, std::vector<Event>* events) {
         break;
       events->push_back({static_cast<int>(i), NewToolCallId(), call.name, ""});
       sent_.push_back(0);
+      sent_end_.push_back(call.args_begin);
     }
     std::string_view fragment;
     if (call.streamable) {
@@ -850,6 +851,7 @@ std::string ToolCallStreamer::Advance(bool final, std::vector<Event>* events) {
       events->push_back({static_cast<int>(i), "", "", ""});
     events->back().arguments.append(fragment);
     sent_[i] += fragment.size();
+    if (call.streamable) sent_end_[i] = call.args_begin + sent_[i];
   }
   if (!broken) {
     if (final) {  // what follows the calls (spaces, a cut marker) is dropped
@@ -862,8 +864,9 @@ std::string ToolCallStreamer::Advance(bool final, std::vector<Event>* events) {
   // last complete call (or the unsent tail of a call cut short).
   size_t from = 0;
   if (!sent_.empty()) {
-    const CallsScan::Call& call = scan.calls[sent_.size() - 1];
-    from = call.complete ? scan.resume : call.args_begin + sent_.back();
+    const size_t last = sent_.size() - 1;
+    const bool complete = last < scan.calls.size() && scan.calls[last].complete;
+    from = complete ? scan.resume : sent_end_.back();
   }
   held_ = std::string(region.substr(std::min(from, region.size())));
   region_.clear();

@@ -130,7 +130,8 @@ class ToolCallStreamer {
   std::string held_;    // kText/kPlain: text not yet sent
   std::string region_;  // kCalls: the text from the call marker on
   bool sent_any_ = false;
-  std::vector<size_t> sent_;  // per headed call: argument bytes sent
+  std::vector<size_t> sent_;      // per headed call: argument bytes sent
+  std::vector<size_t> sent_end_;  // per headed call: where its sent arguments end in region_
 };
 
 }  // namespace dh::server

@@ -337,7 +337,9 @@ TEST(ToolStreamer, CallsStreamInFragmentsForAnyChunking) {
         ASSERT_FALSE(got.is_discarded()) << r.args[i];
         EXPECT_EQ(got, Json::parse(c.arguments[i]));
       }
-      if (r.ids.size() == 2) EXPECT_NE(r.ids[0], r.ids[1]);
+      if (r.ids.size() == 2) {
+        EXPECT_NE(r.ids[0], r.ids[1]);
+      }
     }
   }
 }
