@@ -84,6 +84,14 @@ void TokenVocab::BuildTrie() {
     prev = &s;
   }
   for (int32_t node : path) t.end[node] = static_cast<int32_t>(t.byte.size());
+  // Subtree byte sets, children into parents (preorder: a node's children follow it).
+  t.below.resize(t.byte.size());
+  for (size_t i = t.byte.size(); i-- > 0;) {
+    t.below[i].Add(t.byte[i]);
+    for (int32_t c = static_cast<int32_t>(i) + 1; c < t.end[i]; c = t.end[c]) {
+      for (int w = 0; w < 4; ++w) t.below[i].bits[w] |= t.below[c].bits[w];
+    }
+  }
   t.tok_begin.assign(counts.size() + 1, 0);
   std::partial_sum(counts.begin(), counts.end(), t.tok_begin.begin() + 1);
 }
@@ -98,6 +106,7 @@ CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVoc
       signature[k] = grammar_.byte_sets[k].Has(static_cast<uint8_t>(b)) ? '1' : '0';
     auto [it, added] = classes.emplace(signature, static_cast<uint8_t>(classes.size()));
     byte_class_[b] = it->second;
+    if (added) class_byte_[it->second] = static_cast<uint8_t>(b);
   }
   num_classes_ = static_cast<int32_t>(classes.size());
 }
@@ -135,6 +144,36 @@ int32_t TokenMatcher::Intern(GrammarMatcher::Frame frame, size_t mark) {
   return it->second;
 }
 
+int32_t TokenMatcher::Transition(int32_t from, uint8_t byte) {
+  const size_t slot = static_cast<size_t>(from) * static_cast<size_t>(grammar_->num_byte_classes()) +
+                      grammar_->byte_class(byte);
+  if (trans_[slot] >= 0) return trans_[slot];
+  if (static_cast<int32_t>(states_.size()) >= kMaxWalkStates) return -1;
+  const size_t mark = matcher_.ArenaSize();
+  GrammarMatcher::Frame to;
+  matcher_.Step(states_[from].frame, byte, &to);
+  const int32_t next = Intern(std::move(to), mark);
+  trans_[slot] = next;
+  return next;
+}
+
+void TokenMatcher::ComputeLoop(int32_t state) {
+  ByteSet loop;
+  for (int32_t c = 0; c < grammar_->num_byte_classes(); ++c) {
+    const int32_t next = Transition(state, grammar_->class_byte(c));
+    if (next < 0) {  // out of states: no shortcut from here
+      loop = ByteSet{};
+      break;
+    }
+    if (next != state) continue;
+    for (int b = 0; b < 256; ++b) {
+      if (grammar_->byte_class(static_cast<uint8_t>(b)) == c) loop.Add(static_cast<uint8_t>(b));
+    }
+  }
+  states_[state].loop = loop;
+  states_[state].loop_known = true;
+}
+
 TokenBitmask TokenMatcher::ComputeMask() {
   const TokenVocab& vocab = grammar_->vocab();
   const TokenVocab::Trie& t = vocab.trie();
@@ -153,15 +192,26 @@ TokenBitmask TokenMatcher::ComputeMask() {
     const size_t slot = static_cast<size_t>(from) * static_cast<size_t>(ncls) + grammar_->byte_class(t.byte[i]);
     int32_t next = trans_[slot];
     if (next < 0) {
-      if (static_cast<int32_t>(states_.size()) >= kMaxWalkStates) {
+      next = Transition(from, t.byte[i]);
+      if (next < 0) {
         matcher_.Truncate(base);
         return ComputeMaskStepping();
       }
-      const size_t mark = matcher_.ArenaSize();
-      GrammarMatcher::Frame to;
-      matcher_.Step(states_[from].frame, t.byte[i], &to);
-      next = Intern(std::move(to), mark);
-      trans_[slot] = next;
+    }
+    if (next == from) {
+      // A self-loop: a subtree whose bytes all keep the state here matches whole.
+      if (!states_[next].loop_known) ComputeLoop(next);
+      const ByteSet& loop = states_[next].loop;
+      const ByteSet& below = t.below[i];
+      if (((below.bits[0] & ~loop.bits[0]) | (below.bits[1] & ~loop.bits[1]) |
+           (below.bits[2] & ~loop.bits[2]) | (below.bits[3] & ~loop.bits[3])) == 0) {
+        for (int32_t k = t.tok_begin[i]; k < t.tok_begin[t.end[i]]; ++k) {
+          const int32_t id = t.token_ids[k];
+          mask[id >> 6] |= uint64_t{1} << (id & 63);
+        }
+        i = t.end[i];
+        continue;
+      }
     }
     const WalkState& st = states_[next];
     if (!st.matches) {

@@ -11,7 +11,10 @@
 // grammar's byte classes (bytes no byte set tells apart), filled on first use with one grammar
 // step. Inside a JSON string almost every trie node leads back to the same few states, so the
 // walk is one table lookup per trie node after the first few steps, even from a state never seen
-// before. Past kMaxWalkStates distinct states the mask is computed by the plain stepping walk.
+// before. A state that a byte leads back to itself (a string body, digits, spaces) also learns
+// the set of such bytes, and a trie subtree whose bytes all lie in that set is taken whole
+// without walking it. Past kMaxWalkStates distinct states the mask is computed by the plain
+// stepping walk.
 //
 // Masks are cached per grammar keyed by the parse state, since JSON revisits the same states
 // (inside a string, after a comma) over and over.
@@ -48,6 +51,7 @@ class TokenVocab {
   struct Trie {
     std::vector<uint8_t> byte;
     std::vector<int32_t> depth, end, tok_begin, token_ids;
+    std::vector<ByteSet> below;  // the bytes of node i's subtree (its own byte included)
     int32_t max_depth = 0;
   };
   const Trie& trie() const { return trie_; }
@@ -71,6 +75,7 @@ class CompiledGrammar {
   // Bytes that every byte set of the grammar treats alike share a class.
   int32_t num_byte_classes() const { return num_classes_; }
   uint8_t byte_class(uint8_t b) const { return byte_class_[b]; }
+  uint8_t class_byte(int32_t c) const { return class_byte_[c]; }  // one byte of class c
 
   std::shared_ptr<const TokenBitmask> Lookup(const std::string& key) const;
   void Store(const std::string& key, std::shared_ptr<const TokenBitmask> mask) const;
@@ -79,6 +84,7 @@ class CompiledGrammar {
   Grammar grammar_;
   std::shared_ptr<const TokenVocab> vocab_;
   std::array<uint8_t, 256> byte_class_{};
+  std::array<uint8_t, 256> class_byte_{};
   int32_t num_classes_ = 0;
   mutable std::mutex mu_;
   mutable std::unordered_map<std::string, std::shared_ptr<const TokenBitmask>> cache_;
@@ -113,7 +119,11 @@ class TokenMatcher {
     GrammarMatcher::Frame frame;
     bool live = false;       // bytes may follow
     bool matches = false;    // the bytes so far may end a token here (live or accepting)
+    bool loop_known = false;
+    ByteSet loop;            // bytes that lead from this state back to itself
   };
+  void ComputeLoop(int32_t state);
+  int32_t Transition(int32_t from, uint8_t byte);  // -1: over kMaxWalkStates
   std::vector<WalkState> states_;
   std::vector<int32_t> trans_;  // states_ x byte classes; -1: not computed
   std::unordered_map<std::string, int32_t> state_ids_;
