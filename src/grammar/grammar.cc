@@ -373,8 +373,12 @@ void GrammarMatcher::Compact() {
 }
 
 void GrammarMatcher::StateKey(std::vector<int32_t>* key) const {
+  FrameKey(Frame{tops_, accepting_}, key);
+}
+
+void GrammarMatcher::FrameKey(const Frame& frame, std::vector<int32_t>* key) const {
   std::vector<std::vector<int32_t>> stacks;
-  for (int32_t id : tops_) {
+  for (int32_t id : frame.tops) {
     std::vector<int32_t> s;
     for (int32_t n = id; n >= 0; n = nodes_[n].parent) s.push_back(nodes_[n].pos);
     stacks.push_back(std::move(s));
@@ -382,7 +386,7 @@ void GrammarMatcher::StateKey(std::vector<int32_t>* key) const {
   std::sort(stacks.begin(), stacks.end());
   stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
   key->clear();
-  key->push_back(accepting_ ? 1 : 0);
+  key->push_back(frame.accepting ? 1 : 0);
   for (const auto& s : stacks) {
     key->insert(key->end(), s.begin(), s.end());
     key->push_back(-1);

@@ -131,6 +131,8 @@ class GrammarMatcher {
     bool accepting = false;
   };
   Frame frame() const { return {tops_, accepting_}; }
+  // StateKey of a frame built on this matcher's arena (a trie walk's scratch frame).
+  void FrameKey(const Frame& frame, std::vector<int32_t>* key) const;
   // Steps `from` by `byte` into `to` using (and growing) this matcher's node arena. Nodes
   // created after `mark` may be dropped with Truncate(mark).
   void Step(const Frame& from, uint8_t byte, Frame* to);

@@ -84,12 +84,32 @@ void TokenVocab::BuildTrie() {
     prev = &s;
   }
   for (int32_t node : path) t.end[node] = static_cast<int32_t>(t.byte.size());
+  // Subtree byte sets, children into parents (preorder: a node's children follow it).
+  t.below.resize(t.byte.size());
+  for (size_t i = t.byte.size(); i-- > 0;) {
+    t.below[i].Add(t.byte[i]);
+    for (int32_t c = static_cast<int32_t>(i) + 1; c < t.end[i]; c = t.end[c]) {
+      for (int w = 0; w < 4; ++w) t.below[i].bits[w] |= t.below[c].bits[w];
+    }
+  }
   t.tok_begin.assign(counts.size() + 1, 0);
   std::partial_sum(counts.begin(), counts.end(), t.tok_begin.begin() + 1);
 }
 
 CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocab> vocab)
-    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {}
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {
+  // A byte's class is its membership in every byte set of the grammar.
+  std::unordered_map<std::string, uint8_t> classes;
+  std::string signature(grammar_.byte_sets.size(), '\0');
+  for (int b = 0; b < 256; ++b) {
+    for (size_t k = 0; k < grammar_.byte_sets.size(); ++k)
+      signature[k] = grammar_.byte_sets[k].Has(static_cast<uint8_t>(b)) ? '1' : '0';
+    auto [it, added] = classes.emplace(signature, static_cast<uint8_t>(classes.size()));
+    byte_class_[b] = it->second;
+    if (added) class_byte_[it->second] = static_cast<uint8_t>(b);
+  }
+  num_classes_ = static_cast<int32_t>(classes.size());
+}
 
 std::shared_ptr<const TokenBitmask> CompiledGrammar::Lookup(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -107,7 +127,109 @@ void CompiledGrammar::Store(const std::string& key, std::shared_ptr<const TokenB
 TokenMatcher::TokenMatcher(std::shared_ptr<const CompiledGrammar> grammar)
     : grammar_(std::move(grammar)), matcher_(&grammar_->grammar()) {}
 
+int32_t TokenMatcher::Intern(GrammarMatcher::Frame frame, size_t mark) {
+  matcher_.FrameKey(frame, &key_);
+  std::string key(reinterpret_cast<const char*>(key_.data()), key_.size() * sizeof(int32_t));
+  auto [it, added] = state_ids_.emplace(std::move(key), static_cast<int32_t>(states_.size()));
+  if (!added) {
+    matcher_.Truncate(mark);  // the nodes of this step duplicate a known state's
+    return it->second;
+  }
+  WalkState st;
+  st.live = !frame.tops.empty();
+  st.matches = st.live || frame.accepting;
+  st.frame = std::move(frame);
+  states_.push_back(std::move(st));
+  trans_.resize(trans_.size() + static_cast<size_t>(grammar_->num_byte_classes()), -1);
+  return it->second;
+}
+
+int32_t TokenMatcher::Transition(int32_t from, uint8_t byte) {
+  const size_t slot = static_cast<size_t>(from) * static_cast<size_t>(grammar_->num_byte_classes()) +
+                      grammar_->byte_class(byte);
+  if (trans_[slot] >= 0) return trans_[slot];
+  if (static_cast<int32_t>(states_.size()) >= kMaxWalkStates) return -1;
+  const size_t mark = matcher_.ArenaSize();
+  GrammarMatcher::Frame to;
+  matcher_.Step(states_[from].frame, byte, &to);
+  const int32_t next = Intern(std::move(to), mark);
+  trans_[slot] = next;
+  return next;
+}
+
+void TokenMatcher::ComputeLoop(int32_t state) {
+  ByteSet loop;
+  for (int32_t c = 0; c < grammar_->num_byte_classes(); ++c) {
+    const int32_t next = Transition(state, grammar_->class_byte(c));
+    if (next < 0) {  // out of states: no shortcut from here
+      loop = ByteSet{};
+      break;
+    }
+    if (next != state) continue;
+    for (int b = 0; b < 256; ++b) {
+      if (grammar_->byte_class(static_cast<uint8_t>(b)) == c) loop.Add(static_cast<uint8_t>(b));
+    }
+  }
+  states_[state].loop = loop;
+  states_[state].loop_known = true;
+}
+
 TokenBitmask TokenMatcher::ComputeMask() {
+  const TokenVocab& vocab = grammar_->vocab();
+  const TokenVocab::Trie& t = vocab.trie();
+  const int32_t ncls = grammar_->num_byte_classes();
+  states_.clear();
+  trans_.clear();
+  state_ids_.clear();
+  at_depth_.resize(static_cast<size_t>(t.max_depth) + 1);
+  const size_t base = matcher_.ArenaSize();
+  at_depth_[0] = Intern(matcher_.frame(), base);
+  TokenBitmask mask((static_cast<size_t>(vocab.size()) + 63) / 64, 0);
+  const int32_t n = static_cast<int32_t>(t.byte.size());
+  for (int32_t i = 0; i < n;) {
+    const int32_t d = t.depth[i];
+    const int32_t from = at_depth_[d - 1];
+    const size_t slot = static_cast<size_t>(from) * static_cast<size_t>(ncls) + grammar_->byte_class(t.byte[i]);
+    int32_t next = trans_[slot];
+    if (next < 0) {
+      next = Transition(from, t.byte[i]);
+      if (next < 0) {
+        matcher_.Truncate(base);
+        return ComputeMaskStepping();
+      }
+    }
+    if (next == from) {
+      // A self-loop: a subtree whose bytes all keep the state here matches whole.
+      if (!states_[next].loop_known) ComputeLoop(next);
+      const ByteSet& loop = states_[next].loop;
+      const ByteSet& below = t.below[i];
+      if (((below.bits[0] & ~loop.bits[0]) | (below.bits[1] & ~loop.bits[1]) |
+           (below.bits[2] & ~loop.bits[2]) | (below.bits[3] & ~loop.bits[3])) == 0) {
+        for (int32_t k = t.tok_begin[i]; k < t.tok_begin[t.end[i]]; ++k) {
+          const int32_t id = t.token_ids[k];
+          mask[id >> 6] |= uint64_t{1} << (id & 63);
+        }
+        i = t.end[i];
+        continue;
+      }
+    }
+    const WalkState& st = states_[next];
+    if (!st.matches) {
+      i = t.end[i];  // no token under this prefix can match
+      continue;
+    }
+    for (int32_t k = t.tok_begin[i]; k < t.tok_begin[i + 1]; ++k) {
+      const int32_t id = t.token_ids[k];
+      mask[id >> 6] |= uint64_t{1} << (id & 63);
+    }
+    at_depth_[d] = next;
+    i = st.live ? i + 1 : t.end[i];
+  }
+  matcher_.Truncate(base);
+  return mask;
+}
+
+TokenBitmask TokenMatcher::ComputeMaskStepping() {
   const TokenVocab& vocab = grammar_->vocab();
   const TokenVocab::Trie& t = vocab.trie();
   TokenBitmask mask((static_cast<size_t>(vocab.size()) + 63) / 64, 0);

@@ -9,16 +9,19 @@ bool Forced(const ToolRequest& t) {
   return t.choice == ToolRequest::Choice::kRequired || t.choice == ToolRequest::Choice::kNamed;
 }
 
-// Streamed form of finished calls: per call, one delta with id, type, name and the arguments.
-Json CallDeltas(const std::vector<ToolCall>& calls, int first_index) {
-  Json out = Json::array();
-  for (size_t i = 0; i < calls.size(); ++i) {
-    out.push_back({{"index", first_index + static_cast<int>(i)},
-                   {"id", calls[i].id},
-                   {"type", "function"},
-                   {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}});
+// OpenAI's streamed tool-call deltas for the events of a streamer.
+Json EventDeltas(std::vector<ForcedCallStreamer::Event>& events) {
+  Json deltas = Json::array();
+  for (ForcedCallStreamer::Event& e : events) {
+    Json fn = {{"arguments", std::move(e.arguments)}};
+    if (e.id.empty()) {
+      deltas.push_back({{"index", e.index}, {"function", std::move(fn)}});
+    } else {
+      fn["name"] = std::move(e.name);
+      deltas.push_back({{"index", e.index}, {"id", e.id}, {"type", "function"}, {"function", std::move(fn)}});
+    }
   }
-  return out;
+  return deltas;
 }
 
 }  // namespace
@@ -120,16 +123,7 @@ void StreamToolDelta(Job& job, ChoiceState& c, bool finished, ChatDelta* delta,
     c.tool_text += text;
     std::vector<ForcedCallStreamer::Event> events;
     c.forced_stream->Push(text, &events);
-    Json deltas = Json::array();
-    for (ForcedCallStreamer::Event& e : events) {
-      Json fn = {{"arguments", std::move(e.arguments)}};
-      if (e.id.empty()) {
-        deltas.push_back({{"index", e.index}, {"function", std::move(fn)}});
-      } else {
-        fn["name"] = std::move(e.name);
-        deltas.push_back({{"index", e.index}, {"id", e.id}, {"type", "function"}, {"function", std::move(fn)}});
-      }
-    }
+    Json deltas = EventDeltas(events);
     if (!deltas.empty()) delta->tool_calls = std::move(deltas);
     if (!finished) return;
     if (c.forced_stream->calls_started() == 0) {
@@ -139,16 +133,14 @@ void StreamToolDelta(Job& job, ChoiceState& c, bool finished, ChatDelta* delta,
     if (finish_reason && *finish_reason == "stop") *finish_reason = "tool_calls";
     return;
   }
+  // auto: content until a call marker, then each call's header and argument fragments.
   if (!c.tool_stream) c.tool_stream = std::make_shared<ToolCallStreamer>(job.tool_parser, job.tool_trailing);
-  std::string now = c.tool_stream->Push(text);
-  if (finished) {
-    ToolParseResult r = c.tool_stream->Finish();
-    now += r.content;
-    if (!r.calls.empty()) {
-      delta->tool_calls = CallDeltas(r.calls, 0);
-      if (finish_reason && *finish_reason == "stop") *finish_reason = "tool_calls";
-    }
-  }
+  std::vector<ForcedCallStreamer::Event> events;
+  std::string now = c.tool_stream->Push(text, &events);
+  if (finished) now += c.tool_stream->Finish(&events);
+  if (!events.empty()) delta->tool_calls = EventDeltas(events);
+  if (finished && c.tool_stream->calls_started() > 0 && finish_reason && *finish_reason == "stop")
+    *finish_reason = "tool_calls";
   if (!now.empty()) delta->content = std::move(now);
 }
 

@@ -98,23 +98,40 @@ class ForcedCallStreamer {
   int args_depth_ = 0;       // depth_ where the parameters value started
 };
 
-// Splits streamed text (auto mode) into content to send now and text held back as a possible
-// tool call; the held text is parsed at the end.
+// Streams the output of tool_choice "auto": text before a call is content, sent at once except
+// a suffix that could still become the family's call marker or an end-of-turn text; from the
+// marker on, the calls are read as they grow (DeepSeek-V3/V3.1 special tokens, hermes
+// <tool_call> JSON, llama3 JSON) and sent as OpenAI tool-call deltas: a header (index, id, name)
+// once a call's name is known and its arguments object has begun, then the arguments' text in
+// fragments, each fragment only once the text so far is a valid prefix of a JSON object. Text
+// that turns out not to be a call before any header was sent falls back to content whole; text
+// that breaks the family's format after a header was sent ends the calls, and the rest is
+// content. String-valued arguments (hermes: "arguments": "{...}") are sent in one piece when the
+// call is complete.
 class ToolCallStreamer {
  public:
+  using Event = ForcedCallStreamer::Event;
   ToolCallStreamer(ToolParser parser, std::vector<std::string> trailing)
       : parser_(parser), trailing_(std::move(trailing)) {}
-  // Returns content that can be sent now.
-  std::string Push(std::string_view text);
-  // At the end: the parse of everything after the last sent content.
-  ToolParseResult Finish();
+  // Returns content that can be sent now; appends tool-call deltas to *events.
+  std::string Push(std::string_view text, std::vector<Event>* events);
+  // At the end of the output: the remaining content (end-of-turn texts removed) and deltas.
+  std::string Finish(std::vector<Event>* events);
+  // Calls whose header was sent.
+  int calls_started() const { return static_cast<int>(sent_.size()); }
 
  private:
+  std::string ReleaseText(bool final);
+  std::string Advance(bool final, std::vector<Event>* events);
+
   ToolParser parser_;
   std::vector<std::string> trailing_;
-  std::string held_;
-  bool in_call_ = false;
+  enum class Mode { kText, kCalls, kPlain } mode_ = Mode::kText;
+  std::string held_;    // kText/kPlain: text not yet sent
+  std::string region_;  // kCalls: the text from the call marker on
   bool sent_any_ = false;
+  std::vector<size_t> sent_;      // per headed call: argument bytes sent
+  std::vector<size_t> sent_end_;  // per headed call: where its sent arguments end in region_
 };
 
 }  // namespace dh::server

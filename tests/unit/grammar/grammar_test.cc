@@ -2,6 +2,8 @@
 // cannot continue, errors naming the construct, and token masks equal to a brute-force check.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -297,6 +299,73 @@ TEST(TokenMask, EqualsBruteForceAndHandlesStraddlingTokens) {
   }
   EXPECT_TRUE(m.IsAccepting());
   EXPECT_FALSE(m.AcceptToken(1));
+}
+
+// The automaton walk (ComputeMask), the plain stepping walk and a per-token check agree on every
+// token at every position of random walks through several grammars, over a synthetic vocabulary
+// rich in tokens that straddle boundaries: closing quotes with the next key, escapes, split UTF-8,
+// runs of digits and whitespace.
+TEST(TokenMask, AutomatonWalkEqualsSteppingAndBruteForce) {
+  std::mt19937 rng(1234);
+  const std::string alphabet = "{}[]\":,\\ \n\t0123456789.-+eEabcnrtuflsxyz_u/\xC3\xA9\xE2\x82\xAC\x01";
+  std::vector<std::string> vocab = {""};
+  for (char c : alphabet) vocab.push_back(std::string(1, c));
+  const char* pieces[] = {"\":\"", "\",\"", "\"}", "\"]", "},{", "\": ", ", \"", "true", "false", "null",
+                          "\\n", "\\\"", "\\u00", "  ", "    ", "\n  ", "123", "-1", "0.5", "e+", "\"a\"",
+                          "ab", "abc", "\xC3\xA9", "\xE2\x82", "\x82\xAC", "\"x\":", "[\"", "\"]}", "{\""};
+  for (const char* p : pieces) vocab.push_back(p);
+  std::uniform_int_distribution<size_t> pick(0, alphabet.size() - 1);
+  std::uniform_int_distribution<int> len(2, 6);
+  for (int k = 0; k < 400; ++k) {
+    std::string t;
+    for (int j = len(rng); j > 0; --j) t.push_back(alphabet[pick(rng)]);
+    vocab.push_back(t);
+  }
+  auto v = TokenVocab::FromBytes(vocab);
+
+  std::vector<Grammar> grammars;
+  grammars.push_back(Schema(R"({"type":"object","properties":{"a":{"type":"string"},
+      "b":{"type":"array","items":{"type":"number"},"maxItems":3},"c":{"enum":["ab","abc",null,true]}},
+      "required":["a","b"]})"));
+  grammars.push_back(Schema(R"({"type":"string","minLength":2,"maxLength":5})"));
+  grammars.push_back(Schema(R"({"$ref":"#/$defs/n","$defs":{"n":{"type":"object","properties":{
+      "x":{"type":"integer","minimum":-5,"maximum":120},"y":{"type":"array","items":{"$ref":"#/$defs/n"}}},
+      "required":["x","y"]}}})"));
+  grammars.push_back(Must(CompileJsonObject()));
+  grammars.push_back(Must(CompileRegex("(ab|a)*c?[0-9]{1,3}")));
+  grammars.push_back(Must(CompileGbnf("root ::= \"[\" item (\",\" item)* \"]\"\nitem ::= [a-c]+ | \"\\\"\" [^\"]* \"\\\"\"\n")));
+  grammars.push_back(Must(CompileChoice({"abc", "ab", "a\"b", "null"})));
+  {
+    JsonSchemaOptions ws;
+    ws.any_whitespace = true;
+    grammars.push_back(Must(CompileJsonSchema(nlohmann::json::parse(
+        R"({"type":"object","properties":{"a":{"type":"string"},"n":{"type":"number"}}})"), ws, nullptr)));
+  }
+
+  int checked = 0;
+  for (size_t gi = 0; gi < grammars.size(); ++gi) {
+    auto compiled = std::make_shared<CompiledGrammar>(grammars[gi], v);
+    for (int walk = 0; walk < 3; ++walk) {
+      TokenMatcher m(compiled);
+      GrammarMatcher ref(&compiled->grammar());
+      for (int step = 0; step < 40 && !m.IsDone(); ++step) {
+        const TokenBitmask mask = m.ComputeMask();
+        ASSERT_EQ(mask, m.ComputeMaskStepping()) << "grammar " << gi << " step " << step;
+        std::vector<int32_t> allowed;
+        for (int32_t t = 0; t < v->size(); ++t) {
+          const bool expect = !vocab[t].empty() && ref.CanAccept(vocab[t]);
+          ASSERT_EQ(TestBit(mask, t), expect) << "grammar " << gi << " token " << t << " step " << step;
+          if (expect) allowed.push_back(t);
+          ++checked;
+        }
+        if (allowed.empty()) break;
+        const int32_t id = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+        ASSERT_TRUE(m.AcceptToken(id));
+        ASSERT_TRUE(ref.AcceptBytes(vocab[id]));
+      }
+    }
+  }
+  EXPECT_GT(checked, 100000);
 }
 
 }  // namespace

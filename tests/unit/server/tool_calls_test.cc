@@ -243,25 +243,139 @@ TEST(ToolRequest, ChoicesAndErrors) {
   EXPECT_TRUE(std::holds_alternative<ApiError>(ParseToolRequest({{"tools", Tools()}, {"tool_choice", 3}})));
 }
 
-TEST(ToolStreamer, HoldsBackMarkerPrefixesAndEndOfTurn) {
-  ToolCallStreamer s(ToolParser::kHermes, {"<|im_end|>"});
-  std::string sent;
-  sent += s.Push("Hello <tool");
-  EXPECT_EQ(sent, "Hello ");
-  sent += s.Push("box> and <|im");
-  EXPECT_EQ(sent, "Hello <toolbox> and ");
-  sent += s.Push("_end|>");
-  ToolParseResult end = s.Finish();
-  EXPECT_EQ(sent + end.content, "Hello <toolbox> and ");
-  EXPECT_TRUE(end.calls.empty());
+// What a client reassembles from a streamed auto-mode output.
+struct Streamed {
+  std::string content;
+  std::vector<std::string> ids, names, args;
+  bool ordered = true;  // every fragment after its call's header, headers in index order
+};
 
-  ToolCallStreamer t(ToolParser::kHermes, {});
-  std::string out = t.Push("Calling.<tool_call>{\"name\":\"f\",");
-  out += t.Push("\"arguments\":{}}</tool_call>");
-  EXPECT_EQ(out, "Calling.");
-  ToolParseResult r = t.Finish();
-  ASSERT_EQ(r.calls.size(), 1u);
-  EXPECT_EQ(r.calls[0].name, "f");
+Streamed StreamInChunks(ToolParser parser, const std::vector<std::string>& trailing, const std::string& output,
+                        size_t chunk) {
+  ToolCallStreamer s(parser, trailing);
+  Streamed r;
+  std::vector<ToolCallStreamer::Event> events;
+  for (size_t at = 0; at < output.size(); at += chunk) r.content += s.Push(output.substr(at, chunk), &events);
+  r.content += s.Finish(&events);
+  for (const auto& e : events) {
+    if (!e.id.empty()) {
+      if (e.index != static_cast<int>(r.ids.size())) r.ordered = false;
+      r.ids.push_back(e.id);
+      r.names.push_back(e.name);
+      r.args.emplace_back();
+    }
+    if (e.index < 0 || e.index >= static_cast<int>(r.args.size())) {
+      r.ordered = false;
+      continue;
+    }
+    r.args[e.index] += e.arguments;
+  }
+  EXPECT_EQ(s.calls_started(), static_cast<int>(r.ids.size()));
+  return r;
+}
+
+struct StreamCase {
+  ToolParser parser;
+  std::vector<std::string> trailing;
+  std::string output;
+  std::string content;                 // expected content
+  std::vector<std::string> names;      // expected calls
+  std::vector<std::string> arguments;  // their arguments as JSON (compared parsed)
+};
+
+// Auto-mode output of each family, cut into chunks of every size 1..9: text before a call is
+// content, each call is a header then argument fragments that concatenate to its arguments, and
+// malformed calls (nothing announced yet) fall back to content whole.
+TEST(ToolStreamer, CallsStreamInFragmentsForAnyChunking) {
+  const std::vector<StreamCase> cases = {
+      {ToolParser::kDeepSeekV3, {"<｜end▁of▁sentence｜>"},
+       "Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+       "```json\n{\"city\": \"Pa\\\"ris}\", \"days\": [2, {\"a\": \"```\"}]}\n```<｜tool▁call▁end｜>\n"
+       "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜>"
+       "<｜tool▁calls▁end｜><｜end▁of▁sentence｜>",
+       "Let me check.", {"get_weather", "get_time"}, {R"({"city":"Pa\"ris}","days":[2,{"a":"```"}]})", "{}"}},
+      {ToolParser::kDeepSeekV3, {},
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"q\":\"x\", \"n\": -1.5e3}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+       "", {"search"}, {R"({"q":"x","n":-1.5e3})"}},
+      {ToolParser::kHermes, {"<|im_end|>"},
+       "Sure.\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": true}}\n</tool_call>\n"
+       "<tool_call>\n{\"arguments\": \"{\\\"x\\\": 3}\", \"name\": \"neg\"}\n</tool_call><|im_end|>",
+       "Sure.\n", {"add", "neg"}, {R"({"a":1,"b":true})", R"({"x":3})"}},
+      {ToolParser::kHermes, {}, "<tool_call>{\"name\":\"f\",\"arguments\":{}}", "", {"f"}, {"{}"}},
+      {ToolParser::kLlama3Json, {"<|eom_id|>"},
+       "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"s\": \"a;b\"}}; {\"name\": \"g\", \"parameters\": {}}<|eom_id|>",
+       "", {"f", "g"}, {R"({"s":"a;b"})", "{}"}},
+      {ToolParser::kLlama3Json, {}, " {\"name\":\"f\",\"parameters\":{\"x\":null}}", "", {"f"}, {R"({"x":null})"}},
+      // Malformed before any header: everything is content.
+      {ToolParser::kDeepSeekV3, {},
+       "Hm.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n[1]\n```<｜tool▁call▁end｜>",
+       "Hm.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n[1]\n```<｜tool▁call▁end｜>", {}, {}},
+      {ToolParser::kDeepSeekV3, {},
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>\n```json\n{}\n```<｜tool▁call▁end｜>",
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>\n```json\n{}\n```<｜tool▁call▁end｜>", {}, {}},
+      {ToolParser::kDeepSeekV3, {}, "<｜tool▁calls▁begin｜>garbage", "<｜tool▁calls▁begin｜>garbage", {}, {}},
+      {ToolParser::kHermes, {}, "<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>", {}, {}},
+      {ToolParser::kHermes, {}, "<tool_call>[1,2]</tool_call> ok", "<tool_call>[1,2]</tool_call> ok", {}, {}},
+      {ToolParser::kHermes, {"<|im_end|>"}, "Hello <toolbox> and <|im_end|>", "Hello <toolbox> and ", {}, {}},
+      {ToolParser::kLlama3Json, {}, "Hello {\"name\":\"f\"}", "Hello {\"name\":\"f\"}", {}, {}},
+      {ToolParser::kLlama3Json, {}, "{\"answer\": 42}", "{\"answer\": 42}", {}, {}},
+      // Broken after a call was announced: the calls stand, the rest is content.
+      {ToolParser::kHermes, {},
+       "<tool_call>{\"name\":\"f\",\"arguments\":{\"a\":1}}</tool_call> and then some text",
+       " and then some text", {"f"}, {R"({"a":1})"}},
+  };
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const StreamCase& c = cases[ci];
+    for (size_t chunk = 1; chunk <= 9; ++chunk) {
+      Streamed r = StreamInChunks(c.parser, c.trailing, c.output, chunk);
+      SCOPED_TRACE("case " + std::to_string(ci) + " chunk " + std::to_string(chunk));
+      EXPECT_TRUE(r.ordered);
+      EXPECT_EQ(r.content, c.content);
+      ASSERT_EQ(r.names, c.names);
+      for (size_t i = 0; i < c.names.size(); ++i) {
+        const Json got = Json::parse(r.args[i], nullptr, false);
+        ASSERT_FALSE(got.is_discarded()) << r.args[i];
+        EXPECT_EQ(got, Json::parse(c.arguments[i]));
+      }
+      if (r.ids.size() == 2) {
+        EXPECT_NE(r.ids[0], r.ids[1]);
+      }
+    }
+  }
+}
+
+// A header waits for the name; fragments go out as the arguments grow, never ahead of a valid
+// JSON prefix; a cut-off call keeps what was sent.
+TEST(ToolStreamer, FragmentsFollowTheText) {
+  ToolCallStreamer s(ToolParser::kHermes, {});
+  std::vector<ToolCallStreamer::Event> ev;
+  EXPECT_EQ(s.Push("Calling.<tool_call>{\"name\":\"get_w", &ev), "Calling.");
+  EXPECT_TRUE(ev.empty());
+  s.Push("eather\",\"arguments\":{\"city\":\"Pa", &ev);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].name, "get_weather");
+  EXPECT_EQ(ev[0].arguments, "{\"city\":\"Pa");
+  ev.clear();
+  s.Push("ris\",", &ev);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_TRUE(ev[0].id.empty());
+  EXPECT_EQ(ev[0].arguments, "ris\",");
+  ev.clear();
+  EXPECT_EQ(s.Finish(&ev), "");  // cut short (length): the call stays as sent
+  EXPECT_TRUE(ev.empty());
+  EXPECT_EQ(s.calls_started(), 1);
+
+  // JSON that breaks after the header: the call ends where the text was last valid, the rest is
+  // content.
+  ToolCallStreamer d(ToolParser::kDeepSeekV3, {});
+  ev.clear();
+  std::string content = d.Push("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{", &ev);
+  content += d.Push("bad json\n```<｜tool▁call▁end｜>", &ev);
+  content += d.Finish(&ev);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].name, "f");
+  EXPECT_EQ(ev[0].arguments, "{");
+  EXPECT_EQ(content, "bad json\n```<｜tool▁call▁end｜>");
 }
 
 TEST(StructuredSpec, FieldsAndConflicts) {
