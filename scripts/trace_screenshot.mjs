@@ -49,6 +49,12 @@ try {
   await page.keyboard.type(search);
   await page.keyboard.press('Enter');
   await page.waitForTimeout(1500);
+  // Raise the Summary pane so the selected event's arguments fit.
+  await page.mouse.move(640, 489);
+  await page.mouse.down();
+  await page.mouse.move(640, 290, { steps: 5 });
+  await page.mouse.up();
+  await page.waitForTimeout(500);
   await page.screenshot({ path: out });
 } finally {
   await browser.close();
