@@ -103,6 +103,26 @@ TEST_F(Observability, CpuAndReferenceTapsMatch) {
   EXPECT_NE(r.out.find("taps in both dumps match"), std::string::npos) << r.out;
 }
 
+// Llama-style attention taps q and k after the rotary embedding (HF's query_states and
+// key_states), and they agree between the CPU and the reference backends.
+TEST_F(Observability, LlamaTapsRotatedQueryAndKey) {
+  const std::string model = (dir_ / "tiny-llama").string();
+  ASSERT_EQ(RunCli("make-model --preset tiny-llama --output " + model).exit_code, 0);
+  for (const std::string dev : {"cpu", "reference"}) {
+    const CliRun r = RunCli("generate -q --threads 1 --model-path " + model +
+                            " --token-ids 1,2,3,4,5 --max-tokens 2 --ignore-eos "
+                            "--no-compile-cache --device " + dev + " --dump-tensors " +
+                            (dir_ / dev).string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  std::set<std::string> taps;
+  for (const auto& row : Manifest("cpu")) taps.insert(row[1]);
+  EXPECT_TRUE(taps.count("model.layers.1.self_attn.query_states"));
+  EXPECT_TRUE(taps.count("model.layers.1.self_attn.key_states"));
+  const CliRun d = DiffDumps("cpu", "reference", "--rtol 1e-4 --atol 1e-5");
+  EXPECT_EQ(d.exit_code, 0) << d.out;
+}
+
 TEST_F(Observability, Bf16AndInt4DifferFirstAtTheFirstQuantizedProjection) {
   ASSERT_EQ(Dump("bf16", "--dtype bfloat16").exit_code, 0);
   ASSERT_EQ(Dump("int4", "--quant int4").exit_code, 0);
