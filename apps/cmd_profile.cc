@@ -1,6 +1,7 @@
-// `deepharness profile`: a short prefill and decode workload through a TracingBackend, then the
-// time per op class and per layer type against the machine's measured read bandwidth and FMA
-// peak (the probes `bench` uses). Without --model-path the embedded model is profiled.
+// `deepharness profile`: a prefill of -p tokens and -n decode steps after it, through a
+// TracingBackend, then the time per op class, per layer type and per kernel against the
+// machine's measured read bandwidth and FMA peak (the probes `bench` uses). Without
+// --model-path the embedded model is profiled.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -64,17 +65,24 @@ int Profile(ProfileArgs& a) {
   if (auto r = tools::RunModelBench(*loaded->model, *loaded->backend, warm); !r.ok()) {
     return ReportError(r.status());
   }
+  // The decode steps run after the prompt's prefill (untimed, as bench's --depth), as they do
+  // when serving: attention reads the prompt's keys.
   struct Phase {
     const char* name;
-    int prompt, gen;
+    int prompt, gen, depth;
   };
-  for (const Phase& ph : {Phase{"prefill", a.prompt, 0}, Phase{"decode", 0, a.gen}}) {
+  for (const Phase& ph :
+       {Phase{"prefill", a.prompt, 0, 0}, Phase{"decode", 0, a.gen, a.prompt}}) {
     if (ph.prompt == 0 && ph.gen == 0) continue;
     tools::ModelBenchOptions o = warm;
     o.prompt = ph.prompt;
     o.gen = ph.gen;
-    traced->ResetTotals();
-    const auto start = std::chrono::steady_clock::now();
+    o.depth = ph.depth;
+    auto start = std::chrono::steady_clock::now();
+    o.before_timed = [&] {
+      traced->ResetTotals();
+      start = std::chrono::steady_clock::now();
+    };
     auto r = tools::RunModelBench(*loaded->model, *loaded->backend, o);
     if (!r.ok()) return ReportError(r.status());
     const double wall =
@@ -98,7 +106,7 @@ std::function<int()> SetupProfile(CLI::App* sub) {
   sub->add_option("-p,--prompt", a->prompt,
                   "Prompt tokens per sequence of the prefill (default 512; 0 skips)");
   sub->add_option("-n,--gen", a->gen,
-                  "Decode steps from an empty cache, as bench's tg (default 64; 0 skips)");
+                  "Decode steps after the prompt's prefill (default 64; 0 skips)");
   sub->add_option("--batch", a->batch, "Sequences per step (default 1)");
   sub->add_option("--membw-mib", a->membw_mib,
                   "Buffer of the read-bandwidth probe in MiB (default 512; 0 skips it)");

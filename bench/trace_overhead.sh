@@ -3,7 +3,8 @@
 # --trace-out (a TracingBackend timing every op, a span per layer and block), ROUNDS times, so
 # both see the same machine load; then the dump write rate of `generate --dump-tensors` (every
 # tap of every step) against the same run without dumping.
-# Usage: bench/trace_overhead.sh [DEEPHARNESS] [MODEL_DIR] [ROUNDS]   (SKIP_TRACE=1: dumps only)
+# Usage: bench/trace_overhead.sh [DEEPHARNESS] [MODEL_DIR] [ROUNDS]
+#   SKIP_TRACE=1: dumps only; SKIP_DUMP=1: tracing only
 #   MODEL_DIR: e.g. `deepharness make-model --preset qwen2-1.5b --output bench-models/qwen2-1.5b`
 set -eu
 BIN=${1:-build/deepharness}
@@ -28,6 +29,8 @@ PY
   done
 done
 [ -f "$TMP/t.json" ] && ls -l "$TMP/t.json" | awk '{print "trace file of the last run:", $5, "bytes"}'
+
+[ "${SKIP_DUMP:-0}" = 1 ] && exit 0
 
 # Dump write rate: the same generate with and without --dump-tensors, alternately, ROUNDS
 # times each; the rate is the dump's bytes over the difference of the fastest runs.

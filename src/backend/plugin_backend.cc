@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "backend/kernel_note.h"
 #include "base/check.h"
 
 namespace dh {
@@ -115,6 +116,7 @@ void PluginBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, Te
   const dh_rms_norm_args args{x.as<const float>(), weight.as<const float>(),
                               out.as<float>(),     x.numel() / x.dim(-1),
                               x.dim(-1),           eps};
+  NoteKernel(op->library.c_str());
   const int rc = reinterpret_cast<dh_rms_norm_fn>(op->fn)(&args);
   DH_CHECK(rc == 0, "plugin {}: rms_norm returned {}", op->library, rc);
   ++op->calls;
@@ -125,6 +127,7 @@ void PluginBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor out) {
   if (!op || !Contiguous({&gate, &up, &out})) return inner().SiluMul(gate, up, out);
   const dh_silu_mul_args args{gate.as<const float>(), up.as<const float>(), out.as<float>(),
                               out.numel()};
+  NoteKernel(op->library.c_str());
   const int rc = reinterpret_cast<dh_silu_mul_fn>(op->fn)(&args);
   DH_CHECK(rc == 0, "plugin {}: silu_mul returned {}", op->library, rc);
   ++op->calls;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "backend/kernel_note.h"
 #include "base/trace.h"
 
 namespace dh {
@@ -32,27 +33,38 @@ std::string WeightArgs(const Weight& w) {
 template <typename Call, typename Detail>
 void TracingBackend::Timed(const char* op, double bytes, double flops, Call&& call,
                            Detail&& detail) {
+  TakeKernelNote();  // a note left by an op that ran outside this decorator
   const auto start = Clock::now();
   call();
   inner().Synchronize();
   const auto end = Clock::now();
   const double seconds = std::chrono::duration<double>(end - start).count();
+  const KernelNote note = TakeKernelNote();
+  std::string kernel;
+  if (note.name != nullptr) {
+    kernel = note.name;
+    if (note.variant != nullptr) (kernel += ' ') += note.variant();
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    OpTotals& t = totals_[{CurrentTraceLabel(), op}];
+    OpTotals& t = totals_[{CurrentTraceLabel(), op, kernel}];
     t.Add({1, seconds, bytes, flops});
   }
   if (Tracer* tracer = ActiveTracer()) {
+    std::string args = detail();
+    if (!kernel.empty()) args += ", " + JsonArg("kernel", kernel);
     tracer->Complete(
         op, "op", start, end,
-        fmt::format("{}, {}, {}", detail(), JsonArg("bytes", bytes), JsonArg("flops", flops)));
+        fmt::format("{}, {}, {}", args, JsonArg("bytes", bytes), JsonArg("flops", flops)));
   }
 }
 
 std::vector<OpTotalsRow> TracingBackend::Totals() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<OpTotalsRow> rows;
-  for (const auto& [key, t] : totals_) rows.push_back({key.first, key.second, t});
+  for (const auto& [key, t] : totals_) {
+    rows.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), t});
+  }
   return rows;
 }
 

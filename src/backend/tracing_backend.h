@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/forwarding_backend.h"
@@ -32,6 +33,7 @@ struct OpTotals {
 struct OpTotalsRow {
   std::string label;  // "" outside any span
   std::string op;     // "MatMul", "Attention", ...
+  std::string kernel;  // the kernel the backend named (kernel_note.h), e.g. "gemv AVX3_ZEN4"; ""
   OpTotals totals;
 };
 
@@ -39,7 +41,7 @@ class TracingBackend final : public ForwardingBackend {
  public:
   explicit TracingBackend(std::unique_ptr<Backend> inner) : ForwardingBackend(std::move(inner)) {}
 
-  // Totals since construction or the last ResetTotals, sorted by label then op.
+  // Totals since construction or the last ResetTotals, sorted by label, op, then kernel.
   std::vector<OpTotalsRow> Totals() const;
   void ResetTotals();
 
@@ -72,7 +74,7 @@ class TracingBackend final : public ForwardingBackend {
   void Timed(const char* op, double bytes, double flops, Call&& call, Detail&& detail);
 
   mutable std::mutex mu_;
-  std::map<std::pair<std::string, std::string>, OpTotals> totals_;
+  std::map<std::tuple<std::string, std::string, std::string>, OpTotals> totals_;  // label, op, kernel
 };
 
 }  // namespace dh

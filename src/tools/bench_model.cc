@@ -170,6 +170,7 @@ Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend, const Mod
       const bool pp = t.kind[0] == 'p';
       std::vector<double> tps;
       for (int r = -o.warmup; r < o.repeat; ++r) {
+        if (r == 0 && o.before_timed) o.before_timed();
         Result<double> s = pp ? RunPrefill(model, backend, cache, rng, batch, t.tokens, o.depth)
                               : RunDecode(model, backend, cache, rng, batch, t.tokens, o.depth);
         if (!s.ok()) return s.status();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -33,6 +34,9 @@ struct ModelBenchOptions {
   // bf16 dot-product peak (vdpbf16ps) in GFLOP/s on the same threads; <= 0: unknown / no such
   // instruction.
   double bf16_peak_gflops = 0;
+  // Called right before each test's timed runs (after the depth prefill and the warm-up runs);
+  // `profile` resets its op totals there so that only the timed runs count.
+  std::function<void()> before_timed;
 };
 
 struct BenchStat {

@@ -9,12 +9,19 @@
 namespace dh::tools {
 namespace {
 
-std::vector<ProfileRow> Group(const std::vector<OpTotalsRow>& rows, bool by_op, double op_seconds,
+enum class GroupBy { kOp, kLabel, kKernel };
+
+std::vector<ProfileRow> Group(const std::vector<OpTotalsRow>& rows, GroupBy by, double op_seconds,
                               double bandwidth_gbs, double peak_gflops) {
   std::map<std::string, OpTotals> groups;
   for (const OpTotalsRow& r : rows) {
-    const std::string key = by_op ? r.op : (r.label.empty() ? "other" : r.label);
-    groups[key].Add(r.totals);
+    switch (by) {
+      case GroupBy::kOp: groups[r.op].Add(r.totals); break;
+      case GroupBy::kLabel: groups[r.label.empty() ? "other" : r.label].Add(r.totals); break;
+      case GroupBy::kKernel:
+        groups[r.kernel.empty() ? r.op : r.op + " " + r.kernel].Add(r.totals);
+        break;
+    }
   }
   std::vector<ProfileRow> out;
   for (const auto& [name, t] : groups) {
@@ -83,8 +90,9 @@ ProfilePhase SummarizeProfile(const std::string& name, double wall_seconds,
   p.name = name;
   p.wall_seconds = wall_seconds;
   for (const OpTotalsRow& r : rows) p.op_seconds += r.totals.seconds;
-  p.by_op = Group(rows, true, p.op_seconds, bandwidth_gbs, peak_gflops);
-  p.by_layer = Group(rows, false, p.op_seconds, bandwidth_gbs, peak_gflops);
+  p.by_op = Group(rows, GroupBy::kOp, p.op_seconds, bandwidth_gbs, peak_gflops);
+  p.by_layer = Group(rows, GroupBy::kLabel, p.op_seconds, bandwidth_gbs, peak_gflops);
+  p.by_kernel = Group(rows, GroupBy::kKernel, p.op_seconds, bandwidth_gbs, peak_gflops);
   return p;
 }
 
@@ -100,6 +108,8 @@ std::string FormatProfile(const ProfileReport& r) {
     out += Table("op", p.by_op);
     out += "\n";
     out += Table("layer type", p.by_layer);
+    out += "\n";
+    out += Table("op and kernel", p.by_kernel);
   }
   return out;
 }
@@ -114,7 +124,8 @@ nlohmann::json ProfileJson(const ProfileReport& r) {
                            {"wall_seconds", p.wall_seconds},
                            {"op_seconds", p.op_seconds},
                            {"by_op", RowsJson(p.by_op)},
-                           {"by_layer", RowsJson(p.by_layer)}});
+                           {"by_layer", RowsJson(p.by_layer)},
+                           {"by_kernel", RowsJson(p.by_kernel)}});
   }
   return j;
 }

@@ -1,7 +1,7 @@
 // `deepharness profile`: where a forward step's time goes. The op totals a TracingBackend
 // collected over a workload (backend/tracing_backend.h) become two tables per phase (prefill,
-// decode): per op class and per layer type (the model's trace labels: attention.mla, ffn.moe,
-// ...), each row with calls, total and mean time, share of the time in ops, and the achieved
+// decode): per op class, per layer type (the model's trace labels: attention.mla, ffn.moe, ...)
+// and per op and kernel (backend/kernel_note.h), each row with calls, total and mean time, share of the time in ops, and the achieved
 // GB/s and GFLOP/s against the machine's measured read bandwidth and FMA peak, so the op
 // furthest from its limit stands out.
 #pragma once
@@ -26,7 +26,9 @@ struct ProfilePhase {
   std::string name;                         // "prefill", "decode"
   double wall_seconds = 0;                  // the whole workload of the phase
   double op_seconds = 0;                    // inside backend ops
-  std::vector<ProfileRow> by_op, by_layer;  // by total time, largest first
+  // By total time, largest first. by_kernel: per op and the kernel the backend named for it
+  // ("MatMul gemv AVX3_ZEN4"; the op alone where it named none).
+  std::vector<ProfileRow> by_op, by_layer, by_kernel;
 };
 
 struct ProfileReport {
@@ -35,7 +37,7 @@ struct ProfileReport {
   std::vector<ProfilePhase> phases;
 };
 
-// Groups `rows` by op and by label ("" becomes "other").
+// Groups `rows` by op, by label ("" becomes "other") and by op and kernel.
 ProfilePhase SummarizeProfile(const std::string& name, double wall_seconds,
                               const std::vector<OpTotalsRow>& rows, double bandwidth_gbs,
                               double peak_gflops);

@@ -75,6 +75,8 @@ TEST_F(Observability, DumpNamesFollowHuggingFaceModules) {
                           "model.layers.0.self_attn.q_b_proj",
                           "model.layers.0.self_attn.kv_a_proj_with_mqa",
                           "model.layers.0.self_attn.kv_a_layernorm",
+                          "model.layers.0.self_attn.query_states",
+                          "model.layers.0.self_attn.k_pe",
                           "model.layers.0.self_attn.kv_b_proj",
                           "model.layers.0.self_attn.o_proj",
                           "model.layers.0.self_attn",
@@ -99,6 +101,26 @@ TEST_F(Observability, CpuAndReferenceTapsMatch) {
   const CliRun r = DiffDumps("cpu", "ref", "--rtol 1e-4 --atol 1e-5");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("taps in both dumps match"), std::string::npos) << r.out;
+}
+
+// Llama-style attention taps q and k after the rotary embedding (HF's query_states and
+// key_states), and they agree between the CPU and the reference backends.
+TEST_F(Observability, LlamaTapsRotatedQueryAndKey) {
+  const std::string model = (dir_ / "tiny-llama").string();
+  ASSERT_EQ(RunCli("make-model --preset tiny-llama --output " + model).exit_code, 0);
+  for (const std::string dev : {"cpu", "reference"}) {
+    const CliRun r = RunCli("generate -q --threads 1 --model-path " + model +
+                            " --token-ids 1,2,3,4,5 --max-tokens 2 --ignore-eos "
+                            "--no-compile-cache --device " + dev + " --dump-tensors " +
+                            (dir_ / dev).string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  std::set<std::string> taps;
+  for (const auto& row : Manifest("cpu")) taps.insert(row[1]);
+  EXPECT_TRUE(taps.count("model.layers.1.self_attn.query_states"));
+  EXPECT_TRUE(taps.count("model.layers.1.self_attn.key_states"));
+  const CliRun d = DiffDumps("cpu", "reference", "--rtol 1e-4 --atol 1e-5");
+  EXPECT_EQ(d.exit_code, 0) << d.out;
 }
 
 TEST_F(Observability, Bf16AndInt4DifferFirstAtTheFirstQuantizedProjection) {
@@ -136,7 +158,7 @@ TEST_F(Observability, TraceHoldsStepsLayersOpsAndRequestPhases) {
   std::ifstream f(trace);
   const Json j = Json::parse(f, nullptr, false);
   ASSERT_FALSE(j.is_discarded());
-  std::set<std::string> names, cats;
+  std::set<std::string> names, cats, matmul_kernels;
   bool matmul_has_args = false;
   for (const Json& e : j.at("traceEvents")) {
     names.insert(e.at("name").get<std::string>());
@@ -145,8 +167,20 @@ TEST_F(Observability, TraceHoldsStepsLayersOpsAndRequestPhases) {
       const Json& a = e.at("args");
       matmul_has_args = a.contains("x") && a.contains("format") &&
                         a.at("flops").get<double>() > 0 && a.at("bytes").get<double>() > 0;
+      // The kernel the CPU backend chose, then the Highway target it runs on.
+      const std::string kernel = a.value("kernel", "");
+      matmul_kernels.insert(kernel.substr(0, kernel.find(' ')));
+      EXPECT_NE(kernel.find(' '), std::string::npos) << kernel;
     }
   }
+  // Names from CpuBackend::MatMul's table; the prompt (3 rows) and the decode steps (1 row)
+  // take the GEMV kernel.
+  const std::set<std::string> known = {
+      "gemv",         "gemm",           "gemm-tiled",         "gemm-bf16dot",
+      "gemv-int-dot", "gemm-int-dot",   "gemv-quant-f32",     "gemv-fp8-f16decode",
+      "gemv-dequant", "gemm-dequant",   "gemm-tiled-dequant", "reference"};
+  EXPECT_TRUE(matmul_kernels.count("gemv"));
+  for (const std::string& k : matmul_kernels) EXPECT_TRUE(known.count(k)) << "'" << k << "'";
   for (const char* n : {"engine.step", "forward", "embedding", "model.layers.0", "model.layers.2",
                         "attention.mla", "ffn.mlp", "ffn.moe", "head", "MatMul", "Attention",
                         "MoeGate", "MoeExperts", "queued", "prefill", "prefill chunk", "decode"}) {
@@ -169,6 +203,42 @@ TEST_F(Observability, TraceIsBoundedByMaxEvents) {
   ASSERT_FALSE(j.is_discarded());
   EXPECT_EQ(j.at("traceEvents").size(), 41u);  // 40 + the process name
   EXPECT_GT(j.at("otherData").at("dropped_events").get<int>(), 0);
+}
+
+// `profile` on the embedded model: both phases, a row per op and kernel, and the decode steps
+// run after the prompt's prefill (attention reads the prompt's keys: more bytes than after an
+// empty prompt).
+TEST_F(Observability, ProfileNamesKernelsAndDecodesAfterThePrompt) {
+  auto profile = [](int prompt) {
+    const CliRun r = RunCli("profile --json --threads 1 --membw-mib 0 --no-compile-cache "
+                            "--model-path " + kModel + " -n 4 -p " + std::to_string(prompt));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return Json::parse(r.out, nullptr, false);
+  };
+  auto row = [](const Json& phase, const char* table, const std::string& name) {
+    for (const Json& r : phase.at(table)) {
+      if (r.at("name") == name) return r;
+    }
+    return Json();
+  };
+  const Json with_prompt = profile(40), without = profile(0);
+  ASSERT_FALSE(with_prompt.is_discarded());
+  ASSERT_FALSE(without.is_discarded());
+  const Json& phases = with_prompt.at("phases");
+  ASSERT_EQ(phases.size(), 2u);
+  EXPECT_EQ(phases[0].at("name"), "prefill");
+  EXPECT_EQ(phases[1].at("name"), "decode");
+  bool gemm = false;
+  for (const Json& r : phases[0].at("by_kernel")) {
+    gemm = gemm || r.at("name").get<std::string>().rfind("MatMul gemm-tiled ", 0) == 0;
+  }
+  EXPECT_TRUE(gemm) << phases[0].at("by_kernel").dump();  // 40 prompt rows: the tiled GEMM
+  const Json decode = row(phases[1], "by_op", "Attention");
+  const Json decode_empty = row(without.at("phases")[0], "by_op", "Attention");
+  ASSERT_FALSE(decode.is_null());
+  ASSERT_FALSE(decode_empty.is_null());
+  EXPECT_EQ(decode.at("calls"), decode_empty.at("calls"));
+  EXPECT_GT(decode.at("bytes").get<double>(), 5 * decode_empty.at("bytes").get<double>());
 }
 
 TEST_F(Observability, PluginRmsNormIsUsedAndMatchesTheBuiltInOp) {

@@ -16,6 +16,7 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/quant_vnni.h"
 #include "backend/cpu/row_view.h"
+#include "backend/kernel_note.h"
 #include "backend/reference/reference_ops.h"
 #include "base/check.h"
 #include "base/log.h"
@@ -172,9 +173,11 @@ void CpuBackend::Embedding(const Weight& table, const Tensor& ids, Tensor out) {
   const auto wtype = WTypeOf(table.data.dtype);
   if (table.format != WeightFormat::kDense || !wtype || !o || table.data.ndim != 2 ||
       table.data.stride[1] != 1 || o->rows != ids.numel() || o->cols != table.cols) {
+    NoteKernel("reference");
     Trace("embedding reference {}", WeightFormatName(table.format));
     return ReferenceBackend::Embedding(table, ids, out);
   }
+  NoteKernel("embedding", cpu::DispatchedTargetName);
   Trace("embedding {} T={} H={}", DTypeName(table.data.dtype), o->rows, o->cols);
   const size_t esize = DTypeSize(table.data.dtype);
   pool_->ParallelFor(o->rows, GrainFor(o->cols), [&](size_t b, size_t e) {
@@ -192,9 +195,11 @@ void CpuBackend::Embedding(const Weight& table, const Tensor& ids, Tensor out) {
 void CpuBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) {
   const auto xr = AsRows(x), o = AsRows(out);
   if (!xr || !o || !SameRows(*xr, *o) || !IsPlainVector(weight, xr->cols)) {
+    NoteKernel("reference");
     Trace("rmsnorm reference");
     return ReferenceBackend::RmsNorm(x, weight, eps, out);
   }
+  NoteKernel("rmsnorm", cpu::DispatchedTargetName);
   Trace("rmsnorm T={} H={} w={}", xr->rows, xr->cols, DTypeName(weight.dtype));
   const WType wtype = *WTypeOf(weight.dtype);
   pool_->ParallelFor(xr->rows, GrainFor(xr->cols), [&](size_t b, size_t e) {
@@ -211,9 +216,11 @@ void CpuBackend::AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weig
   const auto res = AsRows(residual), xr = AsRows(x), o = AsRows(out);
   if (!res || !xr || !o || !SameRows(*res, *xr) || !SameRows(*res, *o) ||
       !IsPlainVector(weight, res->cols)) {
+    NoteKernel("reference");
     Trace("add_rmsnorm reference");
     return ReferenceBackend::AddRmsNorm(residual, x, weight, eps, out);
   }
+  NoteKernel("add-rmsnorm", cpu::DispatchedTargetName);
   Trace("add_rmsnorm T={} H={} w={}", res->rows, res->cols, DTypeName(weight.dtype));
   const WType wtype = *WTypeOf(weight.dtype);
   pool_->ParallelFor(res->rows, GrainFor(res->cols), [&](size_t b, size_t e) {
@@ -239,6 +246,7 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
   if (q.dtype != DType::kF32 || out.dtype != DType::kF32 || !inner_ok(q) ||
       !inner_ok(k_cache.data) || !inner_ok(v_cache.data) || !inner_ok(out) || !kv_type ||
       !same_format) {
+    NoteKernel("reference");
     Trace("attention reference");
     return ReferenceBackend::Attention(q, k_cache, v_cache, meta, scale, out);
   }
@@ -250,6 +258,7 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
            "attention q {} k_cache {} v_cache {} out {}", q.ShapeString(), kc.ShapeString(),
            vc.ShapeString(), out.ShapeString());
   const int64_t t_count = q.shape[0];
+  NoteKernel("attention", cpu::DispatchedTargetName);
   Trace("attention T={} Hq={} Hkv={} Dk={} Dv={} seqs={} kv={}", t_count, hq, hkv, dk, dv,
         meta.num_seqs, DTypeName(kc.dtype));
   // Per sequence, the cache slot of every position (sequence s's from slot_start[s]); per query
@@ -332,9 +341,11 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
 void CpuBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor out) {
   const auto g = AsRows(gate), u = AsRows(up), o = AsRows(out);
   if (!g || !u || !o || !SameRows(*g, *u) || !SameRows(*g, *o)) {
+    NoteKernel("reference");
     Trace("silu_mul reference");
     return ReferenceBackend::SiluMul(gate, up, out);
   }
+  NoteKernel("silu-mul", cpu::DispatchedTargetName);
   Trace("silu_mul T={} I={}", g->rows, g->cols);
   ForEachElementChunk(*pool_, *g, *u, *o, cpu::SiluMulRow);
 }
@@ -342,14 +353,17 @@ void CpuBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor out) {
 void CpuBackend::Add(const Tensor& a, const Tensor& b, Tensor out) {
   const auto ar = AsRows(a), br = AsRows(b), o = AsRows(out);
   if (!ar || !br || !o || !SameRows(*ar, *br) || !SameRows(*ar, *o)) {
+    NoteKernel("reference");
     Trace("add reference");
     return ReferenceBackend::Add(a, b, out);
   }
+  NoteKernel("add", cpu::DispatchedTargetName);
   Trace("add T={} H={}", ar->rows, ar->cols);
   ForEachElementChunk(*pool_, *ar, *br, *o, cpu::AddRow);
 }
 
 void CpuBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& p) {
+  NoteKernel("reference");
   if (options().trace_kernels) {
     Trace(fmt::format("rope reference T={} H={} D={} rotary={}", x.ndim > 0 ? x.shape[0] : 0,
                       x.ndim > 1 ? x.shape[1] : 0, x.ndim > 2 ? x.shape[2] : 0, p.rot_dim));
@@ -359,6 +373,7 @@ void CpuBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& p) {
 
 void CpuBackend::KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache,
                          KvCacheView v_cache, const Tensor& slot_mapping) {
+  NoteKernel("reference");
   if (options().trace_kernels) {
     Trace(fmt::format("kv_write reference k={} v={} cache={}", k.ShapeString(),
                       v.empty() ? "none" : v.ShapeString(), DTypeName(k_cache.data.dtype)));
@@ -367,6 +382,7 @@ void CpuBackend::KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache,
 }
 
 void CpuBackend::KvGather(const KvCacheView& cache, const Tensor& slots, Tensor out) {
+  NoteKernel("reference");
   if (options().trace_kernels) {
     Trace(fmt::format("kv_gather reference n={} cache={} {}", slots.numel(),
                       cache.data.ShapeString(), DTypeName(cache.data.dtype)));
@@ -375,6 +391,7 @@ void CpuBackend::KvGather(const KvCacheView& cache, const Tensor& slots, Tensor 
 }
 
 void CpuBackend::Copy(const Tensor& src, Tensor dst) {
+  NoteKernel("reference");
   if (options().trace_kernels) {
     Trace(fmt::format("copy reference {} {} -> {}", src.ShapeString(), DTypeName(src.dtype),
                       DTypeName(dst.dtype)));
@@ -383,6 +400,7 @@ void CpuBackend::Copy(const Tensor& src, Tensor dst) {
 }
 
 void CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, Tensor out) {
+  NoteKernel("reference");
   if (options().trace_kernels) {
     Trace(fmt::format("gather_rows reference n={} H={}", rows.numel(),
                       x.ndim > 1 ? x.shape[1] : 0));

@@ -14,6 +14,7 @@
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/quant_vnni.h"
 #include "backend/cpu/row_view.h"
+#include "backend/kernel_note.h"
 #include "backend/reference/reference_ops.h"
 #include "base/check.h"
 
@@ -213,11 +214,14 @@ constexpr uint8_t kAnyPath = 0x3;
 constexpr uint8_t PathBit(MatMulPath p) { return static_cast<uint8_t>(1u << static_cast<int>(p)); }
 
 // MatMul's kernels by weight format x path (and the weight's dtype / layout, which `fits`
-// checks); the first entry that takes a call runs it. `describe` gives the --trace-kernels line.
+// checks); the first entry that takes a call runs it. `name` and `variant` name it for the
+// tracer (backend/kernel_note.h), `describe` gives the --trace-kernels line.
 struct MatMulKernel {
   uint32_t formats;  // FormatBit mask
   uint8_t paths;     // PathBit mask
   bool (*fits)(const MatMulCall&);
+  const char* (*name)(const MatMulCall&);
+  const char* (*variant)();
   std::string (*describe)(const MatMulCall&);
   void (*run)(const MatMulCall&, ThreadPool&);
 
@@ -229,6 +233,10 @@ struct MatMulKernel {
 const MatMulKernel kMatMulKernels[] = {
     {kDenseOnly, PathBit(MatMulPath::kGemm), [](const MatMulCall&) { return true; },
      [](const MatMulCall& c) {
+       return cpu::UseBf16Dot(GemmOver(c.dense, c.n(), nullptr)) ? "gemm-bf16dot" : "gemm-tiled";
+     },
+     cpu::DispatchedTargetName,
+     [](const MatMulCall& c) {
        const bool bf16dot = cpu::UseBf16Dot(GemmOver(c.dense, c.n(), nullptr));
        return fmt::format("matmul {} {} M={} N={} K={}",
                           bf16dot ? "gemm-bf16dot" : "gemm-tiled", DTypeName(c.w.data.dtype),
@@ -236,6 +244,7 @@ const MatMulKernel kMatMulKernels[] = {
      },
      DenseGemm},
     {kDenseOnly, PathBit(MatMulPath::kGemv), [](const MatMulCall&) { return true; },
+     [](const MatMulCall& c) { return c.kind(); }, cpu::DispatchedTargetName,
      [](const MatMulCall& c) {
        return fmt::format("matmul {} {} M={} N={} K={}", c.kind(), DTypeName(c.w.data.dtype),
                           c.m(), c.n(), c.k());
@@ -243,6 +252,8 @@ const MatMulKernel kMatMulKernels[] = {
      DenseGemv},
     {kIntFormats, kAnyPath,
      [](const MatMulCall& c) { return c.quant_ok && cpu::UseIntegerDot(c.quant); },
+     [](const MatMulCall& c) { return c.m() >= 4 ? "gemm-int-dot" : "gemv-int-dot"; },
+     cpu::IntegerDotName,
      [](const MatMulCall& c) {
        return fmt::format("matmul {} {} g{} {} M={} N={} K={}", c.kind(),
                           WeightFormatName(c.w.format), c.w.group_size, cpu::IntegerDotName(),
@@ -250,18 +261,21 @@ const MatMulKernel kMatMulKernels[] = {
      },
      QuantIntegerDot},
     {kIntFormats, PathBit(MatMulPath::kGemv), [](const MatMulCall& c) { return c.quant_ok; },
+     [](const MatMulCall&) { return "gemv-quant-f32"; }, cpu::DispatchedTargetName,
      [](const MatMulCall& c) {
        return fmt::format("matmul gemv {} g{} f32 M={} N={} K={}", WeightFormatName(c.w.format),
                           c.w.group_size, c.m(), c.n(), c.k());
      },
      QuantGemv},
     {kFp8Only, PathBit(MatMulPath::kGemv), [](const MatMulCall& c) { return c.fp8_ok; },
+     [](const MatMulCall&) { return "gemv-fp8-f16decode"; }, cpu::DispatchedTargetName,
      [](const MatMulCall& c) {
        return fmt::format("matmul gemv fp8 b{}x{} f16-decode M={} N={} K={}", c.w.block_rows,
                           c.w.block_cols, c.m(), c.n(), c.k());
      },
      Fp8Gemv},
     {kNotDense, PathBit(MatMulPath::kGemm), [](const MatMulCall&) { return true; },
+     [](const MatMulCall&) { return "gemm-tiled-dequant"; }, cpu::DispatchedTargetName,
      [](const MatMulCall& c) {
        return fmt::format("matmul gemm-tiled {} dequant{} M={} N={} K={}",
                           WeightFormatName(c.w.format), c.fp8_ok ? " f16-decode" : "", c.m(),
@@ -269,6 +283,8 @@ const MatMulKernel kMatMulKernels[] = {
      },
      DequantGemm},
     {kNotDense, PathBit(MatMulPath::kGemv), [](const MatMulCall&) { return true; },
+     [](const MatMulCall& c) { return c.m() >= 4 ? "gemm-dequant" : "gemv-dequant"; },
+     cpu::DispatchedTargetName,
      [](const MatMulCall& c) {
        return fmt::format("matmul {} {} dequant{} M={} N={} K={}", c.kind(),
                           WeightFormatName(c.w.format), c.fp8_ok ? " f16-decode" : "", c.m(),
@@ -287,6 +303,7 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     const bool perm_ok = w.perm.dtype == DType::kI32 && w.perm.ndim == 1 &&
                          w.perm.shape[0] == w.cols && (w.perm.stride[0] == 1 || w.cols == 1);
     if (!xp || !perm_ok || xp->cols != w.cols) {
+      NoteKernel("reference");
       Trace("matmul reference permuted {}", WeightFormatName(w.format));
       return ReferenceBackend::MatMul(x, w, bias, out);
     }
@@ -320,6 +337,7 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
                          o->cols == w.rows && w.data.ndim == 2 &&
                          (w.data.stride[1] == 1 || w.cols == 1);
   if (!layout_ok || (dense && !wtype)) {
+    NoteKernel("reference");
     Trace("matmul reference {} {}", WeightFormatName(w.format),
                       DTypeName(w.data.dtype));
     return ReferenceBackend::MatMul(x, w, bias, out);
@@ -336,6 +354,7 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
   c.Prepare();
   for (const MatMulKernel& kernel : kMatMulKernels) {
     if (kernel.Takes(c)) {
+      NoteKernel(kernel.name(c), kernel.variant);
       if (options().trace_kernels) Trace(kernel.describe(c));
       kernel.run(c, *pool_);
       return;
@@ -367,6 +386,7 @@ void CpuBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tenso
     for (int64_t h = 0; h < heads; ++h) MatMul(x.Select(1, h), w[h], Tensor(), out.Select(1, h));
     return;
   }
+  NoteKernel("batched-gemv", cpu::DispatchedTargetName);
   Trace("batched_matmul gemv {} H={} M={} N={} K={}", DTypeName(w[0].data.dtype),
                     heads, m, n, k);
   // Grows once: a decode step allocates nothing. Named through a reference: the pool's threads

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/kernel_note.h"
 #include "base/check.h"
 
 namespace dh {
@@ -57,6 +59,7 @@ void CpuBackend::MoeGate(const Tensor& logits, const Tensor& bias, const MoeGate
                          (bias.empty() || (bias.dtype == DType::kF32 && bias.ndim == 1 &&
                                            (bias.stride[0] == 1 || bias.shape[0] == 1)));
   if (!layout_ok) {
+    NoteKernel("reference");
     Trace("moe_gate reference (layout)");
     return ReferenceBackend::MoeGate(logits, bias, p, topk_ids, topk_weights);
   }
@@ -73,6 +76,7 @@ void CpuBackend::MoeGate(const Tensor& logits, const Tensor& bias, const MoeGate
   const bool use_bias = p.method == TopkMethod::kNoauxTc;
   DH_CHECK(!use_bias || bias.numel() == e_count, "noaux_tc needs a bias of {} experts, got {}",
            e_count, bias.ShapeString());
+  NoteKernel("moe-gate");
   Trace("moe_gate T={} E={} k={} groups={}", t_count, e_count, p.top_k, grouped ? p.n_group : 1);
   const int n_group = grouped ? p.n_group : 1, group_size = e_count / n_group;
   GateScratch& g = gate_;
@@ -153,6 +157,7 @@ void CpuBackend::MoeExperts(const Tensor& x, const Tensor& topk_ids, const Tenso
                          RowMajor2d(topk_ids, DType::kI32, t_count, k) &&
                          RowMajor2d(topk_weights, DType::kF32, t_count, k) && !experts.empty();
   if (!layout_ok) {
+    NoteKernel("reference");
     Trace("moe_experts reference (layout)");
     return ReferenceBackend::MoeExperts(x, topk_ids, topk_weights, experts, out);
   }
@@ -171,6 +176,7 @@ void CpuBackend::MoeExperts(const Tensor& x, const Tensor& topk_ids, const Tenso
       DH_CHECK(e < num_experts, "expert id {} of {}", e, num_experts);
       if (inter < 0) inter = experts[e].gate.rows;
       if (!ExpertShapeOk(experts[e], hidden, inter)) {
+        NoteKernel("reference");
         Trace("moe_experts reference (expert shapes differ)");
         return ReferenceBackend::MoeExperts(x, topk_ids, topk_weights, experts, out);
       }
@@ -195,6 +201,7 @@ void CpuBackend::MoeExperts(const Tensor& x, const Tensor& topk_ids, const Tenso
       s.token_of_row[r] = static_cast<int32_t>(t);
     }
   }
+  NoteKernel("moe-grouped", cpu::DispatchedTargetName);
   Trace("moe_experts grouped T={} H={} I={} experts={} k={}", t_count, hidden, inter, num_experts,
         k);
   if (rows == 0) {

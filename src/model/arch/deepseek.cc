@@ -30,6 +30,10 @@ struct MlaAttention {
   std::vector<Weight> uk_t;  // per head [kv_lora, nope]: q_nope -> latent
   std::vector<Weight> uv;    // per head [vdim, kv_lora]: latent -> v
   std::string q_a_norm_tap, kv_a_norm_tap;  // "<prefix>.q_a_layernorm", "<prefix>.kv_a_layernorm"
+  // After the rotary embedding (HF's forward variables; no module holds them): the query
+  // [T, heads, nope + rope] ("<prefix>.query_states", empty when this rank holds a slice of the
+  // heads) and the shared rotary key [T, rope] ("<prefix>.k_pe").
+  std::string q_rope_tap, k_pe_tap;
 
   static Result<MlaAttention> Load(WeightLoader& w, const std::string& p, const ModelConfig& c);
   Tensor Forward(Backend& b, Arena& a, const StepInputs& step, const RopeParams& rope,
@@ -59,6 +63,8 @@ Result<MlaAttention> MlaAttention::Load(WeightLoader& w, const std::string& p,
   m.has_q_lora = c.q_lora_rank.has_value();
   m.q_a_norm_tap = p + ".q_a_layernorm";
   m.kv_a_norm_tap = p + ".kv_a_layernorm";
+  if (hp.count == all_heads) m.q_rope_tap = p + ".query_states";
+  m.k_pe_tap = p + ".k_pe";
   if (m.has_q_lora) {
     const int64_t r = *c.q_lora_rank;
     DH_ASSIGN_OR_RETURN(m.q_a, Linear::Load(w, p + ".q_a_proj", r, H, c.attention_bias));
@@ -142,6 +148,7 @@ Tensor MlaAttention::Forward(Backend& b, Arena& a, const StepInputs& step,
   RopeParams rp = rope_params;
   rp.offset = static_cast<int>(nope);
   b.Rope(q3, step.positions, rp);
+  if (!q_rope_tap.empty()) Tap(b, q_rope_tap, q3);
 
   // Latent entry per token: [normalised c_kv (kv_lora) | rotated k_pe (rope)].
   Tensor kva = kv_a.Forward(b, a, h);                 // [T, kv_lora + rope]
@@ -154,6 +161,11 @@ Tensor MlaAttention::Forward(Backend& b, Arena& a, const StepInputs& step,
   RopeParams kp = rope_params;
   kp.offset = static_cast<int>(kv_lora);
   b.Rope(latent, step.positions, kp);
+  if (ActiveTapSink()) [[unlikely]] {  // k_pe is a strided slice of the cache entry: copied
+    Tensor k_pe = a.Alloc(DType::kF32, {T, rope});
+    b.Copy(kva.Narrow(1, kv_lora, rope), k_pe);
+    Tap(b, k_pe_tap, k_pe);
+  }
   b.KvWrite(latent, Tensor(), cache, KvCacheView(), step.meta.slot_mapping);
 
   const bool decode = step.num_tokens == step.meta.num_seqs;

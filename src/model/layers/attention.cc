@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "model/layers/parallel.h"
+#include "model/tap.h"
 
 namespace dh {
 
@@ -52,6 +53,8 @@ Result<GqaAttention> GqaAttention::Load(WeightLoader& loader, const std::string&
   DH_ASSIGN_OR_RETURN(a.q, Linear::Load(loader, prefix + ".q_proj", q_dim, c.hidden_size, qkv_bias, q_rows));
   DH_ASSIGN_OR_RETURN(a.k, Linear::Load(loader, prefix + ".k_proj", kv_dim, c.hidden_size, qkv_bias, kv_rows));
   DH_ASSIGN_OR_RETURN(a.v, Linear::Load(loader, prefix + ".v_proj", kv_dim, c.hidden_size, qkv_bias, kv_rows));
+  if (q_part.count == heads) a.q_rope_tap = prefix + ".query_states";
+  if (kv_part.count == kv_heads) a.k_rope_tap = prefix + ".key_states";
   DH_ASSIGN_OR_RETURN(a.o, Linear::Load(loader, prefix + ".o_proj", c.hidden_size, q_dim, o_bias,
                                         TensorParallel::Cols(q_part, d, heads)));
   return a;
@@ -66,6 +69,8 @@ Tensor GqaAttention::Forward(Backend& backend, Arena& arena, const StepInputs& s
   Tensor v3 = v.Forward(backend, arena, h).Reshape({T, num_kv_heads, head_dim});
   backend.Rope(q3, step.positions, rope);
   backend.Rope(k3, step.positions, rope);
+  if (!q_rope_tap.empty()) Tap(backend, q_rope_tap, q3);
+  if (!k_rope_tap.empty()) Tap(backend, k_rope_tap, k3);
   backend.KvWrite(k3, v3, k_cache, v_cache, step.meta.slot_mapping);
   Tensor attn = arena.Alloc(DType::kF32, {T, num_heads, head_dim});
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));

@@ -29,6 +29,10 @@ class RotaryEmbedding {
 struct GqaAttention {
   Linear q, k, v, o;
   int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  // Taps of q and k after the rotary embedding, [T, heads, head_dim]: "<prefix>.query_states",
+  // "<prefix>.key_states" (the variables of HF's forward after apply_rotary_pos_emb; no module
+  // holds them). Empty when this rank holds a slice of the heads.
+  std::string q_rope_tap, k_rope_tap;
 
   static Result<GqaAttention> Load(WeightLoader& loader, const std::string& prefix,
                                    const ModelConfig& config, bool qkv_bias, bool o_bias);
