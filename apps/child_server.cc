@@ -2,19 +2,17 @@
 // the port, SIGTERM to stop.
 #include "apps/child_server.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <thread>
 #include <vector>
 
 #include "apps/command.h"
+#include "apps/spawn.h"
 
 namespace dh::app {
 namespace {
@@ -63,33 +61,14 @@ Result<std::unique_ptr<ChildServer>> ChildServer::Start(const ModelOptions& o,
   if (!o.quant.empty()) args.insert(args.end(), {"--quant", o.quant});
   if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
   if (o.no_compile_cache) args.push_back("--no-compile-cache");
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
   char log_template[] = "/tmp/deepharness-child-serve-XXXXXX";
   const int log_fd = ::mkstemp(log_template);
   if (log_fd < 0) return IoError("cannot create a log file for the serve process");
   s->log_path_ = log_template;
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(log_fd);
-    return Internal("fork failed while starting a serve process");
-  }
-  if (pid == 0) {
-    ::dup2(log_fd, STDOUT_FILENO);
-    ::dup2(log_fd, STDERR_FILENO);
-    const int null_fd = ::open("/dev/null", O_RDONLY);
-    if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
-    sigset_t set;  // the parent may block signals for a signal thread; the child must not
-    sigemptyset(&set);
-    ::pthread_sigmask(SIG_SETMASK, &set, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    ::execv(argv[0], argv.data());
-    std::fprintf(stderr, "error: cannot run %s: %s\n", argv[0], std::strerror(errno));
-    std::_Exit(kExitBadInput);
-  }
+  Result<pid_t> started = SpawnProcess(args, log_fd);
   ::close(log_fd);
+  if (!started.ok()) return started.status();
+  const pid_t pid = *started;
   s->pid_ = pid;
 
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(ready_timeout_s);

@@ -1,7 +1,6 @@
 // Rank roles of `serve --tp-size N` (serve_parallel.h).
 #include "apps/serve_parallel.h"
 
-#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,7 +8,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -20,6 +18,7 @@
 #include <vector>
 
 #include "apps/command.h"
+#include "apps/spawn.h"
 #include "base/log.h"
 #include "model/step_broadcast.h"
 #ifdef DH_HAVE_MPI
@@ -88,26 +87,8 @@ Status LaunchUnderMpirun(int ranks) {
   if (n <= 0) return Internal("cannot read /proc/self/exe to start the ranks");
   own[0] = std::string(exe, static_cast<size_t>(n));
   args.insert(args.end(), own.begin(), own.end());
-  std::vector<char*> argv;
-  for (std::string& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
   DH_LOG(Info, "--tp-size {}: starting the ranks with mpirun -np {}", ranks, ranks);
-  const pid_t pid = ::fork();
-  if (pid < 0) return Internal("fork failed while starting mpirun");
-  if (pid == 0) {
-    // serve blocks SIGTERM/SIGINT for its signal thread and ignores SIGPIPE; mpirun must not
-    // inherit that.
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    ::execvp("mpirun", argv.data());
-    std::fprintf(stderr, "error: --tp-size %d: cannot run mpirun (install openmpi-bin): %s\n",
-                 ranks, std::strerror(errno));
-    std::_Exit(kExitBadInput);
-  }
+  DH_ASSIGN_OR_RETURN(const pid_t pid, SpawnProcess(args, -1, "install openmpi-bin"));
   // SIGTERM / SIGINT sent to this process go to rank 0, which drains, stops the other ranks and
   // exits 0 (mpirun itself would end the job at once, with a failure status).
   std::thread([pid] {

@@ -16,6 +16,8 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "tools/http_target.h"
+
 namespace dh::tools {
 namespace {
 
@@ -41,25 +43,6 @@ httplib::Headers AuthHeaders(const std::string& key) {
   httplib::Headers h;
   if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
   return h;
-}
-
-struct Target {
-  std::string base;    // scheme://host:port
-  std::string prefix;  // path prefix before /v1 (usually empty)
-};
-
-Result<Target> ParseUrl(const std::string& url) {
-  const std::string scheme = "http://";
-  if (url.compare(0, scheme.size(), scheme) != 0)
-    return InvalidArgument("--url: expected http://HOST:PORT, got '{}'", url);
-  size_t slash = url.find('/', scheme.size());
-  Target t;
-  t.base = url.substr(0, slash);
-  if (slash != std::string::npos) t.prefix = url.substr(slash);
-  while (!t.prefix.empty() && t.prefix.back() == '/') t.prefix.pop_back();
-  if (t.prefix.size() >= 3 && t.prefix.substr(t.prefix.size() - 3) == "/v1")
-    t.prefix.resize(t.prefix.size() - 3);
-  return t;
 }
 
 // Parses SSE `data:` lines as they arrive and timestamps the ones that carry text.
@@ -281,7 +264,7 @@ Result<BenchServeResult> RunBenchServe(const BenchServeOptions& o_in) {
   if (o.num_prompts < 1 && o.duration_s <= 0)
     return InvalidArgument("--num-prompts: expected >= 1, got {}", o.num_prompts);
   if (!(o.request_rate > 0)) return InvalidArgument("--request-rate: expected > 0 (or inf)");
-  DH_ASSIGN_OR_RETURN(Target target, ParseUrl(o.url));
+  DH_ASSIGN_OR_RETURN(HttpTarget target, ParseHttpTarget(o.url, "--url"));
 
   BenchServeResult result;
   {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/progress.h"
+#include "tools/http_target.h"
 
 namespace dh::tools {
 namespace {
@@ -26,36 +27,6 @@ std::string Trim(std::string s) {
 
 bool IsInt(const std::string& s) {
   return !s.empty() && s.size() <= 9 && s.find_first_not_of("0123456789") == std::string::npos;
-}
-
-struct HostAndPrefix {
-  std::string base;    // scheme://host:port
-  std::string prefix;  // path before /v1 (usually empty)
-};
-
-Result<HostAndPrefix> SplitUrl(const std::string& url, const std::string& flag) {
-  const std::string scheme = "http://";
-  if (url.compare(0, scheme.size(), scheme) != 0 || url.size() == scheme.size())
-    return InvalidArgument("{}: '{}': expected http://HOST:PORT or model=DIR,...", flag, url);
-  const size_t slash = url.find('/', scheme.size());
-  HostAndPrefix h;
-  h.base = url.substr(0, slash);
-  if (slash != std::string::npos) h.prefix = url.substr(slash);
-  while (!h.prefix.empty() && h.prefix.back() == '/') h.prefix.pop_back();
-  if (h.prefix.size() >= 3 && h.prefix.compare(h.prefix.size() - 3, 3, "/v1") == 0)
-    h.prefix.resize(h.prefix.size() - 3);
-  return h;
-}
-
-std::string ServerMessage(const std::string& body) {
-  Json j = Json::parse(body, nullptr, false);
-  if (!j.is_discarded() && j.is_object() && j.contains("error")) {
-    const Json& e = j["error"];
-    if (e.is_object() && e.contains("message") && e["message"].is_string())
-      return e["message"].get<std::string>();
-    if (e.is_string()) return e.get<std::string>();
-  }
-  return body.substr(0, 200);
 }
 
 double NumberOr(const Json& j, double fallback) {
@@ -131,7 +102,7 @@ Result<CompareCompletion> ParseChat(const Json& choice) {
 
 class Client {
  public:
-  Client(const HostAndPrefix& target, std::string model, const CompareOptions& o)
+  Client(const HttpTarget& target, std::string model, const CompareOptions& o)
       : prefix_(target.prefix), model_(std::move(model)), http_(target.base) {
     http_.set_keep_alive(true);
     http_.set_tcp_nodelay(true);
@@ -165,7 +136,7 @@ class Client {
     auto res = http_.Post(prefix_ + path, text, "application/json");
     if (!res) return IoError("POST {}: {}", path, httplib::to_string(res.error()));
     if (res->status != 200)
-      return IoError("POST {}: HTTP {}: {}", path, res->status, ServerMessage(res->body));
+      return IoError("POST {}: HTTP {}: {}", path, res->status, ServerErrorMessage(res->body));
     Json j = Json::parse(res->body, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("choices") || !j["choices"].is_array() ||
         j["choices"].empty() || !j["choices"][0].is_object())
@@ -182,7 +153,7 @@ class Client {
 
 // GET /v1/models: the endpoint's model (the named one must be listed; else the first).
 Result<std::string> ResolveModel(const CompareEndpoint& e, const CompareOptions& o) {
-  DH_ASSIGN_OR_RETURN(HostAndPrefix t, SplitUrl(e.url, "--" + e.label));
+  DH_ASSIGN_OR_RETURN(HttpTarget t, ParseHttpTarget(e.url, "--" + e.label, " or model=DIR,..."));
   httplib::Client http(t.base);
   http.set_connection_timeout(10, 0);
   http.set_read_timeout(60, 0);
@@ -194,7 +165,7 @@ Result<std::string> ResolveModel(const CompareEndpoint& e, const CompareOptions&
                    httplib::to_string(res.error()));
   if (res->status != 200)
     return IoError("--{} {}: GET /v1/models: HTTP {}: {}", e.label, e.url, res->status,
-                   ServerMessage(res->body));
+                   ServerErrorMessage(res->body));
   Json j = Json::parse(res->body, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("data") || !j["data"].is_array() ||
       j["data"].empty())
@@ -276,7 +247,7 @@ Result<CompareTargetSpec> ParseCompareTarget(const std::string& text, const std:
   }
   size_t first_key = 0;
   if (parts[0].rfind("http", 0) == 0 && parts[0].find('=') == std::string::npos) {
-    DH_RETURN_IF_ERROR(SplitUrl(parts[0], flag).status());
+    DH_RETURN_IF_ERROR(ParseHttpTarget(parts[0], flag, " or model=DIR,...").status());
     s.url = parts[0];
     first_key = 1;
   } else {
@@ -345,8 +316,8 @@ Result<CompareResult> RunCompare(const std::vector<ComparePrompt>& prompts, Comp
   DH_RETURN_IF_ERROR(CheckCompareOptions(o));
   DH_ASSIGN_OR_RETURN(a.model, ResolveModel(a, o));
   DH_ASSIGN_OR_RETURN(b.model, ResolveModel(b, o));
-  DH_ASSIGN_OR_RETURN(HostAndPrefix ta, SplitUrl(a.url, "--a"));
-  DH_ASSIGN_OR_RETURN(HostAndPrefix tb, SplitUrl(b.url, "--b"));
+  DH_ASSIGN_OR_RETURN(HttpTarget ta, ParseHttpTarget(a.url, "--a", " or model=DIR,..."));
+  DH_ASSIGN_OR_RETURN(HttpTarget tb, ParseHttpTarget(b.url, "--b", " or model=DIR,..."));
   CompareResult result;
   result.model_a = a.model;
   result.model_b = b.model;

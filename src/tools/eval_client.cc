@@ -9,50 +9,22 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "tools/http_target.h"
+
 namespace dh::tools {
 namespace {
 
 using Json = nlohmann::json;
 
-struct Target {
-  std::string base;    // scheme://host:port
-  std::string prefix;  // path before /v1 (usually empty)
-};
-
-Result<Target> ParseTarget(const std::string& url) {
-  const std::string scheme = "http://";
-  if (url.compare(0, scheme.size(), scheme) != 0 || url.size() == scheme.size())
-    return InvalidArgument("--url: expected http://HOST:PORT, got '{}'", url);
-  const size_t slash = url.find('/', scheme.size());
-  Target t;
-  t.base = url.substr(0, slash);
-  if (slash != std::string::npos) t.prefix = url.substr(slash);
-  while (!t.prefix.empty() && t.prefix.back() == '/') t.prefix.pop_back();
-  if (t.prefix.size() >= 3 && t.prefix.compare(t.prefix.size() - 3, 3, "/v1") == 0)
-    t.prefix.resize(t.prefix.size() - 3);
-  return t;
-}
-
-std::string ErrorMessage(const std::string& body) {
-  Json j = Json::parse(body, nullptr, false);
-  if (!j.is_discarded() && j.is_object() && j.contains("error")) {
-    const Json& e = j["error"];
-    if (e.is_object() && e.contains("message") && e["message"].is_string())
-      return e["message"].get<std::string>();
-    if (e.is_string()) return e.get<std::string>();
-  }
-  return body.substr(0, 200);
-}
-
 }  // namespace
 
 struct CompletionClient::Impl {
   EvalClientOptions options;
-  Target target;
+  HttpTarget target;
   std::unique_ptr<httplib::Client> http;
 
   explicit Impl(EvalClientOptions o) : options(std::move(o)) {
-    target = *ParseTarget(options.url);
+    target = *ParseHttpTarget(options.url, "--url");
     http = std::make_unique<httplib::Client>(target.base);
     http->set_keep_alive(true);
     http->set_tcp_nodelay(true);  // a POST is two writes: without it Nagle + delayed ACK add 40 ms
@@ -81,7 +53,7 @@ struct CompletionClient::Impl {
           return Internal("POST {}: the response is not a JSON object", full);
         return j;
       }
-      last = fmt::format("POST {}: HTTP {}: {}", full, res->status, ErrorMessage(res->body));
+      last = fmt::format("POST {}: HTTP {}: {}", full, res->status, ServerErrorMessage(res->body));
       if (res->status != 429 && res->status < 500) break;
     }
     return IoError("{}", last);
@@ -103,7 +75,7 @@ struct CompletionClient::Impl {
 };
 
 Result<EvalClientOptions> CompletionClient::Resolve(EvalClientOptions o) {
-  auto target = ParseTarget(o.url);
+  auto target = ParseHttpTarget(o.url, "--url");
   if (!target.ok()) return target.status();
   if (o.max_length < 0) return InvalidArgument("--max-length: expected >= 0, got {}", o.max_length);
   httplib::Client http(target->base);
@@ -116,7 +88,7 @@ Result<EvalClientOptions> CompletionClient::Resolve(EvalClientOptions o) {
     return IoError("GET {}{}/v1/models: {} (is the server running?)", target->base, target->prefix,
                    httplib::to_string(res.error()));
   if (res->status != 200)
-    return IoError("GET /v1/models: HTTP {}: {}", res->status, ErrorMessage(res->body));
+    return IoError("GET /v1/models: HTTP {}: {}", res->status, ServerErrorMessage(res->body));
   Json j = Json::parse(res->body, nullptr, false);
   if (j.is_discarded() || !j.contains("data") || !j["data"].is_array() || j["data"].empty())
     return IoError("GET /v1/models: expected a non-empty 'data' list");

@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <new>
+#include <ostream>
+#include <string>
 
 #include "backend/cpu/cpu_backend.h"
 #include "model/kv_storage.h"
@@ -76,6 +78,9 @@ struct Case {
   const char* fixture;
   const char* quant;  // LoadOptions::quant ("none": as stored)
 };
+
+// Read in test names and failure messages as "fixture/quant", not as raw bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.fixture << "/" << c.quant; }
 
 class DecodeAllocTest : public ::testing::TestWithParam<Case> {};
 

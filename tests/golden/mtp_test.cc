@@ -112,7 +112,8 @@ TEST_P(MtpGolden, MatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, MtpGolden, ::testing::Values("cpu", "reference"));
+INSTANTIATE_TEST_SUITE_P(Backends, MtpGolden, ::testing::Values("cpu", "reference"),
+                         [](const auto& info) { return std::string(info.param); });
 
 TEST(MtpLoad, SkippedUnlessAskedAndAbsentWithoutMtpLayers) {
   ReferenceBackend backend({});

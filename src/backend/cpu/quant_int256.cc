@@ -45,46 +45,27 @@ bool CpuHasAvxVnni() {
 }
 
 #if defined(__x86_64__)
+#define DH_IDOT_BITS 256
+#define DH_IDOT_VNNI 0
+#define DH_IDOT_NS avx2_kernels
+#define DH_IDOT_TARGET __attribute__((target("avx2,fma,f16c")))
 namespace {
-
-// How the weight scales map onto the 8 lanes of a 32-byte chunk (32 int8 / 64 int4 columns).
-enum class ScaleMode256 { kOne, kPerChunk, kPermute };
-
-ScaleMode256 ModeFor256(bool int4, int64_t k, int64_t g) {
-  if (g >= k) return ScaleMode256::kOne;
-  if (g % (int4 ? 64 : 32) == 0) return ScaleMode256::kPerChunk;
-  return ScaleMode256::kPermute;
-}
-
-// Weight rows per tile when a batch (m > 4) passes over them in blocks of 4 x rows: ~32 KiB of
-// codes, so the second and later blocks read them from L1/L2 rather than memory.
-int64_t WeightTileRows(const QuantMatMulArgs& a) {
-  const int64_t row_bytes = a.int4 ? (a.k + 1) / 2 : a.k;
-  const int64_t rows = (32 << 10) / (row_bytes > 0 ? row_bytes : 1);
-  return rows < 1 ? 1 : rows;
-}
-
+#include "backend/cpu/quant_int_dot-inl.h"  // NOLINT(build/include)
 }  // namespace
+#undef DH_IDOT_VNNI
+#undef DH_IDOT_NS
+#undef DH_IDOT_TARGET
 
-#define DH_I256_VNNI 0
-#define DH_I256_NS avx2_kernels
-#define DH_I256_TARGET __attribute__((target("avx2,fma,f16c")))
+#define DH_IDOT_VNNI 1
+#define DH_IDOT_NS avxvnni_kernels
+#define DH_IDOT_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
 namespace {
-#include "backend/cpu/quant_int256-inl.h"  // NOLINT(build/include)
+#include "backend/cpu/quant_int_dot-inl.h"  // NOLINT(build/include)
 }  // namespace
-#undef DH_I256_VNNI
-#undef DH_I256_NS
-#undef DH_I256_TARGET
-
-#define DH_I256_VNNI 1
-#define DH_I256_NS avxvnni_kernels
-#define DH_I256_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
-namespace {
-#include "backend/cpu/quant_int256-inl.h"  // NOLINT(build/include)
-}  // namespace
-#undef DH_I256_VNNI
-#undef DH_I256_NS
-#undef DH_I256_TARGET
+#undef DH_IDOT_BITS
+#undef DH_IDOT_VNNI
+#undef DH_IDOT_NS
+#undef DH_IDOT_TARGET
 #endif  // __x86_64__
 
 void IntegerDot256Range(bool vnni, const QuantMatMulArgs& a, const QuantizedActs& acts,

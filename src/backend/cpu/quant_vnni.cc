@@ -69,18 +69,9 @@ constexpr int64_t kBlock = 32;  // x columns per quantization block
 
 int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// Columns of x per i32 lane, and per 64-byte vector of codes.
+// Columns of x per i32 lane, and per 64-byte vector of codes (the widest kernel's).
 int64_t LaneCols(bool int4) { return int4 ? 8 : 4; }
 int64_t ChunkCols(bool int4) { return int4 ? 128 : 64; }
-
-// How the weight scales map onto the 16 lanes of a chunk.
-enum class ScaleMode { kOne, kPerChunk, kPermute };
-
-ScaleMode ModeFor(bool int4, int64_t k, int64_t g) {
-  if (g >= k) return ScaleMode::kOne;
-  if (g % ChunkCols(int4) == 0) return ScaleMode::kPerChunk;
-  return ScaleMode::kPermute;
-}
 
 // Quantizes x[0..n) to int8 with one scale (max|x| / 127); returns the scale.
 float QuantizeBlock(const float* x, int64_t n, int8_t* q) {
@@ -230,210 +221,18 @@ void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts) {
 }
 
 #if defined(__x86_64__)
+#define DH_IDOT_BITS 512
+#define DH_IDOT_VNNI 1
+#define DH_IDOT_NS vnni512_kernels
+#define DH_IDOT_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c")))
 namespace {
-
-#define DH_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c")))
-
-// The first min(count, left) of the `count` (1, 2, 4, 8 or 16) f16 scales at s, widened, in the
-// low lanes, with plain loads of 2-32 bytes (masked loads were slow on Zen 5); the other lanes
-// are zero and never selected.
-DH_VNNI_TARGET inline __m512 LoadScales(const uint16_t* s, int count, int64_t left) {
-  __m128i h;
-  if (left < count) {
-    alignas(32) uint16_t t[16] = {};
-    for (int64_t i = 0; i < left; ++i) t[i] = s[i];
-    return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(t)));
-  }
-  switch (count) {
-    case 1:
-      h = _mm_cvtsi32_si128(s[0]);
-      break;
-    case 2: {
-      int32_t v;
-      std::memcpy(&v, s, 4);
-      h = _mm_cvtsi32_si128(v);
-      break;
-    }
-    case 4:
-      h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s));
-      break;
-    case 8:
-      h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-      break;
-    default:
-      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
-  }
-  return _mm512_cvtph_ps(_mm256_zextsi128_si256(h));
-}
-
-// sum over the n groups of min[g] * gsum[g], min[g] = -(zero nibble + offset) * scale[g]: the
-// int4 zero-point term. z * scale is exact in f32 (at most 16 significant bits).
-DH_VNNI_TARGET inline float DotMins(const uint16_t* s, const uint8_t* z, int offset,
-                                    const float* gsum, int64_t n) {
-  __m512 acc = _mm512_setzero_ps();
-  const __m128i low4 = _mm_set1_epi8(0x0f);
-  const __m512i off = _mm512_set1_epi32(offset);
-  int64_t g = 0;
-  for (; g + 16 <= n; g += 16) {
-    const __m512 sc = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + g)));
-    const __m128i zb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + g / 2));
-    const __m128i nib =
-        _mm_unpacklo_epi8(_mm_and_si128(zb, low4), _mm_and_si128(_mm_srli_epi16(zb, 4), low4));
-    const __m512 zf = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_cvtepu8_epi32(nib), off));
-    acc = _mm512_fmadd_ps(_mm512_mul_ps(zf, sc), _mm512_loadu_ps(gsum + g), acc);
-  }
-  float tail = 0.0f;
-  for (; g < n; ++g) {
-    const int zero = ZeroNibble(z, g) + offset;
-    tail += static_cast<float>(zero) * _cvtsh_ss(s[g]) * gsum[g];
-  }
-  return -(_mm512_reduce_add_ps(acc) + tail);
-}
-
-// One 64-byte chunk of codes v (bytes [b, b + 64) of the row) times MR rows of quantized x, added
-// to facc with the per-lane scales x_scale * wsl.
-template <int MR, bool kInt4>
-DH_VNNI_TARGET inline __attribute__((always_inline)) void Chunk(
-    __m512i v, __m512 wsl, int64_t b, int64_t half, const uint8_t* const* xc,
-    const float* const* xl, __m512* facc) {
-  const int64_t lane0 = b / 4;
-  if constexpr (kInt4) {
-    const __m512i low4 = _mm512_set1_epi8(0x0f);
-    const __m512i lo = _mm512_and_si512(v, low4);
-    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-    for (int r = 0; r < MR; ++r) {
-      __m512i acc =
-          _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xc[r] + b));
-      acc = _mm512_dpbusd_epi32(acc, hi, _mm512_loadu_si512(xc[r] + half + b));
-      const __m512 comb = _mm512_mul_ps(_mm512_loadu_ps(xl[r] + lane0), wsl);
-      facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), comb, facc[r]);
-    }
-  } else {
-    // dot(x + 128, w) - 128 * sum(w): exact in i32.
-    const __m512i corr = _mm512_slli_epi32(
-        _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), v), 7);
-    for (int r = 0; r < MR; ++r) {
-      __m512i acc =
-          _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(xc[r] + b), v);
-      acc = _mm512_sub_epi32(acc, corr);
-      const __m512 comb = _mm512_mul_ps(_mm512_loadu_ps(xl[r] + lane0), wsl);
-      facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), comb, facc[r]);
-    }
-  }
-}
-
-// Output rows [n_begin, n_end) for x rows [r0, r0 + MR): each 64-byte vector of weight codes is
-// loaded once and multiplied with the MR rows of quantized x. kMode: how weight scales map onto
-// lanes (a template parameter so the chunk loop has no branches).
-template <int MR, bool kInt4, ScaleMode kMode>
-DH_VNNI_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t r0,
-                            int64_t n_begin, int64_t n_end) {
-  const int64_t k = a.k, g = std::min(a.group_size, k);
-  const int64_t row_len = kInt4 ? (k + 1) / 2 : k;  // bytes of codes per weight row
-  const int64_t full = row_len / 64 * 64;
-  constexpr int64_t kChunk = kInt4 ? 128 : 64, kLane = kInt4 ? 8 : 4;
-  const int64_t ngroups = (k + g - 1) / g;
-  const int per_chunk = kMode == ScaleMode::kPermute ? static_cast<int>(kChunk / g) : 1;
-  const int64_t chunks_per_group = kMode == ScaleMode::kPerChunk ? g / kChunk : 1;
-  alignas(64) int32_t idx_lanes[16];
-  for (int i = 0; i < 16; ++i) {
-    idx_lanes[i] = kMode == ScaleMode::kPermute ? static_cast<int32_t>(i * kLane / g) : 0;
-  }
-  const __m512i idx = _mm512_load_si512(idx_lanes);
-  const int64_t half = x.row_bytes / 2;
-  const uint8_t* xc[MR];
-  const float* xl[MR];
-  for (int r = 0; r < MR; ++r) {
-    xc[r] = x.codes.data() + (r0 + r) * x.row_bytes;
-    xl[r] = x.lane_scales.data() + (r0 + r) * x.lanes;
-  }
-  const uint8_t* qbase = static_cast<const uint8_t*>(a.q);
-  for (int64_t j = n_begin; j < n_end; ++j) {
-    const uint8_t* q = qbase + j * a.q_stride;
-    const uint16_t* s = a.scales + j * a.scale_stride;
-    __m512 facc[MR], facc2[MR];
-    for (int r = 0; r < MR; ++r) facc[r] = facc2[r] = _mm512_setzero_ps();
-    // Scales of the chunk at byte b; gi: group of its first column, advanced without divisions.
-    int64_t gi = 0, chunk_in_group = 0;
-    const __m512 one_scale = _mm512_set1_ps(_cvtsh_ss(s[0]));
-    auto next_scales = [&]() DH_VNNI_TARGET {
-      if constexpr (kMode == ScaleMode::kOne) {
-        return one_scale;
-      } else if constexpr (kMode == ScaleMode::kPerChunk) {
-        const __m512 w = _mm512_set1_ps(_cvtsh_ss(s[gi]));
-        if (++chunk_in_group == chunks_per_group) {
-          chunk_in_group = 0;
-          ++gi;
-        }
-        return w;
-      } else {
-        const __m512 w = _mm512_permutexvar_ps(idx, LoadScales(s + gi, per_chunk, ngroups - gi));
-        gi += per_chunk;
-        return w;
-      }
-    };
-    int64_t b = 0;
-    for (; b + 128 <= full; b += 128) {  // two chunks, two accumulator sets
-      const __m512i v0 = _mm512_loadu_si512(q + b), v1 = _mm512_loadu_si512(q + b + 64);
-      const __m512 w0 = next_scales();
-      const __m512 w1 = next_scales();
-      Chunk<MR, kInt4>(v0, w0, b, half, xc, xl, facc);
-      Chunk<MR, kInt4>(v1, w1, b + 64, half, xc, xl, facc2);
-    }
-    if (b < full) {
-      const __m512i v0 = _mm512_loadu_si512(q + b);
-      Chunk<MR, kInt4>(v0, next_scales(), b, half, xc, xl, facc);
-      b += 64;
-    }
-    if (b < row_len) {  // partial last chunk
-      const __m512i v0 = _mm512_maskz_loadu_epi8((1ULL << (row_len - b)) - 1, q + b);
-      Chunk<MR, kInt4>(v0, next_scales(), b, half, xc, xl, facc2);
-    }
-    const float bias = a.bias ? a.bias[j] : 0.0f;
-    for (int r = 0; r < MR; ++r) {
-      float sum = _mm512_reduce_add_ps(_mm512_add_ps(facc[r], facc2[r]));
-      if constexpr (kInt4) {
-        sum += DotMins(s, a.zeros + j * a.zero_stride, a.zero_offset,
-                       x.group_sums.data() + (r0 + r) * x.groups, ngroups);
-      }
-      a.out[(r0 + r) * a.out_stride + j] = sum + bias;
-    }
-  }
-}
-
-template <int MR, bool kInt4>
-void DotRowsAnyMode(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t r0,
-                    int64_t n_begin, int64_t n_end) {
-  switch (ModeFor(kInt4, a.k, std::min(a.group_size, a.k))) {
-    case ScaleMode::kOne: return DotRows<MR, kInt4, ScaleMode::kOne>(a, x, r0, n_begin, n_end);
-    case ScaleMode::kPerChunk:
-      return DotRows<MR, kInt4, ScaleMode::kPerChunk>(a, x, r0, n_begin, n_end);
-    case ScaleMode::kPermute:
-      return DotRows<MR, kInt4, ScaleMode::kPermute>(a, x, r0, n_begin, n_end);
-  }
-}
-
-// All rows of x over weight rows [n_begin, n_end), in tiles of ~32 KiB of weight codes that
-// stay in L1/L2 while every block of 4 x rows passes over them: a batch reads each weight byte
-// from memory once.
-template <bool kInt4>
-void DotAll(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t n_begin, int64_t n_end) {
-  const int64_t row_bytes = std::max<int64_t>(1, kInt4 ? (a.k + 1) / 2 : a.k);
-  const int64_t tile = a.m <= 4 ? n_end - n_begin : std::max<int64_t>(1, (32 << 10) / row_bytes);
-  for (int64_t j0 = n_begin; j0 < n_end; j0 += tile) {
-    const int64_t j1 = std::min(n_end, j0 + tile);
-    int64_t r0 = 0;
-    for (; r0 + 4 <= a.m; r0 += 4) DotRowsAnyMode<4, kInt4>(a, x, r0, j0, j1);
-    switch (a.m - r0) {
-      case 3: DotRowsAnyMode<3, kInt4>(a, x, r0, j0, j1); break;
-      case 2: DotRowsAnyMode<2, kInt4>(a, x, r0, j0, j1); break;
-      case 1: DotRowsAnyMode<1, kInt4>(a, x, r0, j0, j1); break;
-      default: break;
-    }
-  }
-}
-
+#include "backend/cpu/quant_int_dot-inl.h"  // NOLINT(build/include)
 }  // namespace
+#undef DH_IDOT_BITS
+#undef DH_IDOT_VNNI
+#undef DH_IDOT_NS
+#undef DH_IDOT_TARGET
 #endif  // __x86_64__
 
 void IntegerDotRange(const QuantMatMulArgs& a, const QuantizedActs& acts, int64_t n_begin,
@@ -452,11 +251,8 @@ void IntegerDotRangeOn(IntegerDotPath path, const QuantMatMulArgs& a, const Quan
     return IntegerDot256Range(path == IntegerDotPath::kAvxVnni, a, acts, n_begin, n_end);
   }
 #if defined(__x86_64__)
-  if (a.int4) {
-    DotAll<true>(a, acts, n_begin, n_end);
-  } else {
-    DotAll<false>(a, acts, n_begin, n_end);
-  }
+  if (a.int4) return vnni512_kernels::DotAll<true>(a, acts, n_begin, n_end);
+  vnni512_kernels::DotAll<false>(a, acts, n_begin, n_end);
 #endif
 }
 
