@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """Recomputes a saved tiny model's validation loss (as MODEL.md defines it) from its folder, with the
 float32 reference model on the bf16 weights: a cross-check for the figure in MODEL.md / eval.json.
+With an MTP layer in the checkpoint it also prints the MTP's loss, top-1 and greedy acceptance
+(train.mtp_window_stats: MTP argmax for t_{i+2} == the main model's argmax at i+1).
 
 Usage: /usr/bin/python3 pytorch/train_tiny/eval_model.py [--model DIR] [--context N] [--file TEXT]
 """
@@ -19,7 +21,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "pytorch", "reference"))
 import bpe  # noqa: E402
 import deepseek_ref  # noqa: E402
-from train import window_loss  # noqa: E402
+from train import mtp_window_stats, window_loss  # noqa: E402
 from train_tokenizer import split_corpus  # noqa: E402
 
 
@@ -43,6 +45,12 @@ def main():
     loss, n = window_loss(model, ids, args.context)
     print("%d ids, %d predictions, loss %.6f nats/token, perplexity %.4f"
           % (len(ids), n, loss, math.exp(loss)))
+    if model.config.get("num_nextn_predict_layers", 0) > 0:
+        mtp = deepseek_ref.load_mtp(args.model, model)
+        m = mtp_window_stats(model, mtp, ids, args.context)
+        print("MTP: %d positions, loss %.6f nats/token, top-1 %.4f, main top-1 of t_{i+2} %.4f, "
+              "greedy acceptance %.4f" % (m["n"], m["mtp_loss"], m["mtp_top1"], m["main_top1"],
+                                          m["acceptance"]))
 
 
 if __name__ == "__main__":

@@ -233,7 +233,14 @@ Result<json> RandomModelConfig(const RandomModelOptions& options) {
   if (options.vocab_size < 0 || options.vocab_size > (int64_t{1} << 24)) {
     return InvalidArgument("--vocab-size: expected 1 to 16777216, got {}", options.vocab_size);
   }
-  if (options.vocab_size > 0) c["vocab_size"] = options.vocab_size;
+  if (options.vocab_size > 0) {
+    c["vocab_size"] = options.vocab_size;
+    // A cut vocabulary keeps its special ids inside it: an id the preset puts beyond the cut
+    // becomes DeepSeek's layout (BOS 0, EOS 1: the embedded tokenizer's, the usual one copied in).
+    const int64_t v = options.vocab_size;
+    if (c["bos_token_id"].get<int64_t>() >= v) c["bos_token_id"] = 0;
+    if (c["eos_token_id"].get<int64_t>() >= v) c["eos_token_id"] = v > 1 ? 1 : 0;
+  }
   if (options.dtype == DType::kBF16) {
     c["torch_dtype"] = "bfloat16";
   } else if (options.dtype == DType::kF32) {

@@ -3,6 +3,7 @@
 #include "tools/verify_tensors.h"
 
 #include <set>
+#include <string>
 
 #include "model/model.h"
 #include "weights/weight_loader.h"
@@ -135,6 +136,19 @@ std::vector<VerifyProblem> CheckExpectedTensors(const Checkpoint& checkpoint,
   auto factory = FindArchitecture(config.architecture);
   if (!factory.ok()) return {{"tensors", "config.json", factory.status().message()}};
   LoadOptions options;  // the default plan: tensors as stored
+  // A multi-token-prediction layer the checkpoint carries (docs/mtp.md) is checked like the main
+  // layers: loaded with its shapes, not skipped. Releases that dropped it (config still says
+  // num_nextn_predict_layers > 0, no tensors under that layer) are not flagged: the engine skips it.
+  if (config.num_nextn_predict_layers > 0) {
+    const std::string mtp_prefix =
+        "model.layers." + std::to_string(config.num_hidden_layers) + ".";
+    for (const TensorInfo* t : checkpoint.tensors()) {
+      if (t->name.compare(0, mtp_prefix.size(), mtp_prefix) == 0) {
+        options.load_mtp = true;
+        break;
+      }
+    }
+  }
   ShapeCheckLoader loader(checkpoint, config, backend, options);
   auto model = (*factory)(config, loader, backend);
   std::vector<VerifyProblem> problems = std::move(loader.problems);

@@ -70,7 +70,11 @@ TEST(EmbeddedModel, ValidationLossMatchesTrainer) {
 }
 
 TEST(EmbeddedModel, GreedyMatchesTrainerUntilACloseCall) {
-  for (const auto& s : EvalJson()["greedy_samples"]) {
+  // The json kept in a variable: a range-for over EvalJson()["greedy_samples"] would iterate a
+  // member of a destroyed temporary (C++20 extends only the outermost temporary's lifetime).
+  const auto eval = EvalJson();
+  ASSERT_GE(eval["greedy_samples"].size(), 1u);
+  for (const auto& s : eval["greedy_samples"]) {
     const auto prompt = s["prompt_ids"].get<std::vector<int>>();
     const auto want = s["new_ids"].get<std::vector<int>>();
     const auto margins = s["top2_logit_margins"].get<std::vector<double>>();

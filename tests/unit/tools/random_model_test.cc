@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -58,6 +59,52 @@ TEST(RandomModel, RejectsUnknownPresetAndDtype) {
   o.preset = "tiny-llama";
   o.dtype = DType::kF16;
   EXPECT_FALSE(RandomModelConfig(o).ok());
+}
+
+TEST(RandomModel, CutVocabularyKeepsSpecialIdsInside) {
+  // --vocab-size below a preset's BOS/EOS ids (Qwen2's 151643, Llama's 128000, DeepSeek's 100000)
+  // moves them to 0 / 1; ids already inside the cut stay as the preset has them.
+  for (const char* preset : {"tiny-llama", "qwen2-1.5b", "llama-8b", "v2-lite", "tiny-v3"}) {
+    RandomModelOptions full;
+    full.preset = preset;
+    auto preset_config = RandomModelConfig(full);
+    ASSERT_TRUE(preset_config.ok()) << preset_config.status().message();
+    for (int64_t vocab : {int64_t{1}, int64_t{2}, int64_t{1024}, int64_t{200000}}) {
+      RandomModelOptions o;
+      o.preset = preset;
+      o.vocab_size = vocab;
+      auto c = RandomModelConfig(o);
+      ASSERT_TRUE(c.ok()) << c.status().message();
+      for (const char* key : {"bos_token_id", "eos_token_id"}) {
+        const int64_t id = (*c)[key].get<int64_t>();
+        const int64_t was = (*preset_config)[key].get<int64_t>();
+        EXPECT_GE(id, 0) << preset << " " << key << " vocab " << vocab;
+        EXPECT_LT(id, vocab) << preset << " " << key << " vocab " << vocab;
+        if (was < vocab) EXPECT_EQ(id, was) << preset << " " << key << " vocab " << vocab;
+      }
+      if (vocab == 1024 && (*preset_config)["bos_token_id"].get<int64_t>() >= 1024) {
+        EXPECT_EQ((*c)["bos_token_id"].get<int64_t>(), 0) << preset;
+        EXPECT_EQ((*c)["eos_token_id"].get<int64_t>(), 1) << preset;
+      }
+    }
+  }
+  // The files written carry the same ids (config.json and generation_config.json): tiny-llama
+  // (BOS 1, EOS 2) cut to 2 ids keeps BOS 1 and moves EOS to 1.
+  const fs::path dir = TempDir("cut_vocab");
+  RandomModelOptions o;
+  o.preset = "tiny-llama";
+  o.layers = 1;
+  o.vocab_size = 2;
+  o.dtype = DType::kF32;
+  auto written = WriteRandomModel(o, dir.string());
+  ASSERT_TRUE(written.ok()) << written.status().message();
+  for (const char* file : {"config.json", "generation_config.json"}) {
+    std::ifstream in(dir / file);
+    const auto j = nlohmann::json::parse(in);
+    EXPECT_EQ(j["bos_token_id"].get<int64_t>(), 1) << file;
+    EXPECT_EQ(j["eos_token_id"].get<int64_t>(), 1) << file;
+  }
+  fs::remove_all(dir);
 }
 
 TEST(RandomModel, ValuesAreRoughlyNormalWithTheGivenStddev) {

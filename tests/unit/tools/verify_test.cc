@@ -255,6 +255,43 @@ TEST_F(VerifyTest, MissingAndUnexpectedTensors) {
       << Problems(r);
 }
 
+TEST_F(VerifyTest, MtpLayerIsCheckedNotSkipped) {
+  // ds_v3_mtp carries one multi-token-prediction layer (docs/mtp.md): clean as committed, its
+  // tensors counted as used, and a wrong shape or a missing tensor in it named like a main layer's.
+  VerifyReport r = Verify(Copy("ds_v3_mtp"));
+  EXPECT_TRUE(r.clean()) << Problems(r);
+  const fs::path d = tmp_ / "broken";
+  fs::copy(Golden("ds_v3_mtp"), d, fs::copy_options::recursive);
+  const nlohmann::json config = nlohmann::json::parse(std::ifstream(d / "config.json"));
+  const std::string p = "model.layers." + std::to_string(config["num_hidden_layers"].get<int>()) + ".";
+  bool reshaped = false, dropped = false;
+  Rewrite(d / "model.safetensors",
+          [&](const std::string& name, std::vector<uint8_t>&, std::vector<int64_t>& shape) {
+            if (name == p + "eh_proj.weight") {
+              std::swap(shape[0], shape[1]);
+              reshaped = true;
+            }
+            if (name == p + "hnorm.weight") {
+              dropped = true;
+              return false;
+            }
+            return true;
+          });
+  ASSERT_TRUE(reshaped && dropped);
+  r = Verify(d);
+  EXPECT_TRUE(Has(r, "tensors", p + "eh_proj.weight", ", expected [")) << Problems(r);
+  EXPECT_TRUE(Has(r, "tensors", p + "hnorm.weight", "missing: expected [")) << Problems(r);
+  // A release without the MTP weights (config still counting the layer) is not flagged.
+  const fs::path d2 = tmp_ / "dropped";
+  fs::copy(Golden("ds_v3_mtp"), d2, fs::copy_options::recursive);
+  Rewrite(d2 / "model.safetensors",
+          [&](const std::string& name, std::vector<uint8_t>&, std::vector<int64_t>&) {
+            return name.compare(0, p.size(), p) != 0;
+          });
+  r = Verify(d2);
+  EXPECT_TRUE(r.clean()) << Problems(r);
+}
+
 TEST_F(VerifyTest, SingleFileMissingWrongShapeAndUnexpectedAreAllNamed) {
   const fs::path d = Copy("llama_f32");
   std::string dropped_a, dropped_b, reshaped;
