@@ -173,7 +173,6 @@ void CpuBackend::Embedding(const Weight& table, const Tensor& ids, Tensor out) {
   const auto wtype = WTypeOf(table.data.dtype);
   if (table.format != WeightFormat::kDense || !wtype || !o || table.data.ndim != 2 ||
       table.data.stride[1] != 1 || o->rows != ids.numel() || o->cols != table.cols) {
-    NoteKernel("reference");
     Trace("embedding reference {}", WeightFormatName(table.format));
     return ReferenceBackend::Embedding(table, ids, out);
   }
@@ -195,7 +194,6 @@ void CpuBackend::Embedding(const Weight& table, const Tensor& ids, Tensor out) {
 void CpuBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) {
   const auto xr = AsRows(x), o = AsRows(out);
   if (!xr || !o || !SameRows(*xr, *o) || !IsPlainVector(weight, xr->cols)) {
-    NoteKernel("reference");
     Trace("rmsnorm reference");
     return ReferenceBackend::RmsNorm(x, weight, eps, out);
   }
@@ -216,7 +214,6 @@ void CpuBackend::AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weig
   const auto res = AsRows(residual), xr = AsRows(x), o = AsRows(out);
   if (!res || !xr || !o || !SameRows(*res, *xr) || !SameRows(*res, *o) ||
       !IsPlainVector(weight, res->cols)) {
-    NoteKernel("reference");
     Trace("add_rmsnorm reference");
     return ReferenceBackend::AddRmsNorm(residual, x, weight, eps, out);
   }
@@ -246,7 +243,6 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
   if (q.dtype != DType::kF32 || out.dtype != DType::kF32 || !inner_ok(q) ||
       !inner_ok(k_cache.data) || !inner_ok(v_cache.data) || !inner_ok(out) || !kv_type ||
       !same_format) {
-    NoteKernel("reference");
     Trace("attention reference");
     return ReferenceBackend::Attention(q, k_cache, v_cache, meta, scale, out);
   }
@@ -341,7 +337,6 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
 void CpuBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor out) {
   const auto g = AsRows(gate), u = AsRows(up), o = AsRows(out);
   if (!g || !u || !o || !SameRows(*g, *u) || !SameRows(*g, *o)) {
-    NoteKernel("reference");
     Trace("silu_mul reference");
     return ReferenceBackend::SiluMul(gate, up, out);
   }
@@ -353,59 +348,12 @@ void CpuBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor out) {
 void CpuBackend::Add(const Tensor& a, const Tensor& b, Tensor out) {
   const auto ar = AsRows(a), br = AsRows(b), o = AsRows(out);
   if (!ar || !br || !o || !SameRows(*ar, *br) || !SameRows(*ar, *o)) {
-    NoteKernel("reference");
     Trace("add reference");
     return ReferenceBackend::Add(a, b, out);
   }
   NoteKernel("add", cpu::DispatchedTargetName);
   Trace("add T={} H={}", ar->rows, ar->cols);
   ForEachElementChunk(*pool_, *ar, *br, *o, cpu::AddRow);
-}
-
-void CpuBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& p) {
-  NoteKernel("reference");
-  if (options().trace_kernels) {
-    Trace(fmt::format("rope reference T={} H={} D={} rotary={}", x.ndim > 0 ? x.shape[0] : 0,
-                      x.ndim > 1 ? x.shape[1] : 0, x.ndim > 2 ? x.shape[2] : 0, p.rot_dim));
-  }
-  ReferenceBackend::Rope(x, positions, p);
-}
-
-void CpuBackend::KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache,
-                         KvCacheView v_cache, const Tensor& slot_mapping) {
-  NoteKernel("reference");
-  if (options().trace_kernels) {
-    Trace(fmt::format("kv_write reference k={} v={} cache={}", k.ShapeString(),
-                      v.empty() ? "none" : v.ShapeString(), DTypeName(k_cache.data.dtype)));
-  }
-  ReferenceBackend::KvWrite(k, v, k_cache, v_cache, slot_mapping);
-}
-
-void CpuBackend::KvGather(const KvCacheView& cache, const Tensor& slots, Tensor out) {
-  NoteKernel("reference");
-  if (options().trace_kernels) {
-    Trace(fmt::format("kv_gather reference n={} cache={} {}", slots.numel(),
-                      cache.data.ShapeString(), DTypeName(cache.data.dtype)));
-  }
-  ReferenceBackend::KvGather(cache, slots, out);
-}
-
-void CpuBackend::Copy(const Tensor& src, Tensor dst) {
-  NoteKernel("reference");
-  if (options().trace_kernels) {
-    Trace(fmt::format("copy reference {} {} -> {}", src.ShapeString(), DTypeName(src.dtype),
-                      DTypeName(dst.dtype)));
-  }
-  ReferenceBackend::Copy(src, dst);
-}
-
-void CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, Tensor out) {
-  NoteKernel("reference");
-  if (options().trace_kernels) {
-    Trace(fmt::format("gather_rows reference n={} H={}", rows.numel(),
-                      x.ndim > 1 ? x.shape[1] : 0));
-  }
-  ReferenceBackend::GatherRows(x, rows, out);
 }
 
 }  // namespace dh

@@ -47,13 +47,8 @@ class CpuBackend : public ReferenceBackend {
                Tensor topk_weights) override;
   void MoeExperts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                   std::span<const ExpertWeights> experts, Tensor out) override;
-  // Ops the reference backend's loops serve; overridden only so --trace-kernels names them.
-  void Rope(Tensor x, const Tensor& positions, const RopeParams& p) override;
-  void KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache, KvCacheView v_cache,
-               const Tensor& slot_mapping) override;
-  void KvGather(const KvCacheView& cache, const Tensor& slots, Tensor out) override;
-  void Copy(const Tensor& src, Tensor dst) override;
-  void GatherRows(const Tensor& x, const Tensor& rows, Tensor out) override;
+  // Rope, KvWrite, KvGather, Copy and GatherRows are the reference backend's loops, inherited
+  // (traced as kernel "reference"; --trace-kernels logs only the ops with a CPU kernel).
 
  private:
   // With trace_kernels, logs `what` the first time it is seen.

@@ -303,7 +303,6 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     const bool perm_ok = w.perm.dtype == DType::kI32 && w.perm.ndim == 1 &&
                          w.perm.shape[0] == w.cols && (w.perm.stride[0] == 1 || w.cols == 1);
     if (!xp || !perm_ok || xp->cols != w.cols) {
-      NoteKernel("reference");
       Trace("matmul reference permuted {}", WeightFormatName(w.format));
       return ReferenceBackend::MatMul(x, w, bias, out);
     }
@@ -337,7 +336,6 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
                          o->cols == w.rows && w.data.ndim == 2 &&
                          (w.data.stride[1] == 1 || w.cols == 1);
   if (!layout_ok || (dense && !wtype)) {
-    NoteKernel("reference");
     Trace("matmul reference {} {}", WeightFormatName(w.format),
                       DTypeName(w.data.dtype));
     return ReferenceBackend::MatMul(x, w, bias, out);

@@ -59,7 +59,6 @@ void CpuBackend::MoeGate(const Tensor& logits, const Tensor& bias, const MoeGate
                          (bias.empty() || (bias.dtype == DType::kF32 && bias.ndim == 1 &&
                                            (bias.stride[0] == 1 || bias.shape[0] == 1)));
   if (!layout_ok) {
-    NoteKernel("reference");
     Trace("moe_gate reference (layout)");
     return ReferenceBackend::MoeGate(logits, bias, p, topk_ids, topk_weights);
   }
@@ -157,7 +156,6 @@ void CpuBackend::MoeExperts(const Tensor& x, const Tensor& topk_ids, const Tenso
                          RowMajor2d(topk_ids, DType::kI32, t_count, k) &&
                          RowMajor2d(topk_weights, DType::kF32, t_count, k) && !experts.empty();
   if (!layout_ok) {
-    NoteKernel("reference");
     Trace("moe_experts reference (layout)");
     return ReferenceBackend::MoeExperts(x, topk_ids, topk_weights, experts, out);
   }
@@ -176,7 +174,6 @@ void CpuBackend::MoeExperts(const Tensor& x, const Tensor& topk_ids, const Tenso
       DH_CHECK(e < num_experts, "expert id {} of {}", e, num_experts);
       if (inter < 0) inter = experts[e].gate.rows;
       if (!ExpertShapeOk(experts[e], hidden, inter)) {
-        NoteKernel("reference");
         Trace("moe_experts reference (expert shapes differ)");
         return ReferenceBackend::MoeExperts(x, topk_ids, topk_weights, experts, out);
       }
