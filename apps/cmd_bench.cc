@@ -121,7 +121,8 @@ int RunSpeculativeBench(LoadedModel& loaded, const tools::ModelBenchOptions& o, 
     runs.push_back(std::move(*run));
   }
   const SpecDecodeRun& base = runs[0];
-  const double base_step = base.decode_seconds / static_cast<double>(std::max<int64_t>(base.steps, 1));
+  const double base_step =
+      base.decode_seconds / static_cast<double>(std::max<int64_t>(base.steps, 1));
   const double base_tps = static_cast<double>(base.tokens) / base.decode_seconds;
   nlohmann::json rows = nlohmann::json::array();
   std::string text = fmt::format(
@@ -132,7 +133,8 @@ int RunSpeculativeBench(LoadedModel& loaded, const tools::ModelBenchOptions& o, 
   for (const SpecDecodeRun& r : runs) {
     const double tps = static_cast<double>(r.tokens) / r.decode_seconds;
     const double step = r.decode_seconds / static_cast<double>(std::max<int64_t>(r.steps, 1));
-    const double per_step = static_cast<double>(r.tokens) / static_cast<double>(std::max<int64_t>(r.steps, 1));
+    const double per_step =
+        static_cast<double>(r.tokens) / static_cast<double>(std::max<int64_t>(r.steps, 1));
     const double acceptance = r.drafted > 0 ? static_cast<double>(r.accepted) / r.drafted : 0.0;
     // Accepted drafts per verification that would make a step as fast as plain decoding, as a
     // fraction of the K drafts.

@@ -82,7 +82,9 @@ std::string SpeculativeSummary(const EngineStats& s) {
       "acceptance per position",
       s.num_speculative_tokens, s.spec_num_drafts, s.spec_draft_tokens, s.spec_accepted_tokens,
       percent(s.spec_accepted_tokens, s.spec_draft_tokens));
-  for (int64_t n : s.spec_accepted_per_pos) out += fmt::format(" {:.1f}%", percent(n, s.spec_num_drafts));
+  for (int64_t n : s.spec_accepted_per_pos) {
+    out += fmt::format(" {:.1f}%", percent(n, s.spec_num_drafts));
+  }
   return out;
 }
 

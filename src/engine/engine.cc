@@ -632,9 +632,9 @@ void Engine::Impl::Draft(const SchedulerOutput& out, const std::vector<size_t>& 
       }
     }
     const size_t blocks_used = static_cast<size_t>((c.start + kept + bs - 1) / bs);
+    const auto table = std::span<const int32_t>(seq.blocks.block_ids).first(blocks_used);
     mtp_batch.AddSequence(std::span<const int32_t>(seq.token_ids).subspan(c.start + 1, kept),
-                          c.start, std::span<const int32_t>(seq.blocks.block_ids).first(blocks_used),
-                          bs, /*all_logits=*/false);
+                          c.start, table, bs, /*all_logits=*/false);
     if (k > 0) {
       drafters.push_back({&r, k});
     } else {

@@ -65,7 +65,9 @@ class FakeMtpModel : public FakeModel {
     for (int t = 0; t < batch.num_tokens(); ++t) {
       const int pos = batch.positions[t];
       // A catch-up row carries the main model's h_pos; a chained row the MTP's previous row.
-      if (hidden[t] != static_cast<float>(pos) && hidden[t] != 1000.0f + static_cast<float>(pos - 1)) {
+      const bool main_h = hidden[t] == static_cast<float>(pos);
+      const bool chained_h = hidden[t] == 1000.0f + static_cast<float>(pos - 1);
+      if (!main_h && !chained_h) {
         ++bad_hidden_;
       }
     }
@@ -186,11 +188,14 @@ TEST(SpecDecodeTest, GreedyOutputEqualsDecodingWithoutDrafts) {
         EXPECT_GT(s.spec_accepted_tokens, s.spec_draft_tokens / 3) << "K = " << k;
         EXPECT_LT(s.spec_accepted_tokens, s.spec_draft_tokens) << "K = " << k;
         // Acceptance can only fall with the position.
-        for (int j = 1; j < k; ++j)
+        for (int j = 1; j < k; ++j) {
           EXPECT_LE(s.spec_accepted_per_pos[j], s.spec_accepted_per_pos[j - 1]);
+        }
       }
       // Fewer forward steps than tokens: several tokens per step.
-      if (mode == FakeMode::kSuccessor) EXPECT_LT(s.num_steps, s0.num_steps);
+      if (mode == FakeMode::kSuccessor) {
+        EXPECT_LT(s.num_steps, s0.num_steps);
+      }
     }
   }
 }
