@@ -85,12 +85,12 @@ std::vector<std::vector<int32_t>> Prompts() {
   return out;
 }
 
-struct Run {
+struct GenRun {
   std::vector<std::vector<int32_t>> outputs;
   EngineStats stats;
 };
 
-Run Generate(int k, const std::vector<std::vector<int32_t>>* oracle) {
+GenRun Generate(int k, const std::vector<std::vector<int32_t>>* oracle) {
   CpuBackend backend(BackendOptions{.num_threads = 2});
   LoadOptions lo;
   lo.load_mtp = true;
@@ -121,7 +121,7 @@ Run Generate(int k, const std::vector<std::vector<int32_t>>* oracle) {
     // The first one alone, so that its full prefix block is cached for the batch of the rest.
     if (i == 0) first = handles[0]->WaitFinished();
   }
-  Run run;
+  GenRun run;
   for (auto& h : handles) {
     RequestOutput o = run.outputs.empty() ? first : h->WaitFinished();
     EXPECT_TRUE(o.error.ok()) << o.error.message();
@@ -140,12 +140,12 @@ Run Generate(int k, const std::vector<std::vector<int32_t>>* oracle) {
 
 TEST(SpecDecodeGolden, GreedyWithMtpDraftsEqualsPlainDecoding) {
   cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);
-  const Run plain = Generate(0, nullptr);
+  const GenRun plain = Generate(0, nullptr);
   ASSERT_EQ(plain.outputs.size(), Prompts().size());
   EXPECT_EQ(plain.stats.spec_draft_tokens, 0);
   for (bool steered : {false, true}) {
     for (int k = 1; k <= 3; ++k) {
-      const Run spec = Generate(k, steered ? &plain.outputs : nullptr);
+      const GenRun spec = Generate(k, steered ? &plain.outputs : nullptr);
       EXPECT_EQ(spec.outputs, plain.outputs) << "K = " << k << (steered ? ", steered" : "");
       const EngineStats& s = spec.stats;
       EXPECT_EQ(s.kv_blocks_free, s.kv_blocks_total);
