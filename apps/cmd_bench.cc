@@ -1,9 +1,11 @@
 // `deepharness bench --model-path DIR ...`: the offline llama-bench-style benchmark (pp prefill
 // and tg decode tokens/s over repeats, at several batch sizes) plus the machine's measured read
 // bandwidth and the fraction of it decoding achieves. Runs when `bench` is given no benchmark name.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <random>
 
 #include "apps/bench_commands.h"
 #include "apps/model_options.h"
@@ -12,6 +14,7 @@
 #include "backend/cpu/membw.h"
 #include "backend/cpu/quant_vnni.h"
 #include "base/thread_pool.h"
+#include "engine/engine.h"
 #include "tools/bench_model.h"
 #include "tools/report_html.h"
 
@@ -29,6 +32,141 @@ Result<std::vector<int>> ParseBatchList(const std::string& text) {
   return out;
 }
 
+// A non-owning view of a loaded model, so that engines can run it one after another.
+class BorrowedModel : public Model {
+ public:
+  explicit BorrowedModel(Model& m) : m_(m) {}
+  const ModelConfig& config() const override { return m_.config(); }
+  KvCacheSpec kv_spec() const override { return m_.kv_spec(); }
+  const ModelInfo& info() const override { return m_.info(); }
+  Status Forward(const Batch& b, KvStorage& kv, std::vector<float>* logits) override {
+    return m_.Forward(b, kv, logits);
+  }
+  bool has_mtp() const override { return m_.has_mtp(); }
+  std::span<const float> last_hidden() const override { return m_.last_hidden(); }
+  Status ForwardMtp(const Batch& b, KvStorage& kv, std::span<const float> hidden,
+                    std::vector<float>* logits) override {
+    return m_.ForwardMtp(b, kv, hidden, logits);
+  }
+
+ private:
+  Model& m_;
+};
+
+struct SpecDecodeRun {
+  int k = 0;
+  double decode_seconds = 0;  // first to last token, timed repeats together
+  int64_t tokens = 0;         // decoded after the first, timed repeats together
+  int64_t steps = 0;          // decode forward steps (verifications and plain steps)
+  int64_t drafts = 0, drafted = 0, accepted = 0;
+  std::vector<int64_t> accepted_per_pos;
+};
+
+// Batch-1 greedy decode of `gen` tokens after `prompt` through the engine with k drafts per
+// step (0: none), warmup + repeat requests, prefix caching off (every request prefills).
+Result<SpecDecodeRun> RunSpecDecode(Model& model, Backend& backend,
+                                    const std::vector<int32_t>& prompt, int gen, int k,
+                                    int warmup, int repeat) {
+  EngineOptions eo;
+  eo.max_num_seqs = 1;
+  eo.max_model_len = static_cast<int>(prompt.size()) + gen + 1;
+  eo.num_kv_blocks = eo.max_model_len / 16 + 2;
+  eo.enable_prefix_caching = false;
+  eo.num_speculative_tokens = k;
+  Engine engine(eo, std::make_unique<BorrowedModel>(model), backend, nullptr);
+  DH_RETURN_IF_ERROR(engine.Start());
+  SpecDecodeRun run;
+  run.k = k;
+  run.accepted_per_pos.assign(static_cast<size_t>(k), 0);
+  for (int i = 0; i < warmup + repeat; ++i) {
+    const EngineStats before = engine.GetStats();
+    Request r;
+    r.prompt_token_ids = prompt;
+    r.sampling.temperature = 0;
+    r.sampling.max_tokens = gen;
+    r.sampling.ignore_eos = true;
+    DH_ASSIGN_OR_RETURN(auto handle, engine.Submit(std::move(r)));
+    const RequestOutput out = handle->WaitFinished();
+    if (!out.error.ok()) return out.error;
+    if (i < warmup) continue;
+    const EngineStats after = engine.GetStats();
+    const int64_t tokens = static_cast<int64_t>(out.token_ids.size()) - 1;
+    const int64_t accepted = after.spec_accepted_tokens - before.spec_accepted_tokens;
+    run.decode_seconds +=
+        std::chrono::duration<double>(out.timing.last_token - out.timing.first_token).count();
+    run.tokens += tokens;
+    run.steps += tokens - accepted;  // a verification emits accepted + 1 tokens, a plain step 1
+    run.drafts += after.spec_num_drafts - before.spec_num_drafts;
+    run.drafted += after.spec_draft_tokens - before.spec_draft_tokens;
+    run.accepted += accepted;
+    for (int j = 0; j < k; ++j) {
+      run.accepted_per_pos[j] += after.spec_accepted_per_pos[j] - before.spec_accepted_per_pos[j];
+    }
+  }
+  return run;
+}
+
+// `bench --speculative mtp --num-speculative-tokens K`: K' = 0 .. K in turn.
+int RunSpeculativeBench(LoadedModel& loaded, const tools::ModelBenchOptions& o, int max_k,
+                        bool json) {
+  if (o.gen < 2) return ReportError(InvalidArgument("--gen: expected >= 2 with --speculative"));
+  Model& model = *loaded.model;
+  std::mt19937_64 rng(o.seed);
+  std::vector<int32_t> prompt(static_cast<size_t>(std::max(o.prompt, 1)));
+  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % model.config().vocab_size);
+  std::vector<SpecDecodeRun> runs;
+  for (int k = 0; k <= max_k; ++k) {
+    auto run = RunSpecDecode(model, *loaded.backend, prompt, o.gen, k, o.warmup, o.repeat);
+    if (!run.ok()) return ReportError(run.status());
+    runs.push_back(std::move(*run));
+  }
+  const SpecDecodeRun& base = runs[0];
+  const double base_step =
+      base.decode_seconds / static_cast<double>(std::max<int64_t>(base.steps, 1));
+  const double base_tps = static_cast<double>(base.tokens) / base.decode_seconds;
+  nlohmann::json rows = nlohmann::json::array();
+  std::string text = fmt::format(
+      "speculative decoding (mtp), batch 1, greedy: prompt {} random tokens, {} generated, "
+      "{} timed repeats\n{:>2} {:>10} {:>8} {:>9} {:>10} {:>11} {:>11}  {}\n",
+      prompt.size(), o.gen, o.repeat, "K", "decode t/s", "speed-up", "step ms", "tok/step",
+      "acceptance", "break-even", "acceptance per position");
+  for (const SpecDecodeRun& r : runs) {
+    const double tps = static_cast<double>(r.tokens) / r.decode_seconds;
+    const double step = r.decode_seconds / static_cast<double>(std::max<int64_t>(r.steps, 1));
+    const double per_step =
+        static_cast<double>(r.tokens) / static_cast<double>(std::max<int64_t>(r.steps, 1));
+    const double acceptance = r.drafted > 0 ? static_cast<double>(r.accepted) / r.drafted : 0.0;
+    // Accepted drafts per verification that would make a step as fast as plain decoding, as a
+    // fraction of the K drafts.
+    const double break_even = r.k > 0 ? (step / base_step - 1.0) / r.k : 0.0;
+    std::vector<double> per_pos;
+    std::string per_pos_text;
+    for (int64_t a : r.accepted_per_pos) {
+      per_pos.push_back(r.drafts > 0 ? static_cast<double>(a) / r.drafts : 0.0);
+      per_pos_text += fmt::format(" {:.1f}%", 100.0 * per_pos.back());
+    }
+    text += fmt::format("{:>2} {:>10.1f} {:>7.2f}x {:>9.3f} {:>10.2f} {:>10.1f}% {:>10.1f}% {}\n",
+                        r.k, tps, tps / base_tps, 1e3 * step, per_step, 100.0 * acceptance,
+                        100.0 * break_even, r.k > 0 ? per_pos_text : std::string(" -"));
+    rows.push_back({{"k", r.k},
+                    {"decode_tokens_per_second", tps},
+                    {"speedup", tps / base_tps},
+                    {"step_seconds", step},
+                    {"tokens_per_step", per_step},
+                    {"drafted", r.drafted},
+                    {"accepted", r.accepted},
+                    {"acceptance", acceptance},
+                    {"acceptance_per_position", per_pos},
+                    {"break_even_acceptance", break_even}});
+  }
+  if (json) {
+    std::printf("%s\n", nlohmann::json{{"speculative", rows}}.dump(2).c_str());
+  } else {
+    std::printf("%s", text.c_str());
+  }
+  return kExitOk;
+}
+
 std::function<int()> SetupModelBench(CLI::App* sub) {
   struct Args {
     ModelOptions model;
@@ -44,6 +182,7 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
   AddModelOptions(sub, &a->model, /*require_model=*/false);
   AddObservabilityOptions(sub, &a->model.observe, kTraceFlags | kPluginFlags);
   AddKvCacheOptions(sub, &a->model);
+  AddSpeculativeOptions(sub, &a->model);
   sub->add_option("--prompt,-p", a->bench.prompt,
                   "pp: prompt tokens per sequence, one forward (default 512; 0 skips)");
   sub->add_option("--gen,-n", a->bench.gen,
@@ -100,6 +239,9 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
     if (a->json) a->model.quiet = true;
     auto loaded = LoadFromOptions(a->model);
     if (!loaded.ok()) return ReportError(loaded.status());
+    if (SpeculativeTokens(a->model) > 0) {  // batch-1 decode through the engine, K = 0 .. K
+      return RunSpeculativeBench(*loaded, a->bench, SpeculativeTokens(a->model), a->json);
+    }
     const int threads = loaded->parallel.threads > 0 ? loaded->parallel.threads : AvailableCpus();
     if (a->membw_mib > 0) {
       ThreadPool pool(threads);

@@ -30,6 +30,9 @@ std::function<int()> SetupMakeModel(CLI::App* sub) {
                   "Override the preset's vocabulary size (e.g. to match a tokenizer copied in)");
   sub->add_option("--dtype", a->dtype, "Weight dtype: bf16 (default) or f32");
   sub->add_option("--seed", a->options.seed, "Random seed (default 0)");
+  sub->add_option("--mtp-layers", a->options.mtp_layers,
+                  "tiny-v3: multi-token-prediction layers to add, 0 (default) or 1 (for "
+                  "--speculative mtp; docs/mtp.md)");
   sub->add_flag("--quiet,-q", a->quiet, "Print nothing on success");
   return [a, layers]() -> int {
     if (a->dtype == "bf16" || a->dtype == "bfloat16") {

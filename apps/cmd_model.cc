@@ -11,6 +11,7 @@
 #include "apps/memory_plan.h"
 #include "base/memory_info.h"
 #include "apps/model_options.h"
+#include "engine/engine.h"
 #include "io/npy.h"
 #include "model/sequence_runner.h"
 
@@ -60,20 +61,61 @@ std::function<int()> SetupLogits(CLI::App* sub) {
   };
 }
 
+struct GenerateArgs {
+  ModelOptions model;
+  std::string ids;
+  int max_tokens = 16;
+  double temperature = 0.0;
+  uint64_t seed = 0;
+  bool json = false;
+  bool ignore_eos = false;
+};
+
+void PrintIds(const std::vector<int32_t>& ids, bool json) {
+  if (json) {
+    std::printf("%s\n", nlohmann::json{{"ids", ids}}.dump().c_str());
+  } else {
+    for (size_t i = 0; i < ids.size(); ++i) std::printf("%s%d", i ? " " : "", ids[i]);
+    std::printf("\n");
+  }
+}
+
+// `generate --speculative mtp`: one request through an engine with k drafts per step; returns
+// the generated ids and the engine's counters.
+Result<std::pair<std::vector<int32_t>, EngineStats>> GenerateWithEngine(
+    LoadedModel& loaded, const std::vector<int32_t>& prompt, const GenerateArgs& a, int k) {
+  const int64_t len = static_cast<int64_t>(prompt.size()) + a.max_tokens + 1;
+  if (len > loaded.model->config().max_position_embeddings) {
+    return InvalidArgument("--max-tokens: {} prompt + {} new tokens exceed the context of {}",
+                           prompt.size(), a.max_tokens,
+                           loaded.model->config().max_position_embeddings);
+  }
+  EngineOptions eo;
+  eo.max_num_seqs = 1;
+  eo.max_model_len = static_cast<int>(len);
+  eo.num_kv_blocks = static_cast<int>(len / 16 + 2);
+  eo.num_speculative_tokens = k;
+  Engine engine(eo, std::move(loaded.model), *loaded.backend, nullptr);
+  DH_RETURN_IF_ERROR(engine.Start());
+  Request req;
+  req.prompt_token_ids = prompt;
+  req.sampling.temperature = static_cast<float>(a.temperature);
+  req.sampling.seed = a.seed;
+  req.sampling.max_tokens = a.max_tokens;
+  req.sampling.ignore_eos = a.ignore_eos;
+  DH_ASSIGN_OR_RETURN(auto handle, engine.Submit(std::move(req)));
+  RequestOutput done = handle->WaitFinished();
+  if (!done.error.ok()) return done.error;
+  return std::make_pair(std::move(done.token_ids), engine.GetStats());
+}
+
 std::function<int()> SetupGenerate(CLI::App* sub) {
-  struct Args {
-    ModelOptions model;
-    std::string ids;
-    int max_tokens = 16;
-    double temperature = 0.0;
-    uint64_t seed = 0;
-    bool json = false;
-    bool ignore_eos = false;
-  };
+  using Args = GenerateArgs;
   auto a = std::make_shared<Args>();
   AddModelOptions(sub, &a->model, /*require_model=*/false);
   AddObservabilityOptions(sub, &a->model.observe, kTraceFlags | kDumpFlags | kPluginFlags);
   AddKvCacheOptions(sub, &a->model);
+  AddSpeculativeOptions(sub, &a->model);
   sub->add_option("--token-ids", a->ids, "Comma-separated prompt token ids")->required();
   sub->add_option("--max-tokens", a->max_tokens, "New tokens to generate (default 16)");
   sub->add_option("--temperature", a->temperature, "0 = greedy (default); > 0 samples");
@@ -92,11 +134,21 @@ std::function<int()> SetupGenerate(CLI::App* sub) {
     if (Status st = UseEmbeddedModelIfUnset(a->model); !st.ok()) return ReportError(st);
     auto loaded = LoadFromOptions(a->model);
     if (!loaded.ok()) return ReportError(loaded.status());
+    std::vector<int32_t> out;
+    if (SpeculativeTokens(a->model) > 0) {
+      // Through the engine, which drafts and verifies (greedy: the same ids as below; sampled:
+      // the same distribution, drawn differently).
+      auto result = GenerateWithEngine(*loaded, *ids, *a, SpeculativeTokens(a->model));
+      if (!result.ok()) return ReportError(result.status());
+      out = std::move(result->first);
+      if (!a->model.quiet) std::fprintf(stderr, "%s\n", SpeculativeSummary(result->second).c_str());
+      PrintIds(out, a->json);
+      return kExitOk;
+    }
     Model& model = *loaded->model;
     auto runner = SequenceRunner::Create(model, *loaded->backend,
                                          static_cast<int>(ids->size()) + a->max_tokens);
     if (!runner.ok()) return ReportError(runner.status());
-    std::vector<int32_t> out;
     std::mt19937_64 rng(a->seed);
     std::span<const int32_t> next = *ids;
     int32_t token = 0;
@@ -119,12 +171,7 @@ std::function<int()> SetupGenerate(CLI::App* sub) {
       if (!a->ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) break;
       next = std::span<const int32_t>(&token, 1);
     }
-    if (a->json) {
-      std::printf("%s\n", nlohmann::json{{"ids", out}}.dump().c_str());
-    } else {
-      for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? " " : "", out[i]);
-      std::printf("\n");
-    }
+    PrintIds(out, a->json);
     return kExitOk;
   };
 }

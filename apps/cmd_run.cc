@@ -88,6 +88,7 @@ int Run(RunArgs& a) {
                                         : loaded->model->config().max_position_embeddings;
   eo.num_kv_blocks = static_cast<int>((std::min<int64_t>(ctx, 1 << 20) + 15) / 16 + 1);
   eo.max_num_seqs = 1;
+  eo.num_speculative_tokens = SpeculativeTokens(a.model);
   Backend& backend = *loaded->backend;
   Engine engine(eo, std::move(loaded->model), backend, tokenizer->get());
   Status st = engine.Start();
@@ -102,6 +103,9 @@ int Run(RunArgs& a) {
     auto text = Stream(engine, std::move(*ids), sp);
     std::printf("\n");
     std::fflush(stdout);
+    if (eo.num_speculative_tokens > 0 && !a.model.quiet) {
+      std::fprintf(stderr, "%s\n", SpeculativeSummary(engine.GetStats()).c_str());
+    }
     return text.ok() ? kExitOk : ReportError(text.status());
   }
 
@@ -150,6 +154,7 @@ std::function<int()> SetupRun(CLI::App* sub) {
   AddModelOptions(sub, &a->model, /*require_model=*/false);
   AddObservabilityOptions(sub, &a->model.observe, kTraceFlags | kDumpFlags | kPluginFlags);
   AddKvCacheOptions(sub, &a->model);
+  AddSpeculativeOptions(sub, &a->model);
   sub->add_option("--prompt,-p", a->prompt, "Text to complete (one shot)");
   sub->add_flag("--chat", a->chat, "Interactive chat through the model's chat template");
   sub->add_option("--system", a->system, "System message for --chat");

@@ -328,6 +328,7 @@ int RunServe(ServeArgs& a) {
   eo.num_kv_blocks = a.num_kv_blocks;
   eo.enable_prefix_caching = !a.no_prefix_caching;
   eo.kv_cache_memory = a.kv_cache_bytes;
+  eo.num_speculative_tokens = SpeculativeTokens(a.model);
   const int64_t num_layers = model->model->config().num_hidden_layers;
   const int64_t num_experts = model->model->config().n_routed_experts;
   Engine engine(eo, std::move(model->model), *model->backend, tokenizer->get());
@@ -404,6 +405,7 @@ std::function<int()> SetupServe(CLI::App* sub) {
   AddModelOptions(sub, &a->model, /*require_model=*/false);
   AddObservabilityOptions(sub, &a->model.observe, kTraceFlags | kPluginFlags);
   AddKvCacheOptions(sub, &a->model);
+  AddSpeculativeOptions(sub, &a->model);
   sub->footer("Without --model-path the embedded model (models/" + std::string(kDefaultModelName) +
               " next to the binary) is served.");
   sub->add_option("--max-seq-len,--max-model-len", a->max_seq_len,

@@ -7,6 +7,7 @@
 #include "apps/command.h"
 #include "backend/registry.h"
 #include "base/log.h"
+#include "engine/engine.h"
 
 namespace dh::app {
 
@@ -63,6 +64,30 @@ void AddKvCacheOptions(CLI::App* sub, ModelOptions* o) {
                   "the rope key) and hold about 2x the tokens of bf16 (docs/kv-cache.md)");
 }
 
+void AddSpeculativeOptions(CLI::App* sub, ModelOptions* o) {
+  sub->add_option("--speculative", o->speculative,
+                  "Speculative decoding: mtp drafts with the model's multi-token-prediction layer "
+                  "and verifies the drafts in one forward (DeepSeek-V3/R1; default off; "
+                  "docs/mtp.md)");
+  sub->add_option("--num-speculative-tokens", o->num_speculative_tokens,
+                  "With --speculative: tokens drafted per step, 1..8 (default 1)");
+}
+
+std::string SpeculativeSummary(const EngineStats& s) {
+  auto percent = [](int64_t part, int64_t whole) {
+    return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+  };
+  std::string out = fmt::format(
+      "speculative decoding (mtp, K {}): {} verifications, {} drafted, {} accepted ({:.1f}%); "
+      "acceptance per position",
+      s.num_speculative_tokens, s.spec_num_drafts, s.spec_draft_tokens, s.spec_accepted_tokens,
+      percent(s.spec_accepted_tokens, s.spec_draft_tokens));
+  for (int64_t n : s.spec_accepted_per_pos) {
+    out += fmt::format(" {:.1f}%", percent(n, s.spec_num_drafts));
+  }
+  return out;
+}
+
 WeightFlags WeightFlagsOf(const ModelOptions& o) {
   return {.dtype = o.dtype, .quant = o.quant, .quant_lm_head = o.quant_lm_head, .policy = o.policy};
 }
@@ -74,6 +99,20 @@ Result<LoadedModel> LoadFromOptions(const ModelOptions& o, const BackendWrapper&
   // The one parse of the weight flags; nothing below sees the strings.
   DH_ASSIGN_OR_RETURN(lo.plan, ParseWeightPlan(WeightFlagsOf(o)));
   DH_ASSIGN_OR_RETURN(lo.kv_cache_dtype, ParseKvCacheDtype(o.kv_cache_dtype));
+  if (!o.speculative.empty()) {
+    if (o.speculative != "mtp") {
+      return InvalidArgument("--speculative: expected mtp, got '{}'", o.speculative);
+    }
+    if (o.num_speculative_tokens < 1 || o.num_speculative_tokens > kMaxSpeculativeTokens) {
+      return InvalidArgument("--num-speculative-tokens: expected 1..{}, got {}",
+                             kMaxSpeculativeTokens, o.num_speculative_tokens);
+    }
+    if (o.tp_size > 1) {
+      return InvalidArgument("--speculative: not available with --tp-size {} (one rank only)",
+                             o.tp_size);
+    }
+    lo.load_mtp = true;
+  }
   LoadedModel loaded;
   DH_ASSIGN_OR_RETURN(loaded.parallel, StartParallel(o.tp_size, o.ep_size, o.threads));
   BackendOptions bo;
@@ -111,6 +150,11 @@ Result<LoadedModel> LoadFromOptions(const ModelOptions& o, const BackendWrapper&
   lo.compile_cache.result = &loaded.compile_cache;
   const auto start = std::chrono::steady_clock::now();
   DH_ASSIGN_OR_RETURN(loaded.model, LoadModel(o.model_path, *loaded.backend, lo));
+  if (lo.load_mtp && !loaded.model->has_mtp()) {
+    return InvalidArgument("--speculative mtp: {} has no MTP layer (config.json "
+                           "num_nextn_predict_layers {})",
+                           o.model_path, loaded.model->config().num_nextn_predict_layers);
+  }
   loaded.load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return loaded;

@@ -16,6 +16,10 @@
 #include "model/model.h"
 #include "weights/compile_cache.h"
 
+namespace dh {
+struct EngineStats;
+}  // namespace dh
+
 namespace dh::app {
 
 struct ModelOptions {
@@ -46,12 +50,27 @@ struct ModelOptions {
   ObservabilityOptions observe;
   // --kv-cache-dtype (AddKvCacheOptions), parsed by LoadFromOptions (model/kv_storage.h).
   std::string kv_cache_dtype = "auto";
+  // --speculative mtp --num-speculative-tokens K (AddSpeculativeOptions, docs/mtp.md): loads the
+  // MTP layer; SpeculativeTokens() is the engine's num_speculative_tokens.
+  std::string speculative;
+  int num_speculative_tokens = 1;
 };
 
 // Adds the flags; `require_model` makes --model-path mandatory.
 void AddModelOptions(CLI::App* sub, ModelOptions* o, bool require_model = true);
 // Adds --kv-cache-dtype, for the subcommands that run the model over a KV cache.
 void AddKvCacheOptions(CLI::App* sub, ModelOptions* o);
+// Adds --speculative and --num-speculative-tokens, for the subcommands that decode through the
+// engine. LoadFromOptions checks them (one-line errors: the method, K in 1..8, a model with an
+// MTP layer, no --tp-size).
+void AddSpeculativeOptions(CLI::App* sub, ModelOptions* o);
+// "speculative decoding (mtp, K 2): 40 drafted, 31 accepted (77.5%); per position 90.0% 65.0%":
+// the engine's counters, for run's and bench's summaries.
+std::string SpeculativeSummary(const EngineStats& s);
+// Drafts per step for EngineOptions::num_speculative_tokens: 0 without --speculative.
+inline int SpeculativeTokens(const ModelOptions& o) {
+  return o.speculative.empty() ? 0 : o.num_speculative_tokens;
+}
 
 struct LoadedModel {
   ParallelRun parallel;  // first: the communicator outlives the model and the backend

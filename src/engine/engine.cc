@@ -37,7 +37,32 @@ struct ActiveRequest {
   RequestTiming timing;
   RequestOutput delta;  // accumulated during a step, published at its end
   bool has_delta = false;
+  // Speculative decoding (docs/mtp.md): drafts with the MTP layer each step; off for requests
+  // whose sampling cannot be verified token by token here (constraints, logprobs).
+  bool speculate = false;
+  std::vector<int32_t> verified;  // tokens a verification chose this step, in order
 };
+
+// Index of the largest value; ties to the lowest index (the MTP drafter's greedy pick).
+int32_t ArgmaxRow(std::span<const float> row) {
+  int32_t best = 0;
+  for (size_t i = 1; i < row.size(); ++i) {
+    if (row[i] > row[best]) best = static_cast<int32_t>(i);
+  }
+  return best;
+}
+
+// Empties a batch but keeps its vectors' capacity (the drafter reuses one per step).
+void ClearBatch(Batch& b) {
+  b.token_ids.clear();
+  b.positions.clear();
+  b.query_start.clear();
+  b.seq_lens.clear();
+  b.max_blocks_per_seq = 0;
+  b.block_tables.clear();
+  b.slot_mapping.clear();
+  b.logits_rows.clear();
+}
 
 // The prefill chunks of a step on their requests' tracks.
 void TraceChunks(Tracer& t, const SchedulerOutput& out, EngineTime start, EngineTime end) {
@@ -84,6 +109,19 @@ struct Engine::Impl {
   int64_t num_steps = 0;
   int64_t vocab_size = 0;
   int max_len = 0;
+  std::vector<int32_t> suppressed;  // SuppressedIds' output, reused
+  // Speculative decoding, reused across steps: the main step's hidden rows, the MTP step's
+  // input rows, batch and logits, and the sequences drafting this step.
+  int spec_k = 0;
+  std::vector<float> hidden;
+  std::vector<float> mtp_hidden;
+  std::vector<float> mtp_logits;
+  Batch mtp_batch;
+  struct Drafter {
+    ActiveRequest* r;
+    int k;  // drafts to make
+  };
+  std::vector<Drafter> drafters;
 
   // ---- shared, guarded by mu ----
   std::mutex mu;
@@ -118,6 +156,10 @@ struct Engine::Impl {
   void ProcessChunkOutputs(const SchedulerOutput& out, const Batch& batch,
                            const std::vector<size_t>& first_row, EngineTime now);
   void SampleToken(ActiveRequest& r, std::span<float> row, EngineTime now);
+  void EmitToken(ActiveRequest& r, int32_t token, std::span<const float> raw, EngineTime now);
+  void SuppressedIds(const ActiveRequest& r, int generated);
+  void VerifyDrafts(SchedulerOutput& out, const std::vector<size_t>& first_row);
+  void Draft(const SchedulerOutput& out, const std::vector<size_t>& first_row);
   void Finish(ActiveRequest& r, FinishReason reason, EngineTime now, Status error = Status::Ok());
   void Publish();
   void PublishStats();
@@ -155,6 +197,16 @@ Status Engine::Start() {
         "max_queue_size {} must be positive and max_model_len {} >= 0",
         o.block_size, o.max_num_seqs, o.max_num_batched_tokens, o.max_queue_size, o.max_model_len);
   }
+  if (o.num_speculative_tokens < 0 || o.num_speculative_tokens > kMaxSpeculativeTokens) {
+    return InvalidArgument("--num-speculative-tokens: expected 1..{}, got {}",
+                           kMaxSpeculativeTokens, o.num_speculative_tokens);
+  }
+  if (o.num_speculative_tokens > 0 && !m.model->has_mtp()) {
+    return InvalidArgument(
+        "--speculative mtp: the model has no MTP layer loaded (num_nextn_predict_layers {})",
+        m.model->config().num_nextn_predict_layers);
+  }
+  m.spec_k = o.num_speculative_tokens;
   const KvCacheSpec spec = m.model->kv_spec();
   int64_t num_blocks = o.num_kv_blocks;
   if (num_blocks <= 0) {
@@ -206,6 +258,7 @@ Status Engine::Start() {
   {
     std::lock_guard<std::mutex> lock(m.mu);
     m.started = true;
+    m.stats.spec_accepted_per_pos.assign(static_cast<size_t>(m.spec_k), 0);
   }
   m.PublishStats();
   m.thread = std::thread([&m] { m.Run(); });
@@ -241,6 +294,11 @@ Result<std::shared_ptr<RequestHandle>> Engine::Submit(Request request) {
   r->seq.num_prompt_tokens = prompt_len;
   r->seq.use_prefix_cache = r->params.prompt_logprobs < 0;
   r->seq.all_logits = r->params.prompt_logprobs >= 0;
+  r->speculate = m.spec_k > 0 && !r->params.constraint && r->params.logprobs < 0 &&
+                 r->params.prompt_logprobs < 0;
+  // The drafter needs the hidden state of every position, which comes with its logits row;
+  // all_logits also bounds those rows per step (SchedulerConfig::max_num_logit_rows).
+  if (r->speculate) r->seq.all_logits = true;
   r->max_num_tokens = prompt_len + std::min(r->params.max_tokens, m.max_len - prompt_len);
   r->timing.arrival =
       request.arrival_time == EngineTime{} ? EngineClock::now() : request.arrival_time;
@@ -403,7 +461,8 @@ void Engine::Impl::Step() {
       std::lock_guard<std::mutex> lock(mu);
       stats.prompt_tokens += r.seq.num_prompt_tokens;
     }
-    const bool all_logits = r.seq.all_logits && c.start < r.seq.num_prompt_tokens - 1;
+    const bool all_logits =
+        r.speculate || (r.seq.all_logits && c.start < r.seq.num_prompt_tokens - 1);
     first_row.push_back(batch.logits_rows.size());
     const size_t blocks_used =
         static_cast<size_t>((c.start + c.num_tokens + options.block_size - 1) / options.block_size);
@@ -432,8 +491,14 @@ void Engine::Impl::Step() {
   }
   ++num_steps;
   if (Tracer* t = ActiveTracer()) TraceChunks(*t, out, now, EngineClock::now());
+  if (spec_k > 0) {
+    const std::span<const float> h = model->last_hidden();
+    hidden.assign(h.begin(), h.end());
+    VerifyDrafts(out, first_row);  // shrinks verified chunks to the tokens they keep
+  }
   scheduler->CompleteStep(out);
   ProcessChunkOutputs(out, batch, first_row, EngineClock::now());
+  if (spec_k > 0) Draft(out, first_row);
   Publish();
 }
 
@@ -446,7 +511,7 @@ void Engine::Impl::ProcessChunkOutputs(const SchedulerOutput& out, const Batch& 
     ActiveRequest& r = *active.at(c.seq);
     const size_t end_row = i + 1 < out.chunks.size() ? first_row[i + 1] : batch.logits_rows.size();
     const size_t num_rows = end_row - first_row[i];
-    if (num_rows > 1 || (num_rows == 1 && !c.samples)) {
+    if (r.params.prompt_logprobs >= 0 && (num_rows > 1 || (num_rows == 1 && !c.samples))) {
       // Every position has a row: row j predicts prompt token start + j + 1.
       const int num_prompt = r.seq.num_prompt_tokens;
       if (r.prompt_logprobs.empty()) r.prompt_logprobs.resize(num_prompt);
@@ -470,28 +535,176 @@ void Engine::Impl::ProcessChunkOutputs(const SchedulerOutput& out, const Batch& 
       Finish(r, FinishReason::kLength, now);  // max_tokens == 0: prompt only
       continue;
     }
+    if (!r.verified.empty()) {
+      // Verified drafts (VerifyDrafts): the accepted ones are re-added one by one, so that stop
+      // conditions and output see exactly the tokens decoding one at a time would produce.
+      r.seq.token_ids.resize(static_cast<size_t>(c.start) + 1);
+      for (int32_t token : r.verified) {
+        EmitToken(r, token, {}, now);
+        if (r.delta.finished) break;
+      }
+      r.verified.clear();
+      continue;
+    }
     SampleToken(r, row_span(end_row - 1), now);
+  }
+}
+
+void Engine::Impl::SuppressedIds(const ActiveRequest& r, int generated) {
+  const SamplingParams& p = r.params;
+  suppressed.clear();
+  if (generated >= p.min_tokens) return;
+  if (!p.ignore_eos && !p.constraint) suppressed = eos_ids;
+  suppressed.insert(suppressed.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
+}
+
+// For each sequence whose chunk is [t_e, d_1 .. d_k] (the last real token and its drafts): row j
+// of the logits is the target for position e + j + 1. Row by row, the sampler (with the
+// penalties of the tokens chosen so far) picks a token given draft d_{j+1}; the first token that
+// differs from its draft, or the bonus token from row k, ends the run. The chunk then keeps
+// e .. e + accepted (their KV is right) and the KV slots past it are given back.
+void Engine::Impl::VerifyDrafts(SchedulerOutput& out, const std::vector<size_t>& first_row) {
+  const size_t vocab = static_cast<size_t>(vocab_size);
+  for (size_t i = 0; i < out.chunks.size(); ++i) {
+    ScheduledChunk& c = out.chunks[i];
+    Sequence& seq = *c.seq;
+    const int k = seq.num_draft_tokens;
+    if (k == 0) continue;
+    DH_CHECK(c.samples && c.num_tokens == k + 1, "sequence {}: {} drafts in a chunk of {}",
+             seq.seq_id, k, c.num_tokens);
+    ActiveRequest& r = *active.at(c.seq);
+    const int generated = seq.num_generated();
+    const size_t e = static_cast<size_t>(c.start);
+    int accepted = 0;
+    r.verified.clear();
+    for (int j = 0; j <= k; ++j) {
+      std::span<float> row = std::span<float>(logits).subspan((first_row[i] + j) * vocab, vocab);
+      SuppressedIds(r, generated + j);
+      const int32_t draft = j < k ? seq.token_ids[e + 1 + static_cast<size_t>(j)] : -1;
+      const int32_t token = draft >= 0 ? r.sampler->SampleWithDraft(row, suppressed, draft)
+                                       : r.sampler->Sample(row, suppressed);
+      r.sampler->Accept(token);
+      r.verified.push_back(token);
+      if (token != draft) break;
+      ++accepted;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++stats.spec_num_drafts;
+      stats.spec_draft_tokens += k;
+      stats.spec_accepted_tokens += accepted;
+      for (int j = 0; j < accepted; ++j) ++stats.spec_accepted_per_pos[static_cast<size_t>(j)];
+    }
+    // Keep t_e and the accepted drafts: CompleteStep caches blocks with the verified tokens.
+    seq.token_ids.resize(e + 1 + static_cast<size_t>(accepted));
+    seq.num_draft_tokens = 0;
+    c.num_tokens = accepted + 1;
+    scheduler->pool().Truncate(seq.blocks, c.start + c.num_tokens);  // roll back the rejected
+  }
+}
+
+// The MTP layer over the positions each speculating sequence's chunk kept (row i: token t_{i+1}
+// with the main model's h_i; this fills the layer's cache there), then for a sequence that
+// sampled: draft 1 = argmax of its last row's MTP logits, and draft j = argmax of the MTP at the
+// next position with draft j - 1 and the previous MTP step's hidden row (chained, docs/mtp.md).
+void Engine::Impl::Draft(const SchedulerOutput& out, const std::vector<size_t>& first_row) {
+  const size_t H = static_cast<size_t>(model->config().hidden_size);
+  const int bs = options.block_size;
+  ClearBatch(mtp_batch);
+  mtp_hidden.clear();
+  drafters.clear();
+  for (size_t i = 0; i < out.chunks.size(); ++i) {
+    const ScheduledChunk& c = out.chunks[i];
+    ActiveRequest& r = *active.at(c.seq);
+    if (!r.speculate || r.delta.finished) continue;
+    Sequence& seq = r.seq;
+    const int kept = c.num_tokens;
+    if (seq.num_tokens() < c.start + kept + 1) continue;  // no next token to pair with
+    int k = 0;
+    if (c.samples) {
+      // The verification computes positions e .. e + k (e: the last token's); reserve them now,
+      // since the chained drafts write the MTP layer's cache at e .. e + k - 2.
+      k = std::min(spec_k, r.max_num_tokens - seq.num_tokens() - 1);
+      while (k > 0 &&
+             !scheduler->pool().Reserve(seq.blocks,
+                                        std::max(0, seq.num_tokens() + k - seq.blocks.num_slots))) {
+        --k;
+      }
+    }
+    const size_t blocks_used = static_cast<size_t>((c.start + kept + bs - 1) / bs);
+    const auto table = std::span<const int32_t>(seq.blocks.block_ids).first(blocks_used);
+    mtp_batch.AddSequence(std::span<const int32_t>(seq.token_ids).subspan(c.start + 1, kept),
+                          c.start, table, bs, /*all_logits=*/false);
+    if (k > 0) {
+      drafters.push_back({&r, k});
+    } else {
+      mtp_batch.logits_rows.pop_back();
+    }
+    const auto h = std::span<const float>(hidden).subspan(first_row[i] * H, kept * H);
+    mtp_hidden.insert(mtp_hidden.end(), h.begin(), h.end());
+  }
+  if (mtp_batch.num_tokens() == 0) return;
+  const size_t vocab = static_cast<size_t>(vocab_size);
+  int depth = 1;
+  while (true) {
+    if (Status st = model->ForwardMtp(mtp_batch, *kv, mtp_hidden, &mtp_logits); !st.ok()) {
+      // Drafts only save time: decoding goes on without them.
+      DH_LOG(Error, "engine: MTP draft step failed: {}", st.message());
+      return;
+    }
+    // Rows of mtp_logits (and of last_hidden) are the drafters with k >= depth, in order.
+    size_t row = 0;
+    for (const Drafter& d : drafters) {
+      if (d.k < depth) continue;
+      const auto logits_row = std::span<const float>(mtp_logits).subspan(row * vocab, vocab);
+      d.r->seq.token_ids.push_back(ArgmaxRow(logits_row));
+      ++d.r->seq.num_draft_tokens;
+      ++row;
+    }
+    ++depth;
+    // The next depth: one token per drafter that wants more, at the position after the last.
+    const std::span<const float> mtp_h = model->last_hidden();
+    ClearBatch(mtp_batch);
+    mtp_hidden.clear();
+    row = 0;
+    for (const Drafter& d : drafters) {
+      if (d.k < depth - 1) continue;
+      const size_t prev_row = row++;
+      if (d.k < depth) continue;
+      Sequence& seq = d.r->seq;
+      const int pos = seq.num_tokens() - 2;  // the previous draft is t_{pos + 1}
+      const size_t blocks_used = static_cast<size_t>((pos + 1 + bs - 1) / bs);
+      mtp_batch.AddSequence(std::span<const int32_t>(seq.token_ids).subspan(pos + 1, 1), pos,
+                            std::span<const int32_t>(seq.blocks.block_ids).first(blocks_used), bs,
+                            /*all_logits=*/false);
+      const auto h = mtp_h.subspan(prev_row * H, H);
+      mtp_hidden.insert(mtp_hidden.end(), h.begin(), h.end());
+    }
+    if (mtp_batch.num_tokens() == 0) return;
   }
 }
 
 void Engine::Impl::SampleToken(ActiveRequest& r, std::span<float> row, EngineTime now) {
   const SamplingParams& p = r.params;
-  const int generated_before = r.seq.num_generated();
-  const bool may_stop = generated_before >= p.min_tokens;
-  std::vector<int32_t> suppressed;
-  if (!may_stop) {
-    if (!p.ignore_eos && !p.constraint) suppressed = eos_ids;
-    suppressed.insert(suppressed.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
-  }
   std::vector<float> raw;
   if (p.logprobs >= 0) raw.assign(row.begin(), row.end());
   if (p.constraint && !p.constraint->Mask(row, p.ignore_eos ? std::span<const int32_t>() : eos_ids)) {
     Finish(r, FinishReason::kStop, now);  // the constraint is complete and EOS is ignored
     return;
   }
+  SuppressedIds(r, r.seq.num_generated());
   const int32_t token = r.sampler->Sample(row, suppressed);
   r.sampler->Accept(token);
   if (p.constraint) p.constraint->Accept(token);
+  EmitToken(r, token, raw, now);
+}
+
+// Appends a chosen token (the sampler and the constraint have accepted it already) and applies
+// the stop conditions. `raw`: the row's logits before sampling, when logprobs are asked for.
+void Engine::Impl::EmitToken(ActiveRequest& r, int32_t token, std::span<const float> raw,
+                             EngineTime now) {
+  const SamplingParams& p = r.params;
+  const bool may_stop = r.seq.num_generated() >= p.min_tokens;
   r.seq.token_ids.push_back(token);
   if (r.timing.first_token == EngineTime{}) r.timing.first_token = now;
   r.timing.last_token = now;
@@ -625,6 +838,7 @@ void Engine::Impl::PublishStats() {
   stats.num_preemptions = scheduler->num_preemptions();
   stats.max_model_len = max_len;
   stats.num_steps = num_steps;
+  stats.num_speculative_tokens = spec_k;
   stats.last_step = EngineClock::now();
 }
 

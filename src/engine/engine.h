@@ -66,7 +66,12 @@ struct EngineOptions {
   int max_queue_size = 1024;  // waiting requests; Submit beyond it is ResourceExhausted
   bool enable_prefix_caching = true;
   std::vector<int32_t> eos_token_ids;  // empty: from the tokenizer config and the model config
+  // Speculative decoding with the model's MTP layer (--speculative mtp, docs/mtp.md): drafts per
+  // step and sequence, 0 (off) or 1..kMaxSpeculativeTokens; needs Model::has_mtp().
+  int num_speculative_tokens = 0;
 };
+
+inline constexpr int kMaxSpeculativeTokens = 8;
 
 // Half of MemAvailable (from /proc/meminfo), at least 64 MiB.
 uint64_t DefaultKvCacheMemory();
@@ -98,6 +103,13 @@ struct EngineStats {
   int64_t requests_finished_stop = 0;
   int64_t requests_finished_length = 0;
   int64_t requests_finished_abort = 0;
+  // Speculative decoding: verification steps of a sequence with drafts, draft tokens verified,
+  // of those accepted, and accepted_per_pos[j]: verifications that accepted draft j + 1.
+  int num_speculative_tokens = 0;
+  int64_t spec_num_drafts = 0;
+  int64_t spec_draft_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_pos;
   EngineTime last_step{};  // heartbeat: when the engine thread last finished a step or idled
   int max_model_len = 0;   // the effective limit (prompt + output) after the pool cap
 };

@@ -57,26 +57,21 @@ void SequenceSampler::ApplyPenalties(std::span<float> logits) const {
   }
 }
 
-int32_t SequenceSampler::Sample(std::span<float> logits, std::span<const int32_t> suppressed) {
-  ApplyPenalties(logits);
+bool SequenceSampler::BuildCandidates(std::span<const float> logits) {
   const auto vocab = static_cast<int32_t>(logits.size());
-  for (int32_t id : suppressed) {
-    if (id >= 0 && id < vocab) logits[id] = kNegInf;
-  }
-  if (params_.temperature == 0.0f) return Argmax(logits);
-
   const float inv_t = 1.0f / params_.temperature;
   const float max_logit = logits[Argmax(logits)];
   const bool top_k_on = params_.top_k > 0 && params_.top_k < vocab;
   const bool sorted = top_k_on || params_.top_p < 1.0f;
   // Candidates as (probability weight, id): unnormalized exp((l - max) / T).
-  std::vector<std::pair<float, int32_t>> cand;
+  std::vector<std::pair<float, int32_t>>& cand = cand_;
+  cand.clear();
   cand.reserve(logits.size());
   for (int32_t i = 0; i < vocab; ++i) {
     if (logits[i] == kNegInf) continue;
     cand.emplace_back(std::exp((logits[i] - max_logit) * inv_t), i);
   }
-  if (cand.empty()) return Argmax(logits);  // everything suppressed: fall back deterministically
+  if (cand.empty()) return false;
   if (sorted) {
     if (top_k_on && static_cast<size_t>(params_.top_k) < cand.size()) {
       std::partial_sort(cand.begin(), cand.begin() + params_.top_k, cand.end(), Better);
@@ -104,16 +99,59 @@ int32_t SequenceSampler::Sample(std::span<float> logits, std::span<const int32_t
     const float threshold = params_.min_p * p_max;
     std::erase_if(cand, [&](const auto& c) { return c.first < threshold; });
   }
+  return true;
+}
+
+double SequenceSampler::Uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
+int32_t SequenceSampler::Sample(std::span<float> logits, std::span<const int32_t> suppressed) {
+  ApplyPenalties(logits);
+  const auto vocab = static_cast<int32_t>(logits.size());
+  for (int32_t id : suppressed) {
+    if (id >= 0 && id < vocab) logits[id] = kNegInf;
+  }
+  if (params_.temperature == 0.0f) return Argmax(logits);
+  // Everything suppressed: fall back deterministically.
+  if (!BuildCandidates(logits)) return Argmax(logits);
   double total = 0;
-  for (const auto& c : cand) total += c.first;
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;  // [0, 1)
-  const double target = u * total;
+  for (const auto& c : cand_) total += c.first;
+  const double target = Uniform() * total;
   double acc = 0;
-  for (const auto& c : cand) {
+  for (const auto& c : cand_) {
     acc += c.first;
     if (target < acc) return c.second;
   }
-  return cand.back().second;
+  return cand_.back().second;
+}
+
+int32_t SequenceSampler::SampleWithDraft(std::span<float> logits,
+                                         std::span<const int32_t> suppressed, int32_t draft) {
+  if (params_.temperature == 0.0f) return Sample(logits, suppressed);
+  ApplyPenalties(logits);
+  const auto vocab = static_cast<int32_t>(logits.size());
+  for (int32_t id : suppressed) {
+    if (id >= 0 && id < vocab) logits[id] = kNegInf;
+  }
+  if (!BuildCandidates(logits)) return Argmax(logits);
+  double total = 0, draft_weight = 0;
+  for (const auto& c : cand_) {
+    total += c.first;
+    if (c.second == draft) draft_weight = c.first;
+  }
+  // Accept with probability p(draft) = draft_weight / total.
+  if (Uniform() * total < draft_weight) return draft;
+  // Rejected: draw from p with the draft removed (max(0, p - q), renormalized).
+  const double rest = total - draft_weight;
+  const double target = Uniform() * rest;
+  double acc = 0;
+  int32_t last = cand_.back().second;
+  for (const auto& c : cand_) {
+    if (c.second == draft) continue;
+    acc += c.first;
+    last = c.second;
+    if (target < acc) return c.second;
+  }
+  return last;
 }
 
 TokenLogprob ComputeLogprob(std::span<const float> logits, int32_t token, int top_n) {

@@ -18,7 +18,15 @@ void Scheduler::AddWaiting(Sequence* seq) {
   waiting_.push_back(seq);
 }
 
+void Scheduler::DropDrafts(Sequence* seq) {
+  seq->token_ids.resize(seq->token_ids.size() - static_cast<size_t>(seq->num_draft_tokens));
+  seq->num_draft_tokens = 0;
+  // The drafter reserved their slots; give back what the real tokens do not need.
+  if (seq->blocks.num_slots > seq->num_tokens()) pool_.Truncate(seq->blocks, seq->num_tokens());
+}
+
 void Scheduler::Preempt(Sequence* seq) {
+  if (seq->num_draft_tokens > 0) DropDrafts(seq);
   pool_.Release(seq->blocks);
   seq->num_computed_tokens = 0;
   seq->running = false;
@@ -42,13 +50,19 @@ SchedulerOutput Scheduler::Schedule() {
     Sequence* seq = running_[i];
     DH_CHECK(seq->num_tokens() > seq->num_computed_tokens,
              "running sequence {} has nothing to compute", seq->seq_id);
-    const int n = chunk_size(seq, seq->num_tokens() - seq->num_computed_tokens);
+    int n = chunk_size(seq, seq->num_tokens() - seq->num_computed_tokens);
+    if (seq->num_draft_tokens > 0 && n < seq->num_tokens() - seq->num_computed_tokens) {
+      DropDrafts(seq);  // drafts are verified whole or not at all
+      n = chunk_size(seq, seq->num_tokens() - seq->num_computed_tokens);
+    }
     if (n == 0) {  // out of logit rows: this one waits a step
       ++i;
       continue;
     }
     bool fits = true;
-    while (!pool_.Reserve(seq->blocks, seq->num_computed_tokens + n - seq->blocks.num_slots)) {
+    // Drafts come with their slots already reserved (the drafter's cache needs them).
+    while (!pool_.Reserve(seq->blocks,
+                          std::max(0, seq->num_computed_tokens + n - seq->blocks.num_slots))) {
       Sequence* victim = running_.back();
       out.preempted.push_back(victim);
       Preempt(victim);

@@ -16,17 +16,21 @@ namespace dh {
 
 struct Sequence {
   int64_t seq_id = 0;
-  std::vector<int32_t> token_ids;  // prompt + generated
+  std::vector<int32_t> token_ids;  // prompt + generated + drafts
   int num_prompt_tokens = 0;
   int num_computed_tokens = 0;   // tokens whose KV is in the cache
   int num_cached_tokens = -1;    // prefix-cache hit at first scheduling; -1: never scheduled
   bool use_prefix_cache = true;  // false for requests that need every prompt logit
   bool all_logits = false;       // needs a logits row per computed token (prompt logprobs)
   bool running = false;
+  // Speculative decoding (docs/mtp.md): the last num_draft_tokens of token_ids are drafts, not
+  // yet verified; the step computes them with the last real token and keeps the accepted ones.
+  // The scheduler drops them when the step cannot take them whole, and on preemption.
+  int num_draft_tokens = 0;
   SequenceBlocks blocks;
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
-  int num_generated() const { return num_tokens() - num_prompt_tokens; }
+  int num_generated() const { return num_tokens() - num_draft_tokens - num_prompt_tokens; }
 };
 
 struct ScheduledChunk {
@@ -71,6 +75,7 @@ class Scheduler {
 
  private:
   void Preempt(Sequence* seq);
+  void DropDrafts(Sequence* seq);
 
   SchedulerConfig config_;
   BlockPool& pool_;

@@ -130,6 +130,22 @@ void BlockPool::CacheFullBlocks(SequenceBlocks& seq, std::span<const int32_t> to
   }
 }
 
+void BlockPool::Truncate(SequenceBlocks& seq, int num_slots) {
+  DH_CHECK(num_slots >= seq.num_hashed_blocks * block_size_ && num_slots <= seq.num_slots,
+           "truncate to {} slots of {} ({} hashed blocks)", num_slots, seq.num_slots,
+           seq.num_hashed_blocks);
+  const size_t keep = static_cast<size_t>((num_slots + block_size_ - 1) / block_size_);
+  wasted_slots_ -= static_cast<int64_t>(seq.block_ids.size()) * block_size_ - seq.num_slots;
+  while (seq.block_ids.size() > keep) {
+    const int32_t b = seq.block_ids.back();
+    seq.block_ids.pop_back();
+    DH_CHECK(ref_[b] > 0, "block {} truncated with ref count {}", b, ref_[b]);
+    if (--ref_[b] == 0) FreeBlock(b);
+  }
+  seq.num_slots = num_slots;
+  wasted_slots_ += static_cast<int64_t>(seq.block_ids.size()) * block_size_ - seq.num_slots;
+}
+
 void BlockPool::Release(SequenceBlocks& seq) {
   wasted_slots_ -= static_cast<int64_t>(seq.block_ids.size()) * block_size_ - seq.num_slots;
   for (auto it = seq.block_ids.rbegin(); it != seq.block_ids.rend(); ++it) {

@@ -84,6 +84,11 @@ class BlockPool {
   // prefix cache and extends seq's hash chain. No-op when prefix caching is off.
   void CacheFullBlocks(SequenceBlocks& seq, std::span<const int32_t> tokens, int num_computed);
 
+  // Gives back reserved slots past num_slots (speculative decoding's rejected drafts): num_slots
+  // shrinks, blocks left with no reserved slot drop their reference. Only unhashed slots can be
+  // given back: num_slots >= num_hashed_blocks * block_size.
+  void Truncate(SequenceBlocks& seq, int num_slots);
+
   // Drops seq's references, last block first (so a sequence's tail is evicted before its
   // shared head); blocks reaching 0 become free, hashed ones stay reusable until evicted.
   // Leaves `seq` empty.

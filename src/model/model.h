@@ -53,7 +53,8 @@ class Model {
 
   // Multi-token prediction (DeepSeek-V3's MTP module, docs/mtp.md), present when the checkpoint
   // has one and LoadOptions::load_mtp asked for it. last_hidden(): the final normed hidden
-  // states [R, hidden_size] of the last Forward's logits rows (host). ForwardMtp: row t of
+  // states [R, hidden_size] of the last Forward's logits rows (host); after a ForwardMtp, that
+  // step's rows after shared_head.norm (speculative decoding chains them). ForwardMtp: row t of
   // `batch` carries token t_{i+1} at position i and reads `hidden` row t (the main model's
   // hidden state at position i); writes logits (predicting t_{i+2}) for batch.logits_rows. Its
   // cache is layer num_hidden_layers of `kv`, at the batch's slots.

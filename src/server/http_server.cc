@@ -291,6 +291,12 @@ Status OpenAIServer::Bind() {
     s.num_preemptions = static_cast<uint64_t>(stats.num_preemptions);
     s.prompt_tokens = static_cast<uint64_t>(stats.prompt_tokens);
     s.generation_tokens = static_cast<uint64_t>(stats.generation_tokens);
+    s.num_speculative_tokens = stats.num_speculative_tokens;
+    s.spec_num_drafts = static_cast<uint64_t>(stats.spec_num_drafts);
+    s.spec_draft_tokens = static_cast<uint64_t>(stats.spec_draft_tokens);
+    s.spec_accepted_tokens = static_cast<uint64_t>(stats.spec_accepted_tokens);
+    s.spec_accepted_per_pos.assign(stats.spec_accepted_per_pos.begin(),
+                                   stats.spec_accepted_per_pos.end());
     s.model_load_seconds = handlers_->context.model_load_seconds;
     s.resident_memory_bytes = ResidentMemoryBytes();
     ParallelSnapshot parallel;

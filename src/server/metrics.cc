@@ -182,6 +182,21 @@ std::string ServerMetrics::Render(const EngineSnapshot& s, const ParallelSnapsho
   counter("prompt_tokens", "Number of prefill tokens processed.", static_cast<double>(s.prompt_tokens));
   counter("generation_tokens", "Number of generation tokens processed.",
           static_cast<double>(s.generation_tokens));
+  if (s.num_speculative_tokens > 0) {
+    counter("spec_decode_num_drafts", "Number of spec decoding drafts.",
+            static_cast<double>(s.spec_num_drafts));
+    counter("spec_decode_num_draft_tokens", "Number of draft tokens.",
+            static_cast<double>(s.spec_draft_tokens));
+    counter("spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+            static_cast<double>(s.spec_accepted_tokens));
+    Header(&out, p + "spec_decode_num_accepted_tokens_per_pos", "counter",
+           "Accepted tokens per draft position.");
+    for (size_t j = 0; j < s.spec_accepted_per_pos.size(); ++j) {
+      Sample(&out, p + "spec_decode_num_accepted_tokens_per_pos_total",
+             labels_ + fmt::format(",position=\"{}\"", j),
+             static_cast<double>(s.spec_accepted_per_pos[j]));
+    }
+  }
   Header(&out, p + "request_success", "counter", "Count of successfully processed requests.");
   for (const char* reason : {"stop", "length", "abort"}) success.try_emplace(reason, 0);
   for (const auto& [reason, n] : success) {

@@ -47,6 +47,12 @@ struct EngineSnapshot {
   uint64_t num_preemptions = 0;
   uint64_t prompt_tokens = 0;      // prefill tokens processed
   uint64_t generation_tokens = 0;  // tokens sampled
+  // Speculative decoding (serve --speculative mtp): rendered only when num_speculative_tokens > 0.
+  int num_speculative_tokens = 0;
+  uint64_t spec_num_drafts = 0;       // verifications of a sequence with drafts
+  uint64_t spec_draft_tokens = 0;     // drafts verified
+  uint64_t spec_accepted_tokens = 0;  // of those, accepted
+  std::vector<uint64_t> spec_accepted_per_pos;  // [j]: verifications that accepted draft j + 1
   double model_load_seconds = 0;
   int64_t resident_memory_bytes = 0;
 };

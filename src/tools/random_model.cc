@@ -230,6 +230,17 @@ Result<json> RandomModelConfig(const RandomModelOptions& options) {
     c["num_hidden_layers"] = options.layers;
     if (c.contains("max_window_layers")) c["max_window_layers"] = options.layers;
   }
+  if (options.mtp_layers < 0 || options.mtp_layers > 1) {
+    return InvalidArgument("--mtp-layers: expected 0 or 1, got {}", options.mtp_layers);
+  }
+  if (options.mtp_layers > 0) {
+    const std::string arch = c["architectures"][0].get<std::string>();
+    if (arch != "DeepseekV3ForCausalLM") {
+      return InvalidArgument("--mtp-layers: only DeepSeek-V3 presets (tiny-v3) have MTP layers, "
+                             "not {}", arch);
+    }
+    c["num_nextn_predict_layers"] = options.mtp_layers;
+  }
   if (options.vocab_size < 0 || options.vocab_size > (int64_t{1} << 24)) {
     return InvalidArgument("--vocab-size: expected 1 to 16777216, got {}", options.vocab_size);
   }
@@ -289,8 +300,19 @@ Result<std::vector<RandomTensorSpec>> RandomModelTensors(const json& c, DType dt
     add(p + "up_proj.weight", {width, hidden});
     add(p + "down_proj.weight", {hidden, width});
   };
-  for (int64_t l = 0; l < layers; ++l) {
+  // DeepSeek-V3's MTP layers follow the main ones: a decoder layer plus its own embedding,
+  // enorm, hnorm, eh_proj and shared head (docs/mtp.md).
+  const int64_t mtp_layers = deepseek ? IntOr(c, "num_nextn_predict_layers", 0) : 0;
+  for (int64_t l = 0; l < layers + mtp_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
+    if (l >= layers) {
+      add(p + "embed_tokens.weight", {vocab, hidden});
+      add(p + "enorm.weight", {hidden}, Fill::kOnes);
+      add(p + "hnorm.weight", {hidden}, Fill::kOnes);
+      add(p + "eh_proj.weight", {hidden, 2 * hidden});
+      add(p + "shared_head.norm.weight", {hidden}, Fill::kOnes);
+      add(p + "shared_head.head.weight", {vocab, hidden});
+    }
     add(p + "input_layernorm.weight", {hidden}, Fill::kOnes);
     add(p + "post_attention_layernorm.weight", {hidden}, Fill::kOnes);
     if (llama_like) {

@@ -20,6 +20,9 @@ struct RandomModelOptions {
   DType dtype = DType::kBF16;  // kBF16 or kF32
   uint64_t seed = 0;
   double stddev = 0.02;
+  // DeepSeek presets: multi-token-prediction layers (num_nextn_predict_layers; docs/mtp.md),
+  // stored after the main layers like DeepSeek-V3's release.
+  int mtp_layers = 0;
   uint64_t shard_bytes = 1ull << 30;  // tensor bytes per shard before starting a new file
 };
 

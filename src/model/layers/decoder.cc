@@ -192,7 +192,9 @@ Status Decoder::ForwardMtp(const Batch& batch, KvStorage& kv, std::span<const fl
   x = mtp.block.ffn->Forward(backend_, arena_, h);
   DH_RETURN_IF_ERROR(tp_.AllReduce(backend_, x, &comm_staging_));
   // shared_head.norm(residual + x) -> shared_head.head
-  return ComputeLogits(backend_, arena_, step, residual, x, mtp.head_norm, eps, mtp.head, logits);
+  // last_hidden_ then holds shared_head.norm's rows: the next chained draft's h (docs/mtp.md).
+  return ComputeLogits(backend_, arena_, step, residual, x, mtp.head_norm, eps, mtp.head, logits,
+                       &last_hidden_);
 }
 
 }  // namespace dh

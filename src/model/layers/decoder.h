@@ -134,7 +134,9 @@ class Decoder final : public Model {
   std::vector<DecoderLayer> layers_;
   RotaryEmbedding rope_;
   std::unique_ptr<MtpLayer> mtp_;
-  std::vector<float> last_hidden_;  // with mtp_: Forward's normed logits rows
+  // With mtp_: the normed logits rows of the last Forward, or of the last ForwardMtp
+  // (shared_head.norm's output), which speculative decoding chains into the next draft.
+  std::vector<float> last_hidden_;
 };
 
 }  // namespace dh

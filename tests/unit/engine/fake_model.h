@@ -84,6 +84,7 @@ class FakeModel : public Model {
     config_.max_position_embeddings = max_positions;
   }
   const ModelConfig& config() const override { return config_; }
+  ModelConfig& mutable_config() { return config_; }
   KvCacheSpec kv_spec() const override { return KvCacheSpec(); }  // no device memory
   const ModelInfo& info() const override { return info_; }
 
