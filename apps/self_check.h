@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 
 #include "backend/backend.h"
@@ -60,9 +61,9 @@ class CheckingBackend : public ForwardingBackend {
   // True when this op is to be compared (checking, no difference found yet, layer in range).
   bool Checking(OpKind op);
   // Compares `got` (the chosen backend's output) with `want` (the reference's); records the
-  // first difference beyond rtol * max(1, max|want|).
+  // first difference beyond rtol * max(1, max|want|) (+ slack[i] for element i when given).
   void Compare(OpKind op, const char* what, const Tensor& got, const Tensor& want, float rtol,
-               const std::string& detail);
+               const std::string& detail, std::span<const float> slack = {});
   // Test hook (DEEPHARNESS_TEST_SELF_CHECK_PERTURB=<Op>): shifts the chosen backend's output of
   // that op while checking only, so it can make the check fail but never changes served output.
   void MaybePerturb(OpKind op, Tensor out);
