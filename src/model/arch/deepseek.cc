@@ -1,8 +1,9 @@
 // DeepSeek architectures: DeepseekV3ForCausalLM (V3, R1, V3.1), DeepseekV2ForCausalLM (V2,
 // V2-Lite, V2.5, Coder-V2) and DeepseekForCausalLM (deepseek-moe-16b). V2/V3 use MLA attention
 // (arXiv:2405.04434 §2.1): a compressed latent c_kv plus one shared rotary key per token is all
-// the cache holds. Prefill decompresses it through kv_b_proj; decode absorbs kv_b_proj into the
-// query and the output (§2.1.2) and attends over the latent directly. FFNs are dense for the
+// the cache holds. Prefill decompresses it through kv_b_proj; decode (and speculative decoding's
+// short verification chunks) absorbs kv_b_proj into the query and the output (§2.1.2) and attends
+// over the latent directly. FFNs are dense for the
 // first `first_k_dense_replace` layers, then MoE with shared experts. Every variant is config;
 // see docs/reference/deepseek-semantics.md for the details that are easy to get wrong.
 #include <algorithm>
@@ -19,6 +20,25 @@ namespace dh {
 namespace {
 
 constexpr float kLatentNormEps = 1e-6f;  // q_a_layernorm / kv_a_layernorm, all releases
+
+// Whether a step is decode-like for MLA: every sequence adds at most a few tokens (one when
+// decoding; speculative decoding's K + 1 verification rows) to a cache that already holds
+// context. Such steps attend over the latent cache directly (absorbed); the naive path first
+// decompresses every cached position through kv_b_proj, which pays off only for long query
+// chunks (prefill) and would cost a verification step as much as re-reading the whole context.
+bool DecodeLike(const AttentionMeta& m) {
+  constexpr int kShortChunk = 9;  // 1 + the largest --num-speculative-tokens
+  if (m.num_tokens == m.num_seqs) return true;
+  if (m.host_query_start.size() < static_cast<size_t>(m.num_seqs) + 1 ||
+      m.host_seq_lens.size() < static_cast<size_t>(m.num_seqs)) {
+    return false;
+  }
+  for (int s = 0; s < m.num_seqs; ++s) {
+    const int q = m.host_query_start[s + 1] - m.host_query_start[s];
+    if (q > kShortChunk || m.host_seq_lens[s] <= q) return false;  // seq_lens count the new ones
+  }
+  return true;
+}
 
 struct MlaAttention {
   int64_t heads = 0, nope = 0, rope = 0, vdim = 0, kv_lora = 0;
@@ -168,8 +188,7 @@ Tensor MlaAttention::Forward(Backend& b, Arena& a, const StepInputs& step,
   }
   b.KvWrite(latent, Tensor(), cache, KvCacheView(), step.meta.slot_mapping);
 
-  const bool decode = step.num_tokens == step.meta.num_seqs;
-  const bool use_absorbed = decode ? absorbed_decode : !naive_prefill;
+  const bool use_absorbed = DecodeLike(step.meta) ? absorbed_decode : !naive_prefill;
   Tensor out = use_absorbed ? Absorbed(b, a, step, cache, q3) : Naive(b, a, step, cache, q3);
   return o.Forward(b, a, out.Reshape({T, heads * vdim}));
 }
