@@ -1,7 +1,10 @@
 // `--speculative mtp --num-speculative-tokens K` through the real binary (docs/mtp.md):
 // - `generate` on tests/golden/fixtures/ds_v3_mtp prints the same greedy ids with K = 1 and 3 as
 //   without drafts, and its summary line on stderr counts the drafts;
-// - bad flags and a checkpoint without an MTP layer give one line on stderr and exit 2.
+// - bad flags and a checkpoint without an MTP layer give one line on stderr and exit 2;
+// - `serve --speculative mtp` on the embedded model (trained with an MTP layer) answers greedy
+//   chat and completion requests, streamed or not, exactly as a server without it, and its
+//   /metrics count the drafts, the accepted tokens and the acceptance per position.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -48,6 +51,52 @@ TEST(SpeculativeCli, BadFlagsAreOneLineErrors) {
   ExpectOneLineError(RunCli(gen + kMtp + " --speculative mtp --num-speculative-tokens 9"),
                      "--num-speculative-tokens: expected 1..8, got 9");
   ExpectOneLineError(RunCli(gen + kNoMtp + " --speculative mtp"), "has no MTP layer");
+}
+
+TEST(SpeculativeServe, SameGreedyTextAndDraftMetrics) {
+  const Json completion = {{"prompt", "ROMEO:"}, {"max_tokens", 40}, {"temperature", 0},
+                           {"ignore_eos", true}};
+  const Json chat = {{"messages", {{{"role", "user"}, {"content", "Speak"}}}},
+                     {"max_tokens", 40}, {"temperature", 0}};
+  std::string plain_text, plain_chat;
+  {
+    ServerProcess plain;
+    ASSERT_TRUE(plain.Start({"--threads", "2"})) << plain.log();
+    const HttpResult c = plain.PostJson("/v1/completions", completion);
+    ASSERT_EQ(c.status, 200) << c.body;
+    plain_text = Json::parse(c.body)["choices"][0]["text"];
+    const HttpResult m = plain.PostJson("/v1/chat/completions", chat);
+    ASSERT_EQ(m.status, 200) << m.body;
+    plain_chat = Json::parse(m.body)["choices"][0]["message"]["content"];
+  }
+  ServerProcess spec;
+  ASSERT_TRUE(spec.Start({"--threads", "2", "--speculative", "mtp", "--num-speculative-tokens",
+                          "3"}))
+      << spec.log();
+  const HttpResult c = spec.PostJson("/v1/completions", completion);
+  ASSERT_EQ(c.status, 200) << c.body;
+  EXPECT_EQ(Json::parse(c.body)["choices"][0]["text"], plain_text);
+  const HttpResult m = spec.PostJson("/v1/chat/completions", chat);
+  ASSERT_EQ(m.status, 200) << m.body;
+  EXPECT_EQ(Json::parse(m.body)["choices"][0]["message"]["content"], plain_chat);
+  Json streamed = completion;
+  streamed["stream"] = true;
+  std::string text;
+  for (const std::string& e : spec.StreamEvents("/v1/completions", streamed)) {
+    if (e == "[DONE]") break;
+    const Json j = Json::parse(e);
+    if (!j["choices"].empty()) text += j["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, plain_text);
+  const auto metrics = spec.Metrics();
+  const double drafted = MetricValue(metrics, "spec_decode_num_draft_tokens_total");
+  const double accepted = MetricValue(metrics, "spec_decode_num_accepted_tokens_total");
+  EXPECT_GT(drafted, 0);
+  EXPECT_GT(accepted, 0) << "the embedded model's MTP layer is trained: some drafts agree";
+  EXPECT_LE(accepted, drafted);
+  EXPECT_GE(MetricValue(metrics, "spec_decode_num_accepted_tokens_per_pos_total"), 0);
+  std::string why;
+  EXPECT_TRUE(spec.WaitPoolAtRest(std::chrono::seconds(10), &why)) << why;
 }
 
 }  // namespace
