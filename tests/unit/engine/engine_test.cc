@@ -19,6 +19,8 @@ using testing::FakeMode;
 using testing::FakeModel;
 using testing::FakeTokenizer;
 using testing::NullBackend;
+using testing::SubmitRequest;
+using testing::WaitEngineIdle;
 using namespace std::chrono_literals;
 
 constexpr int kVocab = 64;
@@ -36,24 +38,9 @@ struct Harness {
   }
   std::shared_ptr<RequestHandle> Submit(std::vector<int32_t> prompt, SamplingParams p,
                                         std::string id = "") {
-    Request r;
-    r.id = std::move(id);
-    r.prompt_token_ids = std::move(prompt);
-    r.sampling = std::move(p);
-    auto h = engine->Submit(std::move(r));
-    EXPECT_TRUE(h.ok()) << h.status().message();
-    return h.ok() ? *h : nullptr;
+    return SubmitRequest(*engine, std::move(prompt), std::move(p), std::move(id));
   }
-  // Waits until the engine thread has published an idle pool (everything freed).
-  EngineStats WaitIdle() {
-    EngineStats s;
-    for (int i = 0; i < 500; ++i) {
-      s = engine->GetStats();
-      if (s.num_running == 0 && s.num_waiting == 0 && s.kv_blocks_free == s.kv_blocks_total) break;
-      std::this_thread::sleep_for(10ms);
-    }
-    return s;
-  }
+  EngineStats WaitIdle() { return WaitEngineIdle(*engine); }
 
   NullBackend backend;
   FakeTokenizer tokenizer{kVocab};

@@ -7,13 +7,17 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "backend/backend.h"
 #include "base/check.h"
+#include "engine/engine.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -206,5 +210,28 @@ class FakeTokenizer : public Tokenizer {
   int vocab_;
   TokenizerConfig config_;
 };
+
+// Submits a request to `engine`; null (and a test failure) when it is refused.
+inline std::shared_ptr<RequestHandle> SubmitRequest(Engine& engine, std::vector<int32_t> prompt,
+                                                    SamplingParams p, std::string id = "") {
+  Request r;
+  r.id = std::move(id);
+  r.prompt_token_ids = std::move(prompt);
+  r.sampling = std::move(p);
+  auto h = engine.Submit(std::move(r));
+  EXPECT_TRUE(h.ok()) << h.status().message();
+  return h.ok() ? *h : nullptr;
+}
+
+// Waits (up to 5 s) until the engine thread has published an idle pool (everything freed).
+inline EngineStats WaitEngineIdle(Engine& engine) {
+  EngineStats s;
+  for (int i = 0; i < 500; ++i) {
+    s = engine.GetStats();
+    if (s.num_running == 0 && s.num_waiting == 0 && s.kv_blocks_free == s.kv_blocks_total) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return s;
+}
 
 }  // namespace dh::testing

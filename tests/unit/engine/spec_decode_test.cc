@@ -32,6 +32,8 @@ namespace {
 using testing::FakeMode;
 using testing::FakeModel;
 using testing::NullBackend;
+using testing::SubmitRequest;
+using testing::WaitEngineIdle;
 using namespace std::chrono_literals;
 
 constexpr int kVocab = 64;
@@ -103,22 +105,9 @@ struct SpecHarness {
     EXPECT_TRUE(st.ok()) << st.message();
   }
   std::shared_ptr<RequestHandle> Submit(std::vector<int32_t> prompt, SamplingParams p) {
-    Request r;
-    r.prompt_token_ids = std::move(prompt);
-    r.sampling = std::move(p);
-    auto h = engine->Submit(std::move(r));
-    EXPECT_TRUE(h.ok()) << h.status().message();
-    return h.ok() ? *h : nullptr;
+    return SubmitRequest(*engine, std::move(prompt), std::move(p));
   }
-  EngineStats WaitIdle() {
-    EngineStats s;
-    for (int i = 0; i < 500; ++i) {
-      s = engine->GetStats();
-      if (s.num_running == 0 && s.num_waiting == 0 && s.kv_blocks_free == s.kv_blocks_total) break;
-      std::this_thread::sleep_for(10ms);
-    }
-    return s;
-  }
+  EngineStats WaitIdle() { return WaitEngineIdle(*engine); }
 
   NullBackend backend;
   FakeMtpModel* model = nullptr;
