@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -53,26 +54,64 @@ struct StatsChunk {
 };
 constexpr uint64_t kChunkBytes = 8u << 20;
 
-// madvise over the pages of [p, p + n): every page it touches (outward) or only those wholly
-// inside it (a neighbouring chunk may still be counting the partial ones).
-void AdvisePages(const uint8_t* p, uint64_t n, int advice, bool outward) {
+// Drops the pages wholly inside [p, p + n) from this process's mapping (MADV_DONTNEED; a
+// neighbouring chunk may still be counting the partial ones). The page cache keeps them.
+void DropPages(const uint8_t* p, uint64_t n) {
   static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  uint64_t begin = reinterpret_cast<uintptr_t>(p), end = begin + n;
-  begin = outward ? begin / page * page : (begin + page - 1) / page * page;
-  end = outward ? (end + page - 1) / page * page : end / page * page;
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, advice);
+  const uint64_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uint64_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
-// Counts every float tensor where the checkpoint maps it, in chunks on all threads, in file
-// order so the disk reads sequentially. No copy: the statistics read the mapped page-cache pages
-// directly. The kernel is asked to start reading the chunk 8 chunks ahead of the one taken
-// (MADV_WILLNEED: a disk's readahead window alone is far smaller than a chunk), to map the
-// current chunk's pages in one call (MADV_POPULATE_READ instead of a fault per few pages), and
-// to drop the mapping of a counted chunk (MADV_DONTNEED: the pages stay in the page cache, the
-// process's resident memory stays at a few chunks whatever the checkpoint's size). Fills stats
-// (one entry per tensor) and returns the bytes counted.
-uint64_t StreamStats(const std::vector<const TensorInfo*>& tensors, double max_abs,
-                     ThreadPool& pool, bool progress, std::vector<TensorStats>* stats) {
+// Where a file's data region starts in its mapping and in the file (8 + header length). The parser
+// accepted the file only if its tensors cover the region from its first byte, so the lowest data
+// pointer among a file's tensors is the region's start.
+struct FileRegion {
+  const uint8_t* start = nullptr;
+  uint64_t file_offset = 0;
+};
+
+Result<std::map<std::string, FileRegion>> FileRegions(const std::vector<const TensorInfo*>& all) {
+  std::map<std::string, FileRegion> regions;
+  for (const TensorInfo* t : all) {
+    FileRegion& r = regions[t->file];
+    if (r.start == nullptr || t->data < r.start) r.start = t->data;
+  }
+  for (auto& [file, r] : regions) {
+    std::ifstream in(file, std::ios::binary);
+    uint8_t len8[8];
+    if (!in.read(reinterpret_cast<char*>(len8), 8)) return IoError("{}: cannot read", file);
+    uint64_t header_len = 0;
+    for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len8[i];
+    r.file_offset = 8 + header_len;
+  }
+  return regions;
+}
+
+// Whether every page of [p, p + n) is in the page cache.
+bool Resident(const uint8_t* p, uint64_t n) {
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
+  const uint64_t end = (reinterpret_cast<uintptr_t>(p) + n + page - 1) / page * page;
+  thread_local std::vector<unsigned char> vec;
+  vec.resize((end - begin) / page);
+  if (::mincore(reinterpret_cast<void*>(begin), end - begin, vec.data()) != 0) return false;
+  for (unsigned char v : vec)
+    if ((v & 1) == 0) return false;
+  return true;
+}
+
+// Counts every float tensor in chunks on all threads, in file order so the disk reads
+// sequentially. A chunk already in the page cache is counted where the checkpoint maps it (no
+// copy); one that is not is read with pread into the thread's buffer, where the kernel's own
+// sequential readahead keeps the disk busy (faulting the mapping in, even with MADV_WILLNEED
+// ahead, read a cold file at about half that rate: bench/README.md). A counted chunk is dropped
+// from the mapping (MADV_DONTNEED: the pages stay in the page cache; the process's resident memory
+// stays at a few chunks whatever the checkpoint's size). Fills stats (one entry per tensor) and
+// returns the bytes counted.
+Result<uint64_t> StreamStats(const std::vector<const TensorInfo*>& tensors,
+                             const std::map<std::string, FileRegion>& regions, double max_abs,
+                             ThreadPool& pool, bool progress, std::vector<TensorStats>* stats) {
   std::vector<StatsChunk> chunks;
   uint64_t total = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -93,34 +132,50 @@ uint64_t StreamStats(const std::vector<const TensorInfo*>& tensors, double max_a
   std::mutex mu;
   uint64_t done = 0;
   std::atomic<size_t> next{0};
-  // Chunks asked for ahead of the one being counted: enough to keep a fast disk's queue busy
-  // (64 MiB at 8 MiB chunks), primed before the threads start.
-  constexpr size_t ahead = 8;
-  for (size_t c = 0; c < std::min(ahead, chunks.size()); ++c)
-    AdvisePages(tensors[chunks[c].tensor]->data + chunks[c].offset, chunks[c].bytes, MADV_WILLNEED,
-                true);
+  std::vector<std::string> errors(chunks.size());
   pool.RunOnAll([&](int) {
+    std::vector<uint8_t> buf;
+    std::map<std::string, int> fds;
     while (true) {
       const size_t c = next.fetch_add(1);
       if (c >= chunks.size()) break;
-      if (c + ahead < chunks.size()) {
-        const StatsChunk& later = chunks[c + ahead];
-        AdvisePages(tensors[later.tensor]->data + later.offset, later.bytes, MADV_WILLNEED, true);
-      }
       const StatsChunk& ch = chunks[c];
       const TensorInfo& t = *tensors[ch.tensor];
-      const uint8_t* data = t.data + ch.offset;
-      AdvisePages(data, ch.bytes, MADV_POPULATE_READ, true);
+      const uint8_t* mapped = t.data + ch.offset;
+      const uint8_t* data = mapped;
+      if (!Resident(mapped, ch.bytes)) {
+        auto [slot, opened] = fds.try_emplace(t.file, -1);
+        if (opened) slot->second = ::open(t.file.c_str(), O_RDONLY | O_CLOEXEC);
+        const FileRegion& region = regions.at(t.file);
+        const uint64_t at = region.file_offset + static_cast<uint64_t>(mapped - region.start);
+        buf.resize(ch.bytes);
+        uint64_t got = 0;
+        while (slot->second >= 0 && got < ch.bytes) {
+          const ssize_t k = ::pread(slot->second, buf.data() + got, ch.bytes - got,
+                                    static_cast<off_t>(at + got));
+          if (k <= 0) break;
+          got += static_cast<uint64_t>(k);
+        }
+        if (got < ch.bytes) {
+          errors[c] = fmt::format("{}: short read of '{}' at offset {}", t.file, t.name, at + got);
+          continue;
+        }
+        data = buf.data();
+      }
       const uint64_t cols = t.shape.size() == 2 ? static_cast<uint64_t>(t.shape[1]) : 0;
       AccumulateStats(data, t.dtype, ch.bytes / DTypeSize(t.dtype), cols, limit_bits[ch.tensor],
                       &partial[c]);
-      AdvisePages(data, ch.bytes, MADV_DONTNEED, false);
+      DropPages(mapped, ch.bytes);
       std::lock_guard<std::mutex> lock(mu);
       done += ch.bytes;
       bar.Update(done);
     }
+    for (const auto& [file, fd] : fds)
+      if (fd >= 0) ::close(fd);
   });
   bar.Finish();
+  for (const std::string& e : errors)
+    if (!e.empty()) return IoError("{}", e);
   stats->assign(tensors.size(), TensorStats());
   for (size_t i = 0; i < tensors.size(); ++i) {
     TensorStats& s = (*stats)[i];
@@ -418,7 +473,9 @@ Result<VerifyReport> VerifyCheckpoint(const VerifyOptions& o, Backend* backend) 
   });
   std::vector<TensorStats> stats;
   const auto t0 = std::chrono::steady_clock::now();
-  r.stats_bytes = StreamStats(floats, o.max_abs, pool, o.progress, &stats);
+  DH_ASSIGN_OR_RETURN(const auto regions, FileRegions(ckpt->tensors()));
+  DH_ASSIGN_OR_RETURN(r.stats_bytes,
+                      StreamStats(floats, regions, o.max_abs, pool, o.progress, &stats));
   r.stats_seconds = Seconds(t0);
   for (size_t i = 0; i < floats.size(); ++i) {
     const TensorStats& s = stats[i];

@@ -1,6 +1,7 @@
 // deepharness verify: copies of golden fixtures broken in one way each; every break must be
 // reported under the right check and name the tensor or file at fault, and clean copies must
 // pass (including a sha256 manifest written here).
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -348,6 +349,35 @@ TEST_F(VerifyTest, FindingsInTensorsLargerThanOneReadChunk) {
   EXPECT_TRUE(Has(r, "values", big, "1 NaN")) << Problems(r);
   EXPECT_TRUE(Has(r, "values", big, "1 all-zero rows")) << Problems(r);
   EXPECT_TRUE(Has(r, "tensors", big, "unexpected tensor")) << Problems(r);
+  EXPECT_GE(r.stats_bytes, uint64_t{2304} * 1024 * 4);
+}
+
+// A chunk that is not in the page cache is read with pread instead of being counted where the
+// checkpoint is mapped: the same findings, at the right places, whichever path a chunk took.
+TEST_F(VerifyTest, FindingsInChunksReadFromDiskNotThePageCache) {
+  const fs::path d = Copy("llama_f32");
+  const std::string big = "model.layers.0.big.weight";
+  Rewrite(d / "model.safetensors",
+          [](const std::string&, std::vector<uint8_t>&, std::vector<int64_t>&) { return true; },
+          {{big, DType::kF32, {2304, 1024}}});
+  Rewrite(d / "model.safetensors", [&](const std::string& name, std::vector<uint8_t>& b,
+                                        std::vector<int64_t>&) {
+    if (name != big) return true;
+    const float nan = std::nanf(""), inf = INFINITY;
+    std::memcpy(b.data() + 4 * (2200 * 1024 + 3), &nan, 4);
+    std::memcpy(b.data() + 4 * (7 * 1024 + 5), &inf, 4);
+    std::memset(b.data() + 4 * 100 * 1024, 0, 4 * 1024);
+    return true;
+  });
+  // Written back and dropped from the page cache (clean pages: no root needed).
+  const int fd = ::open((d / "model.safetensors").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::fsync(fd), 0);
+  ASSERT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  ::close(fd);
+  const VerifyReport r = Verify(d);
+  EXPECT_TRUE(Has(r, "values", big, "1 NaN, 1 Inf")) << Problems(r);
+  EXPECT_TRUE(Has(r, "values", big, "1 all-zero rows")) << Problems(r);
   EXPECT_GE(r.stats_bytes, uint64_t{2304} * 1024 * 4);
 }
 
