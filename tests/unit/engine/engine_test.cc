@@ -19,6 +19,7 @@ using testing::FakeMode;
 using testing::FakeModel;
 using testing::FakeTokenizer;
 using testing::NullBackend;
+using testing::Prompt;
 using testing::SubmitRequest;
 using testing::WaitEngineIdle;
 using namespace std::chrono_literals;
@@ -47,12 +48,6 @@ struct Harness {
   FakeModel* model = nullptr;
   std::unique_ptr<Engine> engine;
 };
-
-std::vector<int32_t> Prompt(int len, int32_t salt) {
-  std::vector<int32_t> p(len);
-  for (int i = 0; i < len; ++i) p[i] = static_cast<int32_t>((i * 7 + salt * 13) % 60);
-  return p;
-}
 
 SamplingParams Sampled(uint64_t seed, int max_tokens) {
   SamplingParams p;

@@ -211,6 +211,13 @@ class FakeTokenizer : public Tokenizer {
   TokenizerConfig config_;
 };
 
+// A deterministic prompt of `len` ids below 60, varied by `salt`.
+inline std::vector<int32_t> Prompt(int len, int32_t salt) {
+  std::vector<int32_t> p(len);
+  for (int i = 0; i < len; ++i) p[i] = static_cast<int32_t>((i * 7 + salt * 13) % 60);
+  return p;
+}
+
 // Submits a request to `engine`; null (and a test failure) when it is refused.
 inline std::shared_ptr<RequestHandle> SubmitRequest(Engine& engine, std::vector<int32_t> prompt,
                                                     SamplingParams p, std::string id = "") {

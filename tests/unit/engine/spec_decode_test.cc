@@ -32,6 +32,7 @@ namespace {
 using testing::FakeMode;
 using testing::FakeModel;
 using testing::NullBackend;
+using testing::Prompt;
 using testing::SubmitRequest;
 using testing::WaitEngineIdle;
 using namespace std::chrono_literals;
@@ -113,12 +114,6 @@ struct SpecHarness {
   FakeMtpModel* model = nullptr;
   std::unique_ptr<Engine> engine;
 };
-
-std::vector<int32_t> Prompt(int len, int32_t salt) {
-  std::vector<int32_t> p(len);
-  for (int i = 0; i < len; ++i) p[i] = static_cast<int32_t>((i * 7 + salt * 13) % 60);
-  return p;
-}
 
 SamplingParams Greedy(int max_tokens) {
   SamplingParams p;

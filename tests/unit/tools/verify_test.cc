@@ -109,6 +109,26 @@ class VerifyTest : public ::testing::Test {
     return false;
   }
 
+  // A copy of llama_f32 with an extra 2304 x 1024 f32 tensor (9 MiB: two read chunks of whole
+  // rows) holding a NaN in the second chunk, an all-zero row in the first and, with `inf`, an
+  // Inf in the first.
+  fs::path CopyWithBigTensor(const std::string& big, bool inf) {
+    const fs::path d = Copy("llama_f32");
+    Rewrite(d / "model.safetensors",
+            [](const std::string&, std::vector<uint8_t>&, std::vector<int64_t>&) { return true; },
+            {{big, DType::kF32, {2304, 1024}}});
+    Rewrite(d / "model.safetensors", [&](const std::string& name, std::vector<uint8_t>& b,
+                                          std::vector<int64_t>&) {
+      if (name != big) return true;
+      const float nan = std::nanf(""), infinity = INFINITY;
+      std::memcpy(b.data() + 4 * (2200 * 1024 + 3), &nan, 4);
+      if (inf) std::memcpy(b.data() + 4 * (7 * 1024 + 5), &infinity, 4);
+      std::memset(b.data() + 4 * 100 * 1024, 0, 4 * 1024);
+      return true;
+    });
+    return d;
+  }
+
   fs::path tmp_;
 };
 
@@ -332,19 +352,8 @@ TEST_F(VerifyTest, SingleFileMissingWrongShapeAndUnexpectedAreAllNamed) {
 TEST_F(VerifyTest, FindingsInTensorsLargerThanOneReadChunk) {
   // A 2304 x 1024 f32 tensor (9 MiB) is read in two chunks of whole rows; a NaN in the second
   // chunk and an all-zero row in the first must both be counted under its name.
-  const fs::path d = Copy("llama_f32");
   const std::string big = "model.layers.0.big.weight";
-  Rewrite(d / "model.safetensors",
-          [](const std::string&, std::vector<uint8_t>&, std::vector<int64_t>&) { return true; },
-          {{big, DType::kF32, {2304, 1024}}});
-  Rewrite(d / "model.safetensors", [&](const std::string& name, std::vector<uint8_t>& b,
-                                        std::vector<int64_t>&) {
-    if (name != big) return true;
-    const float nan = std::nanf("");
-    std::memcpy(b.data() + 4 * (2200 * 1024 + 3), &nan, 4);
-    std::memset(b.data() + 4 * 100 * 1024, 0, 4 * 1024);
-    return true;
-  });
+  const fs::path d = CopyWithBigTensor(big, /*inf=*/false);
   const VerifyReport r = Verify(d);
   EXPECT_TRUE(Has(r, "values", big, "1 NaN")) << Problems(r);
   EXPECT_TRUE(Has(r, "values", big, "1 all-zero rows")) << Problems(r);
@@ -355,20 +364,8 @@ TEST_F(VerifyTest, FindingsInTensorsLargerThanOneReadChunk) {
 // A chunk that is not in the page cache is read with pread instead of being counted where the
 // checkpoint is mapped: the same findings, at the right places, whichever path a chunk took.
 TEST_F(VerifyTest, FindingsInChunksReadFromDiskNotThePageCache) {
-  const fs::path d = Copy("llama_f32");
   const std::string big = "model.layers.0.big.weight";
-  Rewrite(d / "model.safetensors",
-          [](const std::string&, std::vector<uint8_t>&, std::vector<int64_t>&) { return true; },
-          {{big, DType::kF32, {2304, 1024}}});
-  Rewrite(d / "model.safetensors", [&](const std::string& name, std::vector<uint8_t>& b,
-                                        std::vector<int64_t>&) {
-    if (name != big) return true;
-    const float nan = std::nanf(""), inf = INFINITY;
-    std::memcpy(b.data() + 4 * (2200 * 1024 + 3), &nan, 4);
-    std::memcpy(b.data() + 4 * (7 * 1024 + 5), &inf, 4);
-    std::memset(b.data() + 4 * 100 * 1024, 0, 4 * 1024);
-    return true;
-  });
+  const fs::path d = CopyWithBigTensor(big, /*inf=*/true);
   // Written back and dropped from the page cache (clean pages: no root needed).
   const int fd = ::open((d / "model.safetensors").c_str(), O_RDONLY);
   ASSERT_GE(fd, 0);
