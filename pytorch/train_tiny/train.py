@@ -81,20 +81,26 @@ def model_config(vocab_size, context, bos_id, eos_id, mtp_layers=1):
     }
 
 
+def init_param(name, p, g, std, n_layers):
+    """GPT-2 style init of one tensor: N(0, std) matrices, residual outputs scaled by 1/sqrt(2L),
+    norms 1, router bias 0 (draws from g only for the random ones)."""
+    if name.endswith("e_score_correction_bias"):
+        p.zero_()
+    elif "norm" in name.split(".")[-2]:
+        p.fill_(1.0)
+    elif name.endswith("o_proj.weight") or name.endswith("down_proj.weight"):
+        p.copy_(torch.randn(p.shape, generator=g) * std / math.sqrt(2 * n_layers))
+    else:
+        p.copy_(torch.randn(p.shape, generator=g) * std)
+
+
 def init_weights(model, seed, std=0.02):
-    """GPT-2 style: N(0, std) matrices, residual outputs scaled by 1/sqrt(2L), norms 1, bias 0."""
+    """init_param over every tensor of the model, in name order."""
     g = torch.Generator().manual_seed(seed)
     n_layers = model.config["num_hidden_layers"]
     with torch.no_grad():
         for name, p in sorted(model.state_dict(keep_vars=True).items()):
-            if name.endswith("e_score_correction_bias"):
-                p.zero_()
-            elif "norm" in name.split(".")[-2]:
-                p.fill_(1.0)
-            elif name.endswith("o_proj.weight") or name.endswith("down_proj.weight"):
-                p.copy_(torch.randn(p.shape, generator=g) * std / math.sqrt(2 * n_layers))
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) * std)
+            init_param(name, p, g, std, n_layers)
 
 
 def make_mtp(model):
@@ -108,21 +114,13 @@ def make_mtp(model):
 
 
 def init_mtp(mtp, seed, n_layers, std=0.02):
-    """init_weights' rule for the MTP module's own tensors (the shared embedding/head are the main
+    """init_param over the MTP module's own tensors (the shared embedding/head are the main
     model's); a generator of its own so the main model's init is the same as without MTP."""
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, p in sorted(mtp.state_dict(keep_vars=True).items()):
-            if name.startswith(("embed_tokens.", "shared_head.head.")):
-                continue
-            if name.endswith("e_score_correction_bias"):
-                p.zero_()
-            elif "norm" in name.split(".")[-2]:
-                p.fill_(1.0)
-            elif name.endswith("o_proj.weight") or name.endswith("down_proj.weight"):
-                p.copy_(torch.randn(p.shape, generator=g) * std / math.sqrt(2 * n_layers))
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) * std)
+            if not name.startswith(("embed_tokens.", "shared_head.head.")):
+                init_param(name, p, g, std, n_layers)
 
 
 def mtp_tensors(mtp, n_layers):
