@@ -269,6 +269,63 @@ TEST_F(QuantMatMulTest, IntegerDotWithinQuantizationBound) {
   EXPECT_GT(tested, 10);
 }
 
+// QuantizeActs (vectorized on AVX2 CPUs) against its definition: per block of 32 columns the
+// scale is max|x| / 127 and the code nearbyint(x * 127 / max|x|) (a zero block: scale 0, codes
+// 0); int8 rows hold code + 128, int4 rows the even columns' codes then the odd ones'; padding
+// is 128 / 0; the int4 group sums within 1e-6 of the sum of |x| over the group (f32 order).
+TEST_F(QuantMatMulTest, QuantizedActsFollowTheDefinition) {
+  Rng rng(21);
+  for (const Case& c : kCases) {
+    RandomWeight rw(rng, c);
+    Owned x(DType::kF32, {c.m, c.k + 3}), out(DType::kF32, {c.m, c.n});
+    rng.Fill(x, -2.0f, 2.0f);
+    float* xd = x.f32();
+    if (c.k >= 64) {
+      for (int64_t i = 32; i < 64; ++i) xd[i] = 0.0f;  // a zero block in row 0
+    }
+    if (c.m > 1) xd[c.k + 3 + 5 % c.k] = 300.0f;  // an outlier in row 1's first block
+    const cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k + 3, false, out, c.n);
+    cpu::QuantizedActs acts;
+    cpu::QuantizeActs(a, &acts);
+    const int64_t lane_cols = c.int4 ? 8 : 4, half = acts.row_bytes / 2;
+    for (int64_t r = 0; r < c.m; ++r) {
+      const float* xr = xd + r * (c.k + 3);
+      const uint8_t* codes = acts.codes.data() + r * acts.row_bytes;
+      for (int64_t b0 = 0; b0 < c.k; b0 += 32) {
+        const int64_t n = std::min<int64_t>(32, c.k - b0);
+        float amax = 0.0f;
+        for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(xr[b0 + i]));
+        const float scale = amax / 127.0f;
+        ASSERT_EQ(acts.lane_scales[r * acts.lanes + b0 / lane_cols], scale) << Name(c);
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t col = b0 + i;
+          const int want =
+              amax > 0.0f ? static_cast<int>(std::nearbyint(xr[col] * (127.0f / amax))) : 0;
+          const int got = c.int4 ? static_cast<int8_t>(codes[(col & 1) * half + col / 2])
+                                 : static_cast<int>(codes[col]) - 128;
+          ASSERT_EQ(got, want) << Name(c) << " row " << r << " column " << col;
+        }
+      }
+      if (!c.int4) {
+        for (int64_t col = c.k; col < acts.row_bytes; ++col) ASSERT_EQ(codes[col], 128);
+        continue;
+      }
+      for (int64_t col = c.k; col < acts.row_bytes; ++col) {
+        ASSERT_EQ(codes[(col & 1) * half + col / 2], 0) << Name(c) << " padding " << col;
+      }
+      const int64_t g = std::min(c.group, c.k);
+      for (int64_t gi = 0; gi * g < c.k; ++gi) {
+        double sum = 0, mag = 0;
+        for (int64_t col = gi * g; col < std::min(c.k, (gi + 1) * g); ++col) {
+          sum += xr[col];
+          mag += std::fabs(xr[col]);
+        }
+        ASSERT_NEAR(acts.group_sums[r * acts.groups + gi], sum, 1e-6 * mag) << Name(c);
+      }
+    }
+  }
+}
+
 // All integer kernels compute the same exact i32 lane dots, so their outputs differ only by f32
 // summation order: within 1e-5 of sum |lane terms| (bounded here by sum_c |w_c| * max|x| plus
 // the int4 min term's sum_g |min_g| * |sum x_g|, and the bias).

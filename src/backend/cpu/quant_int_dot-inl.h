@@ -30,6 +30,7 @@ DH_IDOT_TARGET inline VecF LoadF(const float* p) { return _mm512_loadu_ps(p); }
 DH_IDOT_TARGET inline VecF AddF(VecF a, VecF b) { return _mm512_add_ps(a, b); }
 DH_IDOT_TARGET inline VecF MulF(VecF a, VecF b) { return _mm512_mul_ps(a, b); }
 DH_IDOT_TARGET inline VecF FmaF(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
+DH_IDOT_TARGET inline VecF FnmaF(VecF a, VecF b, VecF c) { return _mm512_fnmadd_ps(a, b, c); }
 DH_IDOT_TARGET inline VecF ToF(VecI a) { return _mm512_cvtepi32_ps(a); }
 DH_IDOT_TARGET inline float SumF(VecF v) { return _mm512_reduce_add_ps(v); }
 // Lane i of the result is v[idx[i]].
@@ -66,6 +67,7 @@ DH_IDOT_TARGET inline VecF LoadF(const float* p) { return _mm256_loadu_ps(p); }
 DH_IDOT_TARGET inline VecF AddF(VecF a, VecF b) { return _mm256_add_ps(a, b); }
 DH_IDOT_TARGET inline VecF MulF(VecF a, VecF b) { return _mm256_mul_ps(a, b); }
 DH_IDOT_TARGET inline VecF FmaF(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
+DH_IDOT_TARGET inline VecF FnmaF(VecF a, VecF b, VecF c) { return _mm256_fnmadd_ps(a, b, c); }
 DH_IDOT_TARGET inline VecF ToF(VecI a) { return _mm256_cvtepi32_ps(a); }
 DH_IDOT_TARGET inline float SumF(VecF v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -126,11 +128,15 @@ DH_IDOT_TARGET inline VecF LoadScales(const uint16_t* s, int count, int64_t left
   return WidenHalves8(h);
 }
 
-// sum over the n groups of min[g] * gsum[g], min[g] = -(zero nibble + offset) * scale[g]: the
-// int4 zero-point term. z * scale is exact in f32 (at most 16 significant bits).
-DH_IDOT_TARGET inline float DotMins(const uint16_t* s, const uint8_t* z, int offset,
-                                    const float* gsum, int64_t n) {
-  VecF acc = ZeroF();
+// The int4 zero-point term, sum over the n groups of min[g] * gsum_r[g] with min[g] =
+// -(zero nibble + offset) * scale[g], for MR rows of x at once: the min vector of each kLanes
+// groups is formed once (z * scale is exact in f32: at most 16 significant bits) and subtracted
+// lane-wise into facc[r] (only the accumulators' lane sum is used); tail[r] gets the last
+// groups'.
+template <int MR>
+DH_IDOT_TARGET inline __attribute__((always_inline)) void AddMins(
+    const uint16_t* s, const uint8_t* z, int offset, const float* const* gsum, int64_t n,
+    VecF* facc, float* tail) {
   const __m128i low4 = _mm_set1_epi8(0x0f);
   const VecF off = SetF(static_cast<float>(offset));
   int64_t g = 0;
@@ -141,14 +147,17 @@ DH_IDOT_TARGET inline float DotMins(const uint16_t* s, const uint8_t* z, int off
     const __m128i nib =
         _mm_unpacklo_epi8(_mm_and_si128(zb, low4), _mm_and_si128(_mm_srli_epi16(zb, 4), low4));
     const VecF zf = AddF(ToF(WidenBytes(nib)), off);  // exact: small integers
-    acc = FmaF(MulF(zf, WidenHalves(s + g)), LoadF(gsum + g), acc);
+    const VecF zs = MulF(zf, WidenHalves(s + g));
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) facc[r] = FnmaF(zs, LoadF(gsum[r] + g), facc[r]);
   }
-  float tail = 0.0f;
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) tail[r] = 0.0f;
   for (; g < n; ++g) {
-    const int zero = ZeroNibble(z, g) + offset;
-    tail += static_cast<float>(zero) * _cvtsh_ss(s[g]) * gsum[g];
+    const float zs = static_cast<float>(ZeroNibble(z, g) + offset) * _cvtsh_ss(s[g]);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) tail[r] -= zs * gsum[r][g];
   }
-  return -(SumF(acc) + tail);
 }
 
 // One vector of codes v (bytes [b, b + kBytes) of the weight row) times MR rows of quantized x,
@@ -166,6 +175,7 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void Chunk(
     const VecI low4 = SetI8(0x0f);
     const VecI lo = AndI(v, low4);
     const VecI hi = AndI(Shr4(v), low4);
+#pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       const VecI xe = LoadI(xc[r] + b), xo = LoadI(xc[r] + half + b);
 #if DH_IDOT_VNNI
@@ -184,6 +194,7 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void Chunk(
 #else
     const VecI absw = _mm256_abs_epi8(v);  // -128 -> 0x80 = 128 as the unsigned operand
 #endif
+#pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       const VecI xq = LoadI(xc[r] + b);
 #if DH_IDOT_VNNI
@@ -220,20 +231,27 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
   const int64_t half = x.row_bytes / 2;
   const uint8_t* xc[MR];
   const float* xl[MR];
+  const float* gs[MR];
+#pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
     xc[r] = x.codes.data() + (r0 + r) * x.row_bytes;
     xl[r] = x.lane_scales.data() + (r0 + r) * x.lanes;
+    gs[r] = x.group_sums.data() + (r0 + r) * x.groups;
   }
   const uint8_t* qbase = static_cast<const uint8_t*>(a.q);
   for (int64_t j = n_begin; j < n_end; ++j) {
     const uint8_t* q = qbase + j * a.q_stride;
     const uint16_t* s = a.scales + j * a.scale_stride;
     VecF facc[MR], facc2[MR];
+#pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) facc[r] = facc2[r] = ZeroF();
-    // Scales of the chunk at byte b; gi: group of its first column, advanced without divisions.
+    // Scales of the chunk at byte b. kPerChunk: gi, the group of its first column, advanced
+    // without divisions; kPermute: its groups start at (b / kBytes) * per_chunk, computed from
+    // b so no counter is carried from chunk to chunk. in_row: the chunk's groups all exist
+    // (every chunk but a partial last one).
     int64_t gi = 0, chunk_in_group = 0;
     const VecF one_scale = SetF(_cvtsh_ss(s[0]));
-    auto next_scales = [&]() DH_IDOT_TARGET {
+    auto scales_at = [&](int64_t b, bool in_row) DH_IDOT_TARGET {
       if constexpr (kMode == ScaleMode::kOne) {
         return one_scale;
       } else if constexpr (kMode == ScaleMode::kPerChunk) {
@@ -244,36 +262,35 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
         }
         return w;
       } else {
-        const VecF w = PermuteF(LoadScales(s + gi, per_chunk, ngroups - gi), idx);
-        gi += per_chunk;
-        return w;
+        const int64_t g0 = b / kBytes * per_chunk;
+        return PermuteF(LoadScales(s + g0, per_chunk, in_row ? per_chunk : ngroups - g0), idx);
       }
     };
     int64_t b = 0;
     for (; b + 2 * kBytes <= full; b += 2 * kBytes) {  // two chunks, two accumulator sets
       const VecI v0 = LoadI(q + b), v1 = LoadI(q + b + kBytes);
-      const VecF w0 = next_scales();
-      const VecF w1 = next_scales();
+      const VecF w0 = scales_at(b, true);
+      const VecF w1 = scales_at(b + kBytes, true);
       Chunk<MR, kInt4>(v0, w0, b, half, xc, xl, facc);
       Chunk<MR, kInt4>(v1, w1, b + kBytes, half, xc, xl, facc2);
     }
     if (b < full) {
-      Chunk<MR, kInt4>(LoadI(q + b), next_scales(), b, half, xc, xl, facc);
+      Chunk<MR, kInt4>(LoadI(q + b), scales_at(b, true), b, half, xc, xl, facc);
       b += kBytes;
     }
     if (b < row_len) {  // partial last chunk: a zero-padded copy (x codes past k add nothing)
       alignas(64) uint8_t tail[kBytes] = {};
       for (int64_t i = 0; i < row_len - b; ++i) tail[i] = q[b + i];
-      Chunk<MR, kInt4>(LoadI(tail), next_scales(), b, half, xc, xl, facc2);
+      Chunk<MR, kInt4>(LoadI(tail), scales_at(b, false), b, half, xc, xl, facc2);
     }
     const float bias = a.bias ? a.bias[j] : 0.0f;
+    float min_tail[MR] = {};
+    if constexpr (kInt4) {
+      AddMins<MR>(s, a.zeros + j * a.zero_stride, a.zero_offset, gs, ngroups, facc2, min_tail);
+    }
+#pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      float sum = SumF(AddF(facc[r], facc2[r]));
-      if constexpr (kInt4) {
-        sum += DotMins(s, a.zeros + j * a.zero_stride, a.zero_offset,
-                       x.group_sums.data() + (r0 + r) * x.groups, ngroups);
-      }
-      a.out[(r0 + r) * a.out_stride + j] = sum + bias;
+      a.out[(r0 + r) * a.out_stride + j] = SumF(AddF(facc[r], facc2[r])) + min_tail[r] + bias;
     }
   }
 }

@@ -174,6 +174,103 @@ bool UseIntegerDot(const QuantMatMulArgs& a) {
 
 const char* IntegerDotName() { return IntegerDotPathName(ActiveIntegerDotPath()); }
 
+#if defined(__x86_64__)
+#define DH_QA_TARGET __attribute__((target("avx2,fma")))
+namespace {
+
+// QuantizeBlock for a full block of 32 columns in AVX2 (every integer-dot path has it), with
+// the same f32 arithmetic: the same scale, and nearbyint's round-to-nearest-even on x * inv.
+// The codes come back as 32 bytes in column order.
+DH_QA_TARGET float QuantizeBlock32(const float* x, __m256i* codes) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 v[4];
+  __m256 amax = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+    amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), amax);  // a NaN lane keeps amax
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float a = _mm_cvtss_f32(m4);
+  if (!(a > 0.0f) || !std::isfinite(a)) {
+    *codes = _mm256_setzero_si256();
+    return a > 0.0f ? a : 0.0f;
+  }
+  const __m256 inv = _mm256_set1_ps(127.0f / a);
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  __m256i q[4];
+  for (int i = 0; i < 4; ++i) {
+    const __m256 r =
+        _mm256_round_ps(_mm256_mul_ps(v[i], inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    q[i] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
+  }
+  // packs works within 128-bit halves: the bytes come out as columns 0-3 8-11 16-19 24-27
+  // 4-7 12-15 20-23 28-31 (in 4-byte units); one dword permute puts them in order.
+  const __m256i w = _mm256_packs_epi32(q[0], q[1]), w2 = _mm256_packs_epi32(q[2], q[3]);
+  const __m256i b = _mm256_packs_epi16(w, w2);
+  *codes = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  return a / 127.0f;
+}
+
+// The even columns' codes of a block of 32 into `even` (16 bytes) and the odd ones' into `odd`.
+DH_QA_TARGET void StoreEvenOdd(__m256i codes, uint8_t* even, uint8_t* odd) {
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2,
+                                         4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m256i s = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(codes, split), 0xd8);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(even), _mm256_castsi256_si128(s));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(odd), _mm256_extracti128_si256(s, 1));
+}
+
+// Sum of x[0..n), n a multiple of 8, in eight partial sums.
+DH_QA_TARGET float Sum8(const float* x, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + i));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// One row of QuantizeActs: full blocks in AVX2, the last partial block in scalar code.
+DH_QA_TARGET void QuantizeRowAvx2(const float* x, int64_t k, int64_t g, bool int4, int64_t half,
+                                  uint8_t* codes, float* bs, float* gs, int8_t* tail) {
+  const int64_t full = k / kBlock;
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < full; ++b) {
+    __m256i q;
+    bs[b] = QuantizeBlock32(x + b * kBlock, &q);
+    if (int4) {
+      StoreEvenOdd(q, codes + b * kBlock / 2, codes + half + b * kBlock / 2);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + b * kBlock),
+                          _mm256_xor_si256(q, bias));
+    }
+  }
+  const int64_t c0 = full * kBlock;
+  if (c0 < k) {
+    bs[full] = QuantizeBlock(x + c0, k - c0, tail);
+    for (int64_t c = c0; c < k; ++c) {
+      const int8_t v = tail[c - c0];
+      if (int4) {
+        codes[(c & 1) * half + c / 2] = static_cast<uint8_t>(v);
+      } else {
+        codes[c] = static_cast<uint8_t>(v + 128);
+      }
+    }
+  }
+  if (!int4) return;
+  for (int64_t c = 0, gi = 0; c < k; c += g, ++gi) {
+    const int64_t n = std::min(g, k - c);
+    const int64_t n8 = n / 8 * 8;
+    float sum = n8 > 0 ? Sum8(x + c, n8) : 0.0f;
+    for (int64_t i = n8; i < n; ++i) sum += x[c + i];
+    gs[gi] = sum;
+  }
+}
+
+}  // namespace
+#endif  // __x86_64__
+
 void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts) {
   const int64_t k = a.k, m = a.m;
   const int64_t g = std::min(a.group_size, k);
@@ -197,20 +294,27 @@ void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts) {
   acts->lane_scales.assign(static_cast<size_t>(m * acts->lanes), 0.0f);
   acts->group_sums.assign(static_cast<size_t>(m * acts->groups), 0.0f);
   const int64_t lc = LaneCols(a.int4);
+  const int64_t half = acts->row_bytes / 2;
   for (int64_t r = 0; r < m; ++r) {
     const float* x = a.x + r * a.x_stride;
-    for (int64_t b = 0; b < nblocks; ++b) {
-      const int64_t c0 = b * kBlock;
-      bs[b] = QuantizeBlock(x + c0, std::min(kBlock, k - c0), q.data() + c0);
-    }
     uint8_t* codes = acts->codes.data() + r * acts->row_bytes;
-    if (!a.int4) {
-      for (int64_t c = 0; c < k; ++c) codes[c] = static_cast<uint8_t>(q[c] + 128);
-    } else {
-      const int64_t half = acts->row_bytes / 2;
-      for (int64_t c = 0; c < k; ++c) codes[(c & 1) * half + c / 2] = static_cast<uint8_t>(q[c]);
-      float* gs = acts->group_sums.data() + r * acts->groups;
-      for (int64_t c = 0; c < k; ++c) gs[c / g] += x[c];
+    float* gs = acts->group_sums.data() + r * acts->groups;
+#if defined(__x86_64__)
+    if (CpuHasAvx2()) {
+      QuantizeRowAvx2(x, k, g, a.int4, half, codes, bs.data(), gs, q.data());
+    } else
+#endif
+    {
+      for (int64_t b = 0; b < nblocks; ++b) {
+        const int64_t c0 = b * kBlock;
+        bs[b] = QuantizeBlock(x + c0, std::min(kBlock, k - c0), q.data() + c0);
+      }
+      if (!a.int4) {
+        for (int64_t c = 0; c < k; ++c) codes[c] = static_cast<uint8_t>(q[c] + 128);
+      } else {
+        for (int64_t c = 0; c < k; ++c) codes[(c & 1) * half + c / 2] = static_cast<uint8_t>(q[c]);
+        for (int64_t c = 0; c < k; ++c) gs[c / g] += x[c];
+      }
     }
     float* ls = acts->lane_scales.data() + r * acts->lanes;
     for (int64_t l = 0; l < acts->lanes; ++l) {

@@ -72,7 +72,7 @@ struct QuantizedActs {
   int64_t groups = 0;     // int4: weight groups per row
   std::vector<uint8_t> codes;        // int8 weights: u8 (q + 128); int4 weights: s8 even | odd
   std::vector<float> lane_scales;    // [m][lanes]: the x block scale of each lane
-  std::vector<float> group_sums;     // int4: [m][groups] exact f32 sum of x over each group
+  std::vector<float> group_sums;     // int4: [m][groups] f32 sum of x over each group
 };
 
 // Quantizes a.x (m rows of k) for the integer kernel of a's format and group size.
