@@ -128,7 +128,8 @@ std::string CpuFeatureString() {
 CpuBackend::CpuBackend(const BackendOptions& options)
     : ReferenceBackend(options),
       pool_(std::make_unique<ThreadPool>(options.num_threads > 0 ? options.num_threads
-                                                                 : AvailableCpus())) {
+                                                                 : AvailableCpus())),
+      inline_pool_(std::make_unique<ThreadPool>(1)) {
   ApplyCpuTierFromEnv();
 }
 
@@ -335,6 +336,10 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
 }
 
 void CpuBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor out) {
+  SiluMulOn(*pool_, gate, up, out);
+}
+
+void CpuBackend::SiluMulOn(ThreadPool& pool, const Tensor& gate, const Tensor& up, Tensor out) {
   const auto g = AsRows(gate), u = AsRows(up), o = AsRows(out);
   if (!g || !u || !o || !SameRows(*g, *u) || !SameRows(*g, *o)) {
     Trace("silu_mul reference");
@@ -342,7 +347,7 @@ void CpuBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor out) {
   }
   NoteKernel("silu-mul", cpu::DispatchedTargetName);
   Trace("silu_mul T={} I={}", g->rows, g->cols);
-  ForEachElementChunk(*pool_, *g, *u, *o, cpu::SiluMulRow);
+  ForEachElementChunk(pool, *g, *u, *o, cpu::SiluMulRow);
 }
 
 void CpuBackend::Add(const Tensor& a, const Tensor& b, Tensor out) {

@@ -60,13 +60,26 @@ class CpuBackend : public ReferenceBackend {
     if (options().trace_kernels) Trace(fmt::format(f, std::forward<Args>(args)...));
   }
 
+  // MatMul and SiluMul on a given pool: the backend's, or inline_pool_ inside one of its
+  // workers (MoeExperts runs whole experts per worker when each has few tokens).
+  void MatMulOn(ThreadPool& pool, const Tensor& x, const Weight& w, const Tensor& bias,
+                Tensor out);
+  void SiluMulOn(ThreadPool& pool, const Tensor& gate, const Tensor& up, Tensor out);
+  // One expert's SwiGLU FFN over its grouped rows [r0, r0 + n) of moe_'s scratch.
+  void ExpertFfn(ThreadPool& pool, const ExpertWeights& ew, int64_t r0, int64_t n,
+                 int64_t hidden, int64_t inter);
+
   std::unique_ptr<ThreadPool> pool_;
+  // A one-thread pool: everything it is given runs on the calling thread and it keeps no state
+  // while doing so, so the pool's workers may all use it at once.
+  std::unique_ptr<ThreadPool> inline_pool_;
   // MoeExperts' grouping and activations, grown to the largest step seen and reused.
   struct MoeScratch {
     std::vector<int32_t> start;         // [experts + 1]: first grouped row of each expert
     std::vector<int32_t> fill;          // [experts]: rows placed so far (the sort's cursor)
     std::vector<int32_t> row_of_pair;   // [T * k]: grouped row of pair t * k + i, or -1
     std::vector<int32_t> token_of_row;  // [rows]: the token a grouped row comes from
+    std::vector<int32_t> order;         // experts with rows, most rows first (expert-parallel)
     std::vector<float> xs, gate, up, ys;
   };
   MoeScratch moe_;

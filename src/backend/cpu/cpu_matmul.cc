@@ -296,6 +296,11 @@ const MatMulKernel kMatMulKernels[] = {
 }  // namespace
 
 void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) {
+  MatMulOn(*pool_, x, w, bias, out);
+}
+
+void CpuBackend::MatMulOn(ThreadPool& pool, const Tensor& x, const Weight& w, const Tensor& bias,
+                          Tensor out) {
   if (!w.perm.empty()) {
     // Input permutation (GPTQ act-order): gather x[:, perm] into a scratch buffer, then multiply
     // by the same weight without the permutation.
@@ -312,7 +317,7 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     float* dst = scratch.data();  // this thread's buffer (the pool's threads write into it)
     const int32_t* perm = w.perm.as<const int32_t>();
     const cpu::RowView xv = *xp;
-    pool_->ParallelFor(m, cpu::GrainFor(k), [&, dst, perm](size_t b, size_t e) {
+    pool.ParallelFor(m, cpu::GrainFor(k), [&, dst, perm](size_t b, size_t e) {
       for (size_t r = b; r < e; ++r) {
         const float* src = xv.row(static_cast<int64_t>(r));
         float* d = dst + r * k;
@@ -325,7 +330,7 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     });
     Weight plain = w;
     plain.perm = Tensor();
-    return MatMul(Tensor(dst, DType::kF32, {m, k}), plain, bias, out);
+    return MatMulOn(pool, Tensor(dst, DType::kF32, {m, k}), plain, bias, out);
   }
   const auto xr = cpu::AsRows(x), o = cpu::AsRows(out);
   const bool bias_ok =
@@ -354,7 +359,7 @@ void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Te
     if (kernel.Takes(c)) {
       NoteKernel(kernel.name(c), kernel.variant);
       if (options().trace_kernels) Trace(kernel.describe(c));
-      kernel.run(c, *pool_);
+      kernel.run(c, pool);
       return;
     }
   }

@@ -4,10 +4,13 @@
 // counting sort, each expert's tokens are gathered into one block of rows and run through the
 // backend's own MatMul (so the integer-dot, bf16, FP8 and tiled-GEMM kernels apply, one weight
 // pass per expert for all its tokens) and SiluMul, and the outputs are combined per token in slot
-// order, as the reference does. Every buffer is backend-owned scratch that only grows, so a
+// order, as the reference does. When every expert has few rows (decode), whole experts are dealt
+// out to the pool's workers instead, each running its expert's FFN on its own thread. Every buffer is backend-owned scratch that only grows, so a
 // decode step in the steady state allocates nothing (tests/alloc).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -30,6 +33,9 @@ bool ExpertShapeOk(const ExpertWeights& e, int64_t hidden, int64_t inter) {
   return e.gate.rows == inter && e.gate.cols == hidden && e.up.rows == inter &&
          e.up.cols == hidden && e.down.rows == hidden && e.down.cols == inter;
 }
+
+// Experts run whole on one worker each when none has more rows than this (decode batches).
+constexpr int64_t kExpertParallelMaxRows = 16;
 
 // Grain (in rows of `cols` floats) of about 32K elements per chunk.
 size_t RowGrain(int64_t cols) {
@@ -143,6 +149,19 @@ void CpuBackend::MoeGate(const Tensor& logits, const Tensor& bias, const MoeGate
   }
 }
 
+void CpuBackend::ExpertFfn(ThreadPool& pool, const ExpertWeights& ew, int64_t r0, int64_t n,
+                           int64_t hidden, int64_t inter) {
+  MoeScratch& s = moe_;
+  const Tensor xs(s.xs.data() + r0 * hidden, DType::kF32, {n, hidden});
+  const Tensor gate(s.gate.data() + r0 * inter, DType::kF32, {n, inter});
+  const Tensor up(s.up.data() + r0 * inter, DType::kF32, {n, inter});
+  const Tensor ys(s.ys.data() + r0 * hidden, DType::kF32, {n, hidden});
+  MatMulOn(pool, xs, ew.gate, Tensor(), gate);
+  MatMulOn(pool, xs, ew.up, Tensor(), up);
+  SiluMulOn(pool, gate, up, gate);
+  MatMulOn(pool, gate, ew.down, Tensor(), ys);
+}
+
 void CpuBackend::MoeExperts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                             std::span<const ExpertWeights> experts, Tensor out) {
   DH_CHECK(x.ndim == 2 && out.ndim == 2 && topk_ids.ndim == 2, "moe experts wants 2-d tensors");
@@ -222,18 +241,38 @@ void CpuBackend::MoeExperts(const Tensor& x, const Tensor& topk_ids, const Tenso
   };
   pool_->ParallelFor(rows, RowGrain(hidden), gather);
 
+  // Experts with few rows each (decode) run whole, one per worker at a time, most rows first:
+  // one parallel loop per layer instead of four per expert, and each worker streams its
+  // experts' three matrices in turn. Otherwise each expert's MatMuls use every thread.
+  int64_t max_rows = 0;
+  s.order.clear();
   for (int64_t e = 0; e < num_experts; ++e) {
-    const int64_t r0 = s.start[e], n = s.start[e + 1] - r0;
+    const int64_t n = s.start[e + 1] - s.start[e];
     if (n == 0) continue;
-    const ExpertWeights& ew = experts[e];
-    const Tensor xs(s.xs.data() + r0 * hidden, DType::kF32, {n, hidden});
-    const Tensor gate(s.gate.data() + r0 * inter, DType::kF32, {n, inter});
-    const Tensor up(s.up.data() + r0 * inter, DType::kF32, {n, inter});
-    const Tensor ys(s.ys.data() + r0 * hidden, DType::kF32, {n, hidden});
-    MatMul(xs, ew.gate, Tensor(), gate);
-    MatMul(xs, ew.up, Tensor(), up);
-    SiluMul(gate, up, gate);
-    MatMul(gate, ew.down, Tensor(), ys);
+    s.order.push_back(static_cast<int32_t>(e));
+    max_rows = std::max(max_rows, n);
+  }
+  const bool per_worker = pool_->num_threads() > 1 &&
+                          static_cast<int64_t>(s.order.size()) >= pool_->num_threads() &&
+                          max_rows <= kExpertParallelMaxRows;
+  if (per_worker) {
+    std::sort(s.order.begin(), s.order.end(), [&](int32_t a, int32_t b) {  // no heap buffer
+      const int32_t na = s.start[a + 1] - s.start[a], nb = s.start[b + 1] - s.start[b];
+      return na != nb ? na > nb : a < b;
+    });
+    std::atomic<size_t> next{0};
+    auto job = [&](int) {
+      for (size_t i = next.fetch_add(1); i < s.order.size(); i = next.fetch_add(1)) {
+        const int32_t e = s.order[i];
+        ExpertFfn(*inline_pool_, experts[e], s.start[e], s.start[e + 1] - s.start[e], hidden,
+                  inter);
+      }
+    };
+    pool_->RunOnAll(std::function<void(int)>(std::ref(job)));  // by reference: no heap copy
+  } else {
+    for (const int32_t e : s.order) {
+      ExpertFfn(*pool_, experts[e], s.start[e], s.start[e + 1] - s.start[e], hidden, inter);
+    }
   }
 
   // out[t] = sum_i w[t, i] * ys[row of (t, i)], in slot order like the reference.
