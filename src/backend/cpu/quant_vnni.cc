@@ -165,9 +165,11 @@ bool UseIntegerDot(const QuantMatMulArgs& a) {
   // kAuto, from bench_quant on a Zen 5 (bench/README.md "Quantized decode kernels"): the integer
   // kernel was faster for int4 (both group sizes) and grouped int8 at every M <= 16, and for
   // per-row int8 at M >= 2; per-row int8 at M = 1 was as fast or faster with f32 products (one
-  // scale per row leaves the f32 kernel little work), so it keeps them. Above M = 16 the rows
-  // are dequantized for the dense GEMM.
-  if (a.m > 16) return false;
+  // scale per row leaves the f32 kernel little work), so it keeps them. Above M = 16 (prefill,
+  // `deepharness bench -p 128` on the Qwen2-1.5B shape, bench/README.md): int4 runs 2.1-2.5x
+  // faster on the integer kernel than dequantized into the dense GEMM, int8 about 15 % slower
+  // (its rows are cheap to decode), so only int8 is dequantized there.
+  if (a.m > 16 && !a.int4) return false;
   if (!a.int4 && a.group_size >= a.k && a.m == 1) return false;
   return true;
 }
