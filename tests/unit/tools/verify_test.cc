@@ -277,6 +277,24 @@ TEST_F(VerifyTest, MissingAndUnexpectedTensors) {
       << Problems(r);
 }
 
+// A shard in the directory that the index does not list, and a manifest line for a file that is
+// not there: both named.
+TEST_F(VerifyTest, UnlistedShardAndMissingManifestFileAreNamed) {
+  const fs::path d = Copy("qwen2_sharded");
+  fs::copy_file(d / "model-00002-of-00002.safetensors", d / "model-stray.safetensors");
+  std::ofstream(tmp_ / "m.sha256")
+      << Manifest(d, {"config.json", "model.safetensors.index.json",
+                      "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                      "model-stray.safetensors"})
+      << std::string(64, '0') << "  gone.safetensors\n";
+  const VerifyReport r = Verify(d, (tmp_ / "m.sha256").string());
+  EXPECT_TRUE(Has(r, "structure", "model-stray.safetensors", "a shard the index does not list"))
+      << Problems(r);
+  EXPECT_TRUE(Has(r, "sha256", "gone.safetensors", "listed in the manifest but missing"))
+      << Problems(r);
+  EXPECT_FALSE(Has(r, "sha256", "model-00001-of-00002.safetensors")) << Problems(r);
+}
+
 TEST_F(VerifyTest, MtpLayerIsCheckedNotSkipped) {
   // ds_v3_mtp carries one multi-token-prediction layer (docs/mtp.md): clean as committed, its
   // tensors counted as used, and a wrong shape or a missing tensor in it named like a main layer's.
