@@ -2,22 +2,27 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/file_io.h"
 #include "base/progress.h"
 #include "base/sha256.h"
 #include "base/thread_pool.h"
@@ -51,11 +56,32 @@ bool IsScaleTensor(const std::string& name) {
 struct StatsChunk {
   size_t tensor = 0;
   uint64_t offset = 0, bytes = 0;  // within the tensor's data
+  uint64_t file_at = 0;            // where the piece starts in its file
 };
 constexpr uint64_t kChunkBytes = 8u << 20;
 
-// Drops the pages wholly inside [p, p + n) from this process's mapping (MADV_DONTNEED; a
-// neighbouring chunk may still be counting the partial ones). The page cache keeps them.
+// What one worker reads in one request: consecutive chunks of one file, up to kSpanBytes (or
+// one chunk when a single row is larger). Gaps between them (tensors that are not counted) are
+// read along when they are short, else the span ends there.
+struct ReadSpan {
+  const std::string* file = nullptr;
+  uint64_t begin = 0, end = 0;     // file offsets
+  const uint8_t* mapped = nullptr;  // where `begin` is in the checkpoint's mapping
+  size_t first = 0, last = 0;       // chunks [first, last)
+};
+constexpr uint64_t kSpanBytes = 16u << 20;
+constexpr uint64_t kMaxGapBytes = 1u << 20;
+// O_DIRECT reads start, end and land on this boundary: the page size, a multiple of every
+// logical block size in use (512 or 4096); a device that wants more refuses the read (EINVAL)
+// and the reader falls back to buffered reads.
+constexpr uint64_t kDirectAlign = 4096;
+// Workers beyond the counting threads when some span is not in the page cache: a worker waits
+// for its read, then counts it, so the disk has up to threads + kExtraReaders requests queued
+// while the counting threads are busy (bench/README.md, verify_rate.sh).
+constexpr int kExtraReaders = 2;
+
+// Drops the pages wholly inside [p, p + n) from this process's mapping (MADV_DONTNEED). The
+// page cache keeps them.
 void DropPages(const uint8_t* p, uint64_t n) {
   static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const uint64_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
@@ -101,17 +127,99 @@ bool Resident(const uint8_t* p, uint64_t n) {
   return true;
 }
 
-// Counts every float tensor in chunks on all threads, in file order so the disk reads
-// sequentially. A chunk already in the page cache is counted where the checkpoint maps it (no
-// copy); one that is not is read with pread into the thread's buffer, where the kernel's own
-// sequential readahead keeps the disk busy (faulting the mapping in, even with MADV_WILLNEED
-// ahead, read a cold file at about half that rate: bench/README.md). A counted chunk is dropped
-// from the mapping (MADV_DONTNEED: the pages stay in the page cache; the process's resident memory
-// stays at a few chunks whatever the checkpoint's size). Fills stats (one entry per tensor) and
-// returns the bytes counted.
+// A buffer aligned for O_DIRECT, grown on demand.
+class AlignedBuffer {
+ public:
+  uint8_t* Reserve(uint64_t n) {
+    if (n > capacity_) {
+      const uint64_t size = (n + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+      data_.reset(static_cast<uint8_t*>(std::aligned_alloc(kDirectAlign, size)));
+      capacity_ = data_ ? size : 0;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> data_;
+  uint64_t capacity_ = 0;
+};
+
+// One worker's descriptors for the checkpoint's files: O_DIRECT where the filesystem takes it,
+// else (or after a refused read) buffered with sequential-access advice.
+class SpanReader {
+ public:
+  explicit SpanReader(bool direct) : direct_(direct) {}
+
+  // Reads file bytes [begin, end) into buf; returns where `begin` landed in it and says whether
+  // the bytes came by O_DIRECT (an aligned span around them: the unaligned edges are read along
+  // and skipped by the caller through the returned pointer) or buffered.
+  Result<const uint8_t*> Read(const std::string& file, uint64_t begin, uint64_t end,
+                              AlignedBuffer& buf, bool* direct) {
+    Fds& f = fds_[file];
+    if (!f.opened) {
+      f.opened = true;
+      if (direct_) f.direct.Reset(::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
+    }
+    const uint64_t a0 = begin / kDirectAlign * kDirectAlign;
+    const uint64_t a1 = (end + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+    uint8_t* p = buf.Reserve(a1 - a0);
+    if (p == nullptr) return IoError("{}: cannot allocate a {} byte read buffer", file, a1 - a0);
+    uint64_t got = 0;  // bytes from a0
+    *direct = false;
+    if (f.direct.valid()) {
+      while (got < end - a0) {
+        const ssize_t k = ::pread(f.direct.get(), p + got, a1 - a0 - got, static_cast<off_t>(a0 + got));
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && errno == EINVAL && got == 0) f.direct.Reset();  // alignment refused: buffered from now on
+        if (k <= 0) break;
+        got += static_cast<uint64_t>(k);
+        if (got % kDirectAlign != 0) break;  // end of file (or a short read off the block grid)
+      }
+      if (got >= end - a0) {
+        *direct = true;
+        return p + (begin - a0);
+      }
+    }
+    // Buffered, for all of it or the rest of it (from the first byte still missing).
+    if (!f.buffered.valid()) {
+      f.buffered.Reset(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+      if (!f.buffered.valid()) return IoError("{}: cannot open: {}", file, std::strerror(errno));
+      ::posix_fadvise(f.buffered.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+    }
+    uint64_t at = std::max(a0 + got, begin);
+    while (at < end) {
+      const ssize_t k = ::pread(f.buffered.get(), p + (at - a0), end - at, static_cast<off_t>(at));
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) return IoError("{}: short read at offset {}", file, at);
+      at += static_cast<uint64_t>(k);
+    }
+    return p + (begin - a0);
+  }
+
+ private:
+  struct Fds {
+    bool opened = false;
+    UniqueFd direct, buffered;
+  };
+  bool direct_;
+  std::map<std::string, Fds> fds_;
+};
+
+// Counts every float tensor in file order, span by span (ReadSpan), on all threads. A span whose
+// pages are all in the page cache is counted where the checkpoint maps it (no copy) and then
+// dropped from the mapping (MADV_DONTNEED: the page cache keeps the pages; resident memory stays
+// at a few spans whatever the checkpoint's size). Any other span is read with O_DIRECT into the
+// worker's aligned buffer (no page-cache copy, no readahead heuristics: the queue depth is the
+// number of workers waiting on a read), and when some span is cold kExtraReaders workers join
+// the counting threads so reads stay queued while the others count. Fills stats (one entry per
+// tensor) and returns the bytes counted; `paths` gets the bytes counted per path.
 Result<uint64_t> StreamStats(const std::vector<const TensorInfo*>& tensors,
                              const std::map<std::string, FileRegion>& regions, double max_abs,
-                             ThreadPool& pool, bool progress, std::vector<TensorStats>* stats) {
+                             bool direct_io, ThreadPool& pool, bool progress,
+                             std::vector<TensorStats>* stats, VerifyReport* paths) {
   std::vector<StatsChunk> chunks;
   uint64_t total = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -120,62 +228,89 @@ Result<uint64_t> StreamStats(const std::vector<const TensorInfo*>& tensors,
     const uint64_t row_bytes =
         t.shape.size() == 2 && t.shape[1] > 0 ? static_cast<uint64_t>(t.shape[1]) * esize : esize;
     const uint64_t step = std::max<uint64_t>(1, kChunkBytes / row_bytes) * row_bytes;
+    const FileRegion& region = regions.at(t.file);
+    const uint64_t at = region.file_offset + static_cast<uint64_t>(t.data - region.start);
     for (uint64_t b = 0; b < t.nbytes; b += step) {
-      chunks.push_back({i, b, std::min(step, t.nbytes - b)});
+      chunks.push_back({i, b, std::min(step, t.nbytes - b), at + b});
     }
     total += t.nbytes;
+  }
+  std::vector<ReadSpan> spans;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const StatsChunk& ch = chunks[c];
+    const TensorInfo& t = *tensors[ch.tensor];
+    ReadSpan* s = spans.empty() ? nullptr : &spans.back();
+    const bool join = s != nullptr && *s->file == t.file && ch.file_at >= s->end &&
+                      ch.file_at - s->end <= kMaxGapBytes &&
+                      ch.file_at + ch.bytes - s->begin <= kSpanBytes;
+    if (join) {
+      s->end = ch.file_at + ch.bytes;
+      s->last = c + 1;
+    } else {
+      spans.push_back({&t.file, ch.file_at, ch.file_at + ch.bytes, t.data + ch.offset, c, c + 1});
+    }
   }
   std::vector<TensorStats> partial(chunks.size());
   std::vector<uint64_t> limit_bits(tensors.size());  // max_abs in each tensor's bits, once
   for (size_t i = 0; i < tensors.size(); ++i) limit_bits[i] = LimitBits(tensors[i]->dtype, max_abs);
+  bool any_cold = false;
+  for (const ReadSpan& s : spans) {
+    if (!Resident(s.mapped, s.end - s.begin)) {
+      any_cold = true;
+      break;
+    }
+  }
   ProgressBar bar("verify", total, progress);
   std::mutex mu;
-  uint64_t done = 0;
+  uint64_t done = 0, mapped_bytes = 0, direct_bytes = 0, buffered_bytes = 0;
   std::atomic<size_t> next{0};
-  std::vector<std::string> errors(chunks.size());
-  pool.RunOnAll([&](int) {
-    std::vector<uint8_t> buf;
-    std::map<std::string, int> fds;
+  std::vector<std::string> errors(spans.size());
+  auto work = [&] {
+    AlignedBuffer buf;
+    SpanReader reader(direct_io);
     while (true) {
-      const size_t c = next.fetch_add(1);
-      if (c >= chunks.size()) break;
-      const StatsChunk& ch = chunks[c];
-      const TensorInfo& t = *tensors[ch.tensor];
-      const uint8_t* mapped = t.data + ch.offset;
-      const uint8_t* data = mapped;
-      if (!Resident(mapped, ch.bytes)) {
-        auto [slot, opened] = fds.try_emplace(t.file, -1);
-        if (opened) slot->second = ::open(t.file.c_str(), O_RDONLY | O_CLOEXEC);
-        const FileRegion& region = regions.at(t.file);
-        const uint64_t at = region.file_offset + static_cast<uint64_t>(mapped - region.start);
-        buf.resize(ch.bytes);
-        uint64_t got = 0;
-        while (slot->second >= 0 && got < ch.bytes) {
-          const ssize_t k = ::pread(slot->second, buf.data() + got, ch.bytes - got,
-                                    static_cast<off_t>(at + got));
-          if (k <= 0) break;
-          got += static_cast<uint64_t>(k);
-        }
-        if (got < ch.bytes) {
-          errors[c] = fmt::format("{}: short read of '{}' at offset {}", t.file, t.name, at + got);
+      const size_t i = next.fetch_add(1);
+      if (i >= spans.size()) break;
+      const ReadSpan& s = spans[i];
+      const uint8_t* base = s.mapped;  // where file offset s.begin is
+      const bool in_place = Resident(s.mapped, s.end - s.begin);
+      bool direct = false;
+      if (!in_place) {
+        auto got = reader.Read(*s.file, s.begin, s.end, buf, &direct);
+        if (!got.ok()) {
+          errors[i] = got.status().message();
           continue;
         }
-        data = buf.data();
+        base = *got;
       }
-      const uint64_t cols = t.shape.size() == 2 ? static_cast<uint64_t>(t.shape[1]) : 0;
-      AccumulateStats(data, t.dtype, ch.bytes / DTypeSize(t.dtype), cols, limit_bits[ch.tensor],
-                      &partial[c]);
-      DropPages(mapped, ch.bytes);
+      uint64_t bytes = 0;
+      for (size_t c = s.first; c < s.last; ++c) {
+        const StatsChunk& ch = chunks[c];
+        const TensorInfo& t = *tensors[ch.tensor];
+        const uint64_t cols = t.shape.size() == 2 ? static_cast<uint64_t>(t.shape[1]) : 0;
+        AccumulateStats(base + (ch.file_at - s.begin), t.dtype, ch.bytes / DTypeSize(t.dtype),
+                        cols, limit_bits[ch.tensor], &partial[c]);
+        bytes += ch.bytes;
+      }
+      if (in_place) DropPages(s.mapped, s.end - s.begin);
       std::lock_guard<std::mutex> lock(mu);
-      done += ch.bytes;
+      (in_place ? mapped_bytes : direct ? direct_bytes : buffered_bytes) += bytes;
+      done += bytes;
       bar.Update(done);
     }
-    for (const auto& [file, fd] : fds)
-      if (fd >= 0) ::close(fd);
-  });
+  };
+  std::vector<std::thread> readers;
+  if (any_cold) {
+    for (int i = 0; i < kExtraReaders; ++i) readers.emplace_back(work);
+  }
+  pool.RunOnAll([&](int) { work(); });
+  for (std::thread& t : readers) t.join();
   bar.Finish();
   for (const std::string& e : errors)
     if (!e.empty()) return IoError("{}", e);
+  paths->stats_bytes_mapped = mapped_bytes;
+  paths->stats_bytes_direct = direct_bytes;
+  paths->stats_bytes_buffered = buffered_bytes;
   stats->assign(tensors.size(), TensorStats());
   for (size_t i = 0; i < tensors.size(); ++i) {
     TensorStats& s = (*stats)[i];
@@ -475,7 +610,8 @@ Result<VerifyReport> VerifyCheckpoint(const VerifyOptions& o, Backend* backend) 
   const auto t0 = std::chrono::steady_clock::now();
   DH_ASSIGN_OR_RETURN(const auto regions, FileRegions(ckpt->tensors()));
   DH_ASSIGN_OR_RETURN(r.stats_bytes,
-                      StreamStats(floats, regions, o.max_abs, pool, o.progress, &stats));
+                      StreamStats(floats, regions, o.max_abs, o.direct_io, pool, o.progress,
+                                  &stats, &r));
   r.stats_seconds = Seconds(t0);
   for (size_t i = 0; i < floats.size(); ++i) {
     const TensorStats& s = stats[i];
@@ -508,8 +644,15 @@ std::string FormatVerifyText(const VerifyReport& r) {
   for (const std::string& c : r.checks_run) checks += (checks.empty() ? "" : ", ") + c;
   out += "checks: " + checks + "\n";
   if (r.stats_seconds > 0) {
-    out += fmt::format("values: {:.1f} MB read in {:.2f} s ({:.2f} GB/s)\n", r.stats_bytes / 1e6,
-                       r.stats_seconds, r.stats_bytes / 1e9 / r.stats_seconds);
+    std::string how;  // the read paths that were taken
+    for (const auto& [bytes, path] : {std::pair{r.stats_bytes_mapped, "from the page cache"},
+                                      std::pair{r.stats_bytes_direct, "O_DIRECT"},
+                                      std::pair{r.stats_bytes_buffered, "buffered"}}) {
+      if (bytes > 0) how += fmt::format("{}{:.1f} MB {}", how.empty() ? "" : ", ", bytes / 1e6, path);
+    }
+    out += fmt::format("values: {:.1f} MB read in {:.2f} s ({:.2f} GB/s{}{})\n", r.stats_bytes / 1e6,
+                       r.stats_seconds, r.stats_bytes / 1e9 / r.stats_seconds,
+                       how.empty() ? "" : ": ", how);
   }
   if (r.hashed_bytes > 0 && r.hash_seconds > 0) {
     out += fmt::format("sha256: {:.1f} MB in {:.2f} s ({:.2f} GB/s)\n", r.hashed_bytes / 1e6,
@@ -542,6 +685,10 @@ std::string FormatVerifyJson(const VerifyReport& r) {
               {"checks", r.checks_run},
               {"values_seconds", r.stats_seconds},
               {"values_bytes", r.stats_bytes},
+              {"values_read",
+               {{"mapped", r.stats_bytes_mapped},
+                {"direct", r.stats_bytes_direct},
+                {"buffered", r.stats_bytes_buffered}}},
               {"sha256_bytes", r.hashed_bytes},
               {"sha256_seconds", r.hash_seconds},
               {"clean", r.clean()},

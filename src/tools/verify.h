@@ -22,6 +22,7 @@ struct VerifyOptions {
   double max_abs = 1e4;      // |x| above this in a weight is "absurd"
   bool load_model = true;    // the expected-tensor check (headers only; nothing is loaded)
   bool progress = true;      // progress bar on stderr
+  bool direct_io = true;     // read spans not in the page cache with O_DIRECT (false: buffered)
 };
 
 struct VerifyProblem {
@@ -45,6 +46,9 @@ struct VerifyReport {
   uint64_t bytes = 0;
   uint64_t hashed_bytes = 0;
   uint64_t stats_bytes = 0;  // bytes of float tensors streamed for the value statistics
+  // ... of which counted in place on the mapping (in the page cache), read with O_DIRECT, and
+  // read buffered (O_DIRECT refused by the filesystem, or direct_io off).
+  uint64_t stats_bytes_mapped = 0, stats_bytes_direct = 0, stats_bytes_buffered = 0;
   double stats_seconds = 0, hash_seconds = 0;
   std::vector<std::string> checks_run;
   std::vector<VerifyProblem> problems;

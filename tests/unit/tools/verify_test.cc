@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -276,6 +277,24 @@ TEST_F(VerifyTest, MissingAndUnexpectedTensors) {
       << Problems(r);
 }
 
+// A shard in the directory that the index does not list, and a manifest line for a file that is
+// not there: both named.
+TEST_F(VerifyTest, UnlistedShardAndMissingManifestFileAreNamed) {
+  const fs::path d = Copy("qwen2_sharded");
+  fs::copy_file(d / "model-00002-of-00002.safetensors", d / "model-stray.safetensors");
+  std::ofstream(tmp_ / "m.sha256")
+      << Manifest(d, {"config.json", "model.safetensors.index.json",
+                      "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                      "model-stray.safetensors"})
+      << std::string(64, '0') << "  gone.safetensors\n";
+  const VerifyReport r = Verify(d, (tmp_ / "m.sha256").string());
+  EXPECT_TRUE(Has(r, "structure", "model-stray.safetensors", "a shard the index does not list"))
+      << Problems(r);
+  EXPECT_TRUE(Has(r, "sha256", "gone.safetensors", "listed in the manifest but missing"))
+      << Problems(r);
+  EXPECT_FALSE(Has(r, "sha256", "model-00001-of-00002.safetensors")) << Problems(r);
+}
+
 TEST_F(VerifyTest, MtpLayerIsCheckedNotSkipped) {
   // ds_v3_mtp carries one multi-token-prediction layer (docs/mtp.md): clean as committed, its
   // tensors counted as used, and a wrong shape or a missing tensor in it named like a main layer's.
@@ -376,6 +395,120 @@ TEST_F(VerifyTest, FindingsInChunksReadFromDiskNotThePageCache) {
   EXPECT_TRUE(Has(r, "values", big, "1 NaN, 1 Inf")) << Problems(r);
   EXPECT_TRUE(Has(r, "values", big, "1 all-zero rows")) << Problems(r);
   EXPECT_GE(r.stats_bytes, uint64_t{2304} * 1024 * 4);
+}
+
+// Tensors at file offsets off the 4 KiB grid, chunk and span boundaries inside rows, and a file
+// that ends off the grid: the same findings, and none leaking into a neighbour, whichever way the
+// bytes arrive — O_DIRECT (aligned reads around each span, the edges skipped), buffered pread, or
+// in place on the mapping from the page cache.
+TEST_F(VerifyTest, UnalignedTensorEdgesGiveTheSameFindingsOnEveryReadPath) {
+  const fs::path d = Copy("llama_f32");
+  const fs::path file = d / "model.safetensors";
+  const std::string a = "model.layers.0.edge_a.weight", big = "model.layers.0.edge_big.weight",
+                    c = "model.layers.0.edge_c.weight", last = "model.layers.0.edge_last.weight";
+  const int64_t rows = 8200, cols = 1025;  // bf16 rows of 2050 bytes: 16.8 MB, three chunks
+  Rewrite(file, [](const std::string&, std::vector<uint8_t>&, std::vector<int64_t>&) { return true; },
+          {{a, DType::kF32, {7, 3}},
+           {big, DType::kBF16, {rows, cols}},
+           {c, DType::kF32, {3, 5}},
+           {last, DType::kF16, {1, 3}}});
+  Rewrite(file, [&](const std::string& name, std::vector<uint8_t>& b, std::vector<int64_t>&) {
+    const uint16_t bf_nan = 0x7fc0, bf_inf = 0x7f80, bf_ninf = 0xff80;
+    auto put16 = [&](int64_t i, uint16_t v) { std::memcpy(b.data() + 2 * i, &v, 2); };
+    if (name == a) {  // its last element, right before the big tensor's first byte
+      const float nan = std::nanf("");
+      std::memcpy(b.data() + 4 * 20, &nan, 4);
+    } else if (name == big) {
+      put16(0, bf_inf);                             // the first element
+      put16(4092 * cols - 1, bf_nan);               // the last one of the first 8 MiB chunk
+      put16(4092 * cols, bf_ninf);                  // the first one of the second
+      std::memset(b.data() + 2 * 4093 * cols, 0, 2 * cols);  // an all-zero row
+      put16(rows * cols - 1, bf_nan);               // the last element
+    } else if (name == last) {
+      put16(2, 0x7800);  // f16 32768, the file's last two bytes
+    }
+    return true;
+  });
+  // Where the planted tensors lie in the file: off the 4 KiB grid, as the test intends.
+  uint64_t big_at = 0;
+  {
+    auto st = SafetensorsFile::Open(file.string());
+    ASSERT_TRUE(st.ok()) << st.status().message();
+    const uint8_t* start = nullptr;
+    for (const TensorInfo& t : (*st)->tensors())
+      if (start == nullptr || t.data < start) start = t.data;
+    std::ifstream in(file, std::ios::binary);
+    uint64_t header_len = 0;
+    in.read(reinterpret_cast<char*>(&header_len), 8);  // little-endian host
+    for (const TensorInfo& t : (*st)->tensors())
+      if (t.name == big) big_at = 8 + header_len + static_cast<uint64_t>(t.data - start);
+  }
+  ASSERT_NE(big_at % 4096, 0u);
+  ASSERT_NE(fs::file_size(file) % 4096, 0u);
+  auto drop = [&] {  // written back and dropped from the page cache (clean pages: no root)
+    const int fd = ::open(file.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::fsync(fd), 0);
+    ASSERT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    ::close(fd);
+  };
+  auto check = [&](const VerifyReport& r) {
+    EXPECT_TRUE(Has(r, "values", a, "1 NaN")) << Problems(r);
+    EXPECT_FALSE(Has(r, "values", a, "Inf")) << Problems(r);
+    EXPECT_TRUE(Has(r, "values", big, "2 NaN, 2 Inf, 1 all-zero rows")) << Problems(r);
+    EXPECT_FALSE(Has(r, "values", c)) << Problems(r);
+    EXPECT_TRUE(Has(r, "values", last, "1 values with |x| > 10000 (max 32768)")) << Problems(r);
+    EXPECT_EQ(r.stats_bytes_mapped + r.stats_bytes_direct + r.stats_bytes_buffered, r.stats_bytes);
+    EXPECT_GE(r.stats_bytes, uint64_t{rows} * cols * 2);
+  };
+  auto run = [&](bool direct_io) {
+    VerifyOptions o;
+    o.model_path = d.string();
+    o.threads = 2;
+    o.progress = false;
+    o.load_model = false;
+    o.direct_io = direct_io;
+    auto r = VerifyCheckpoint(o, nullptr);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? *r : VerifyReport{};
+  };
+  // Whether this filesystem takes O_DIRECT (tmpfs before Linux 6.6 does not: buffered then).
+  bool direct_ok = false;
+  {
+    const int fd = ::open(file.c_str(), O_RDONLY | O_DIRECT);
+    void* p = std::aligned_alloc(4096, 4096);
+    direct_ok = fd >= 0 && ::pread(fd, p, 4096, 0) == 4096;
+    std::free(p);
+    if (fd >= 0) ::close(fd);
+  }
+  drop();
+  {
+    SCOPED_TRACE("cold, O_DIRECT");
+    const VerifyReport r = run(true);
+    check(r);
+    if (direct_ok) {
+      EXPECT_GE(r.stats_bytes_direct, uint64_t{rows} * cols * 2);
+    } else {
+      EXPECT_EQ(r.stats_bytes_direct, 0u);
+    }
+  }
+  drop();
+  {
+    SCOPED_TRACE("cold, buffered");
+    const VerifyReport r = run(false);
+    check(r);
+    EXPECT_EQ(r.stats_bytes_direct, 0u);
+    EXPECT_GE(r.stats_bytes_buffered, uint64_t{rows} * cols * 2);
+  }
+  {
+    SCOPED_TRACE("in the page cache");
+    std::ifstream in(file, std::ios::binary);
+    std::vector<char> all(fs::file_size(file));
+    ASSERT_TRUE(in.read(all.data(), static_cast<std::streamsize>(all.size())));
+    const VerifyReport r = run(true);
+    check(r);
+    EXPECT_EQ(r.stats_bytes_mapped, r.stats_bytes);
+  }
 }
 
 // The value statistics work on raw bits (magnitude compares, no decode). Against a decode of
