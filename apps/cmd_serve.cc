@@ -250,9 +250,14 @@ int RunServe(ServeArgs& a) {
         // mpirun (or its daemon) ends the job because a rank failed: fail fast, before the
         // SIGKILL that follows.
         if (!loaded.load()) std::_Exit(1);
+        // A dead rank on this host is named; otherwise it is on another host, or an operator
+        // stopped mpirun itself (which ends the job the same way).
+        const char* why = parallel_job->LocalRankExited()
+                              ? "a rank failed"
+                              : "a rank failed, or mpirun itself was told to stop";
         parallel_job->Fail(Status(StatusCode::kCancelled,
-                                "mpirun is ending the job: a rank failed (" +
-                                    parallel_job->DescribeRanks() + ")"));
+                                  fmt::format("mpirun is ending the job: {} ({})", why,
+                                              parallel_job->DescribeRanks())));
         continue;
       }
       if (!loaded.load()) {
