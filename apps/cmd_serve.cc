@@ -17,7 +17,9 @@
 #include <ctime>
 #include <filesystem>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -183,7 +185,9 @@ int RunServe(ServeArgs& a) {
     // Tensor parallelism: start the ranks (serve_parallel.cc); ranks other than 0 follow.
     auto role = StartServeRanks(a.model);
     if (!role.ok()) return ReportError(role.status());
-    if (*role != ServeRole::kLeader) return *role == ServeRole::kFollower ? FollowLeader(a.model) : kExitOk;
+    if (*role != ServeRole::kLeader) {
+      return *role == ServeRole::kFollower ? FollowLeader(a.model, a.self_check_mode) : kExitOk;
+    }
   }
   if (!a.no_memory_check) {
     // Refuse what cannot fit before binding or loading anything (apps/memory_plan.h).
@@ -246,12 +250,20 @@ int RunServe(ServeArgs& a) {
         // mpirun (or its daemon) ends the job because a rank failed: fail fast, before the
         // SIGKILL that follows.
         if (!loaded.load()) std::_Exit(1);
+        // A dead rank on this host is named; otherwise it is on another host, or an operator
+        // stopped mpirun itself (which ends the job the same way).
+        const char* why = parallel_job->LocalRankExited()
+                              ? "a rank failed"
+                              : "a rank failed, or mpirun itself was told to stop";
         parallel_job->Fail(Status(StatusCode::kCancelled,
-                                "mpirun is ending the job: a rank failed (" +
-                                    parallel_job->DescribeRanks() + ")"));
+                                  fmt::format("mpirun is ending the job: {} ({})", why,
+                                              parallel_job->DescribeRanks())));
         continue;
       }
-      if (!loaded.load()) std::_Exit(0);
+      if (!loaded.load()) {
+        ReportLeaderExit(kExitOk);
+        std::_Exit(0);
+      }
       {
         std::lock_guard<std::mutex> lock(mu);
         signal_count.fetch_add(1);
@@ -275,28 +287,42 @@ int RunServe(ServeArgs& a) {
   auto model = LoadFromOptions(a.model, wrap);
   if (!model.ok()) return fail(model.status());
   std::string self_check_json;
-  if (checker && model->parallel.comm) {
-    // The check runs the model on rank 0 alone, which the other ranks' collectives would wait
-    // on: not run with --tp-size > 1.
-    self_check_json = nlohmann::json({{"state", "skipped"}, {"reason", "tensor parallel"}}).dump();
-  } else if (checker) {
-    // Before any request: a few tokens through the chosen and the reference backend.
-    const SelfCheckReport r = RunSelfCheck(*model->model, *checker, a.self_check_mode,
-                                           model->model->info().weight_bytes);
+  if (checker) {
+    // Before any request: a few tokens through the chosen and the reference backend; with
+    // --tp-size every rank checks its own slice at the same time (apps/self_check.h).
+    std::vector<SelfCheckReport> ranks;
+    const uint64_t weight_bytes = model->model->info().weight_bytes;
+    const SelfCheckReport r =
+        model->parallel.comm
+            ? RunSelfCheckOnRanks(*model->model, *checker, a.self_check_mode, weight_bytes,
+                                  *model->parallel.comm, &ranks)
+            : RunSelfCheck(*model->model, *checker, a.self_check_mode, weight_bytes);
     if (r.state == "failed") {
       return fail(Unsupported("{}; the {} backend computes wrong results on this machine: serve "
                               "with --device reference, or --no-self-check to start anyway",
                               r.message, checker->inner().name()));
     }
     nlohmann::json j = {{"state", r.state}};
+    const std::string on_ranks =
+        ranks.size() > 1 ? fmt::format(" on each of {} ranks", ranks.size()) : "";
     if (r.state == "passed") {
       j["scope"] = r.scope;
       j["ops_checked"] = r.ops_checked;
       j["steps"] = r.steps;
       j["seconds"] = std::round(r.seconds * 1000) / 1000;
-      std::fprintf(stderr, "deepharness serve: self-check passed (%s, %lld ops over %d steps "
+      if (ranks.size() > 1) {
+        nlohmann::json per_rank = nlohmann::json::array();
+        for (size_t i = 0; i < ranks.size(); ++i) {
+          per_rank.push_back({{"rank", i},
+                              {"scope", ranks[i].scope},
+                              {"ops_checked", ranks[i].ops_checked},
+                              {"seconds", std::round(ranks[i].seconds * 1000) / 1000}});
+        }
+        j["ranks"] = per_rank;
+      }
+      std::fprintf(stderr, "deepharness serve: self-check passed (%s%s, %lld ops over %d steps "
                    "agree with the reference backend, %.2f s)\n", r.scope.c_str(),
-                   static_cast<long long>(r.ops_checked), r.steps, r.seconds);
+                   on_ranks.c_str(), static_cast<long long>(r.ops_checked), r.steps, r.seconds);
     } else {
       j["reason"] = r.message;
       std::fprintf(stderr, "deepharness serve: self-check skipped (%s)\n", r.message.c_str());
@@ -474,7 +500,11 @@ std::function<int()> SetupServe(CLI::App* sub) {
                 "moe_routed_tokens_total{layer,expert} (docs/observability.md)");
   sub->add_option("--max-connections", a->max_connections,
                   "Open connections at most; more get 503 and are closed (default 4096)");
-  return [a]() -> int { return RunServe(*a); };
+  return [a]() -> int {
+    const int code = RunServe(*a);
+    ReportLeaderExit(code);  // rank 0 under serve's own mpirun (serve_parallel.h)
+    return code;
+  };
 }
 
 DH_REGISTER_COMMAND(serve_command, "serve",

@@ -4,12 +4,16 @@
 // outputs are compared.
 #include "apps/self_check.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -163,6 +167,10 @@ CheckingBackend::CheckingBackend(std::unique_ptr<Backend> inner)
     : ForwardingBackend(std::move(inner)), reference_(BackendOptions{.num_threads = 1}) {
   if (const char* env = std::getenv("DEEPHARNESS_TEST_SELF_CHECK_PERTURB")) {
     perturb_op_ = env;
+    if (const size_t at = perturb_op_.find('@'); at != std::string::npos) {
+      perturb_rank_ = std::atoi(perturb_op_.c_str() + at + 1);
+      perturb_op_.resize(at);
+    }
     DH_LOG(Warning, "DEEPHARNESS_TEST_SELF_CHECK_PERTURB={} is set: a test hook that makes the "
                     "start-up self-check see a wrong {} (it cannot change served output)",
            perturb_op_, perturb_op_);
@@ -203,6 +211,7 @@ bool CheckingBackend::Checking(OpKind op) {
 
 void CheckingBackend::MaybePerturb(OpKind op, Tensor out) {
   if (perturb_op_ != OpName(op) || out.empty()) return;
+  if (perturb_rank_ >= 0 && perturb_rank_ != rank_) return;
   if (out.dtype == DType::kF32) {
     out.as<float>()[0] += 1.0f;
   } else if (out.dtype == DType::kI32) {
@@ -504,6 +513,83 @@ SelfCheckReport RunSelfCheck(Model& model, CheckingBackend& checker, SelfCheckMo
   report.state = failed.ok() ? "passed" : "failed";
   if (!failed.ok()) report.message = failed.message();
   return report;
+}
+
+namespace {
+
+// One rank's report on the wire (fixed size for the all-gather; strings cut to fit).
+struct WireReport {
+  char state[16];
+  char scope[32];
+  char message[2048];
+  int64_t ops_checked;
+  int64_t pid;
+  int32_t steps;
+  double seconds;
+};
+
+template <size_t N>
+void Put(char (&dst)[N], const std::string& src) {
+  const size_t n = std::min(src.size(), N - 1);
+  std::memcpy(dst, src.data(), n);
+  dst[n] = '\0';
+}
+
+}  // namespace
+
+SelfCheckReport RunSelfCheckOnRanks(Model& model, CheckingBackend& checker, SelfCheckMode mode,
+                                    uint64_t weight_bytes, comm::Communicator& comm,
+                                    std::vector<SelfCheckReport>* per_rank) {
+  checker.SetRank(comm.Rank());
+  const SelfCheckReport mine = RunSelfCheck(model, checker, mode, weight_bytes);
+  WireReport w{};
+  Put(w.state, mine.state);
+  Put(w.scope, mine.scope);
+  Put(w.message, mine.message);
+  w.ops_checked = mine.ops_checked;
+  w.pid = static_cast<int64_t>(::getpid());
+  w.steps = mine.steps;
+  w.seconds = mine.seconds;
+  std::vector<WireReport> all(static_cast<size_t>(comm.Size()));
+  SelfCheckReport out;
+  if (Status st = comm.AllGather(&w, sizeof(WireReport), all.data()); !st.ok()) {
+    out.state = "failed";
+    out.message = "self-check: gathering the ranks' reports: " + st.message();
+    return out;
+  }
+  std::vector<SelfCheckReport> ranks;
+  for (WireReport& r : all) {
+    SelfCheckReport one;
+    r.state[sizeof(r.state) - 1] = r.scope[sizeof(r.scope) - 1] =
+        r.message[sizeof(r.message) - 1] = '\0';
+    one.state = r.state;
+    one.scope = r.scope;
+    one.message = r.message;
+    one.ops_checked = r.ops_checked;
+    one.steps = r.steps;
+    one.seconds = r.seconds;
+    ranks.push_back(one);
+  }
+  out = ranks[0];
+  out.ops_checked = 0;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const SelfCheckReport& one = ranks[r];
+    out.ops_checked += one.ops_checked;
+    out.seconds = std::max(out.seconds, one.seconds);
+    if (one.state == "failed" && out.state != "failed") {
+      out.state = "failed";
+      std::string what = one.message;
+      constexpr std::string_view kPrefix = "self-check: ";
+      if (what.compare(0, kPrefix.size(), kPrefix) == 0) what.erase(0, kPrefix.size());
+      out.message = fmt::format("self-check on rank {} (pid {}): {}", r, all[r].pid, what);
+    } else if (one.state != "failed" && one.state != out.state && out.state != "failed") {
+      out.state = "failed";  // ranks that disagree on skipping cannot have run in step
+      out.message = fmt::format("self-check: rank {} says '{}', rank 0 '{}'", r, one.state,
+                                ranks[0].state);
+    }
+  }
+  if (per_rank) *per_rank = std::move(ranks);
+  return out;
 }
 
 }  // namespace dh::app

@@ -11,10 +11,12 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/forwarding_backend.h"
 #include "backend/reference/reference_backend.h"
+#include "comm/communicator.h"
 #include "model/model.h"
 
 namespace dh::app {
@@ -35,6 +37,8 @@ class CheckingBackend : public ForwardingBackend {
   // Stops comparing; the first difference found (OK when none).
   Status EndCheck();
   int64_t ops_checked() const { return ops_checked_; }
+  // With tensor parallelism: this process's rank (for the test hook's `<Op>@<rank>` form).
+  void SetRank(int rank) { rank_ = rank; }
 
   void Embedding(const Weight& table, const Tensor& ids, Tensor out) override;
   void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override;
@@ -64,8 +68,9 @@ class CheckingBackend : public ForwardingBackend {
   // first difference beyond rtol * max(1, max|want|) (+ slack[i] for element i when given).
   void Compare(OpKind op, const char* what, const Tensor& got, const Tensor& want, float rtol,
                const std::string& detail, std::span<const float> slack = {});
-  // Test hook (DEEPHARNESS_TEST_SELF_CHECK_PERTURB=<Op>): shifts the chosen backend's output of
-  // that op while checking only, so it can make the check fail but never changes served output.
+  // Test hook (DEEPHARNESS_TEST_SELF_CHECK_PERTURB=<Op>, or <Op>@<rank> for one tensor-parallel
+  // rank): shifts the chosen backend's output of that op while checking only, so it can make the
+  // check fail but never changes served output.
   void MaybePerturb(OpKind op, Tensor out);
 
   ReferenceBackend reference_;
@@ -76,6 +81,8 @@ class CheckingBackend : public ForwardingBackend {
   int norms_in_step_ = 0;  // AddRmsNorm calls so far in this step
   int64_t ops_checked_ = 0;
   std::string perturb_op_;
+  int perturb_rank_ = -1;  // -1: every rank
+  int rank_ = 0;
   Status first_difference_;
 };
 
@@ -92,5 +99,16 @@ struct SelfCheckReport {
 // `weight_bytes` decides kAuto. A failure is in report.state == "failed" with the message.
 SelfCheckReport RunSelfCheck(Model& model, CheckingBackend& checker, SelfCheckMode mode,
                              uint64_t weight_bytes);
+
+// With tensor parallelism (collective: every rank calls it at once, right after loading): each
+// rank runs RunSelfCheck on its own slice of the model, so its ops are compared with the
+// reference backend on the shapes it really computes (the model's all-reduces and logits gather
+// keep the ranks in step), then the ranks' reports are gathered on every rank. The result is the
+// same everywhere: "failed" with the first failing rank named in the message ("self-check on rank 1
+// (pid 77): MatMul differs ..."), else "passed" (ops summed over the ranks, the slowest
+// rank's seconds, rank 0's scope and steps) or "skipped"; `per_rank` (optional) gets each rank's report, in rank order.
+SelfCheckReport RunSelfCheckOnRanks(Model& model, CheckingBackend& checker, SelfCheckMode mode,
+                                    uint64_t weight_bytes, comm::Communicator& comm,
+                                    std::vector<SelfCheckReport>* per_rank = nullptr);
 
 }  // namespace dh::app

@@ -72,6 +72,18 @@ pid_t RankZeroOf(pid_t mpirun) {
 // How long mpirun may outlive rank 0 before the launcher ends the job.
 constexpr std::chrono::seconds kRankZeroGrace{5};
 
+// Where rank 0 leaves its exit status for the launcher (ReportLeaderExit).
+constexpr const char* kExitFileVariable = "DEEPHARNESS_TP_EXIT_FILE";
+
+// The status rank 0 left in `path`, or nullopt when it left none (it ended through _Exit or a
+// signal).
+std::optional<int> LeaderExitStatus(const std::string& path) {
+  std::ifstream in(path);
+  int code = 0;
+  if (in >> code) return code;
+  return std::nullopt;
+}
+
 // Runs `mpirun -np N /proc/self/exe ARGS...` and exits with its status.
 Status LaunchUnderMpirun(int ranks) {
   // A rank that dies must not make mpirun kill rank 0 at once (orte_abort_on_non_zero_status):
@@ -87,6 +99,13 @@ Status LaunchUnderMpirun(int ranks) {
   if (n <= 0) return Internal("cannot read /proc/self/exe to start the ranks");
   own[0] = std::string(exe, static_cast<size_t>(n));
   args.insert(args.end(), own.begin(), own.end());
+  // mpirun exits 0 whatever the ranks return (orte_abort_on_non_zero_status 0): rank 0 writes
+  // its status to this file (inherited through mpirun's environment) for this process to exit with.
+  std::string exit_file = (std::filesystem::temp_directory_path() / "deepharness-tp-XXXXXX").string();
+  const int exit_fd = ::mkstemp(exit_file.data());
+  if (exit_fd < 0) return Internal("cannot create {} for rank 0's exit status", exit_file);
+  ::close(exit_fd);
+  ::setenv(kExitFileVariable, exit_file.c_str(), 1);
   DH_LOG(Info, "--tp-size {}: starting the ranks with mpirun -np {}", ranks, ranks);
   DH_ASSIGN_OR_RETURN(const pid_t pid, SpawnProcess(args, -1, "install openmpi-bin"));
   // SIGTERM / SIGINT sent to this process go to rank 0, which drains, stops the other ranks and
@@ -122,7 +141,14 @@ Status LaunchUnderMpirun(int ranks) {
       ended_job = true;
     }
   }
-  std::exit(!ended_job && WIFEXITED(status) ? WEXITSTATUS(status) : kExitFailure);
+  const std::optional<int> leader = LeaderExitStatus(exit_file);
+  ::unlink(exit_file.c_str());
+  const int mpirun_status = WIFEXITED(status) ? WEXITSTATUS(status) : kExitFailure;
+  // Without a status rank 0 ended through a rank failure (or was killed): 1. A follower that
+  // had to be ended after rank 0's clean exit does not change rank 0's 0.
+  int code = kExitFailure;
+  if (leader) code = *leader != kExitOk ? *leader : (ended_job ? kExitOk : mpirun_status);
+  std::exit(code);
 }
 
 }  // namespace
@@ -141,9 +167,25 @@ Result<ServeRole> StartServeRanks(const ModelOptions& model) {
 #endif
 }
 
-int FollowLeader(const ModelOptions& model) {
-  auto loaded = LoadFromOptions(model);
+int FollowLeader(const ModelOptions& model, SelfCheckMode self_check) {
+  CheckingBackend* checker = nullptr;
+  BackendWrapper wrap;
+  if (self_check != SelfCheckMode::kOff) {
+    wrap = [&checker](std::unique_ptr<Backend> inner) -> std::unique_ptr<Backend> {
+      auto c = std::make_unique<CheckingBackend>(std::move(inner));
+      checker = c.get();
+      return c;
+    };
+  }
+  auto loaded = LoadFromOptions(model, wrap);
   if (!loaded.ok()) return ReportError(loaded.status());
+  if (checker != nullptr) {
+    // In step with rank 0's check (cmd_serve.cc), which reports the outcome for every rank.
+    const SelfCheckReport r =
+        RunSelfCheckOnRanks(*loaded->model, *checker, self_check,
+                            loaded->model->info().weight_bytes, *loaded->parallel.comm);
+    if (r.state == "failed") return kExitBadInput;
+  }
   Status st = FollowSteps(*loaded->model, *loaded->backend, *loaded->parallel.comm);
   return st.ok() ? kExitOk : ReportError(st);
 }
@@ -157,6 +199,14 @@ std::optional<int> LeadOrFollow(LoadedModel& loaded, std::chrono::seconds step_t
   }
   Status st = FollowSteps(*loaded.model, *loaded.backend, *comm);
   return st.ok() ? kExitOk : ReportError(st);
+}
+
+void ReportLeaderExit(int code) {
+  const char* path = std::getenv(kExitFileVariable);
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (path == nullptr || rank == nullptr || std::string(rank) != "0") return;
+  std::ofstream out(path, std::ios::trunc);
+  out << code << "\n";
 }
 
 }  // namespace dh::app

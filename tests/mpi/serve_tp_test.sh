@@ -7,7 +7,12 @@
 #      OpenAI error body, rank 0 names the stopped rank, and the job exits non-zero within
 #      --rank-timeout plus a margin, leaving no process behind;
 #   4. a rank that dies (SIGKILL; stopped first so the request is surely in flight): the same,
-#      well within the bound (mpirun notices the death and rank 0 answers before it ends it).
+#      well within the bound (mpirun notices the death and rank 0 answers before it ends it);
+#   5. the same two failures under an `mpirun -np 2 ... serve --tp-size 2` started by hand, which
+#      keeps Open MPI's defaults (a rank that dies makes mpirun end the whole job: SIGCONT, then
+#      SIGTERM a second later, SIGKILL a second after that);
+#   6. the start-up self-check runs on every rank (/health lists them), and an op that is wrong
+#      on rank 1 only (the test hook) makes serve refuse to start naming the op and rank 1.
 # Usage: serve_tp_test.sh DEEPHARNESS MODEL_DIR. Exit 77 (skip) without mpirun or curl.
 set -u
 BIN=$1
@@ -27,11 +32,16 @@ cleanup() {  # every server, its mpirun and its ranks (a stopped rank too)
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; for f in "$TMP"/*.log; do echo "--- $f"; tail -30 "$f"; done; exit 1; }
 
+# A hand-started job: Open MPI's defaults, as an operator would run it.
+MPIRUN=(mpirun -np 2 --oversubscribe)
+[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+LAUNCH=()  # what start() runs the binary under: nothing (serve starts mpirun) or "${MPIRUN[@]}"
+
 # start NAME ARGS...: starts a server in the background, sets PORT_<NAME> and PID_<NAME>.
 start() {
   local name=$1; shift
-  "$BIN" serve --model-path "$MODEL" --port 0 --threads 1 --num-kv-blocks 64 -q "$@" \
-    2>"$TMP/$name.log" &
+  "${LAUNCH[@]}" "$BIN" serve --model-path "$MODEL" --port 0 --threads 1 --num-kv-blocks 64 -q \
+    "$@" 2>"$TMP/$name.log" &
   local pid=$!
   PIDS+=("$pid")
   for _ in $(seq 1 240); do
@@ -79,9 +89,9 @@ wait "$PID_two"; status=$?
 for p in $RANKS; do kill -0 "$p" 2>/dev/null && fail "process $p of the tp 2 job left behind"; done
 echo "ok: SIGTERM ended every rank with status 0"
 
-# fail_rank NAME STOP|KILL: starts a tp 2 server, stops rank 1, sends a request, then (KILL)
-# kills rank 1 once the request runs; checks the request's 503 body, the exit status, that rank 0
-# named rank 1, and that no process is left.
+# fail_rank NAME STOP|KILL: starts a tp 2 server (under LAUNCH), stops rank 1, sends a request,
+# then (KILL) kills rank 1 once the request runs; checks the request's 503 body, the exit status,
+# that rank 0 named rank 1, and that no process is left.
 fail_rank() {
   local name=$1 sig=$2
   start "$name" --tp-size 2 --rank-timeout 5
@@ -135,3 +145,59 @@ fail_rank() {
 }
 fail_rank hang STOP
 fail_rank dead KILL
+
+# 5. The same under mpirun started by hand: Open MPI's own reaction to a dead rank (ending the
+# job) must not cut rank 0 short of answering the request and naming the rank.
+LAUNCH=("${MPIRUN[@]}")
+fail_rank hand_hang STOP
+fail_rank hand_dead KILL
+# A rank that dies while nothing runs: no step waits on it, so rank 0 learns it from mpirun's
+# SIGTERM (its parent's), and must still name the rank and exit non-zero before the SIGKILL.
+start hand_idle --tp-size 2 --rank-timeout 5
+RANKS=$(descendants "$PID_hand_idle")
+for p in $RANKS; do
+  tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && follower=$p
+done
+kill -KILL "$follower"
+start_s=$SECONDS
+for _ in $(seq 1 40); do kill -0 "$PID_hand_idle" 2>/dev/null || break; sleep 0.5; done
+kill -0 "$PID_hand_idle" 2>/dev/null && fail "hand_idle: the job still runs 20 s after rank 1 died"
+wait "$PID_hand_idle"; status=$?
+[ "$status" != 0 ] || fail "hand_idle: mpirun exited 0 after rank 1 died"
+grep -q "^error: mpirun is ending the job: a rank failed (rank 1 (pid $follower) has exited)" \
+  "$TMP/hand_idle.log" || fail "hand_idle: rank 0 did not name rank 1 (pid $follower)"
+for _ in $(seq 1 40); do  # a rank mpirun did not wait for is reaped by init a moment later
+  left=""
+  for p in $RANKS; do kill -0 "$p" 2>/dev/null && left="$left $p"; done
+  [ -z "$left" ] && break
+  sleep 0.5
+done
+[ -z "$left" ] || fail "hand_idle: processes$left left behind"
+echo "ok: an idle rank 1 killed under a hand-started mpirun: the job ended in" \
+     "$((SECONDS - start_s)) s with status $status: $(grep -m1 '^error: mpirun' "$TMP/hand_idle.log")"
+LAUNCH=()
+
+# 6. The start-up self-check under tensor parallelism: every rank checks the ops of its own slice.
+start checked --tp-size 2
+health=$(curl -s --max-time 30 "http://127.0.0.1:$PORT_checked/health")
+case "$health" in
+  *'"self_check":{'*'"ranks":[{'*'"rank":0,'*'"rank":1,'*'"state":"passed"'*) ;;
+  *) fail "tp 2 /health does not report a self-check passed on ranks 0 and 1: $health" ;;
+esac
+kill -TERM "$PID_checked"
+wait "$PID_checked" || fail "tp 2 with the self-check exited with $? after SIGTERM"
+grep -q "self-check passed (all layers on each of 2 ranks" "$TMP/checked.log" ||
+  fail "tp 2: no self-check line in the log"
+echo "ok: the self-check passed on both ranks: $(grep -o '"self_check":{.*}' <<<"$health")"
+for hook in MatMul@1 Attention@1; do
+  DEEPHARNESS_TEST_SELF_CHECK_PERTURB=$hook timeout 120 "$BIN" serve --model-path "$MODEL" \
+    --port 0 --threads 1 --num-kv-blocks 64 -q --tp-size 2 >"$TMP/refused.log" 2>&1
+  status=$?
+  op=${hook%@*}
+  [ "$status" = 2 ] || fail "a wrong $op on rank 1: serve exited with $status, expected 2"
+  grep -q "^error: self-check on rank 1 (pid [0-9]*): $op differs between the cpu backend and the reference backend" \
+    "$TMP/refused.log" || fail "a wrong $op on rank 1: no error line naming it and rank 1"
+  [ "$(grep -c '^error:' "$TMP/refused.log")" = 1 ] || fail "a wrong $op on rank 1: not one error line"
+  grep -q "ready on" "$TMP/refused.log" && fail "a wrong $op on rank 1: the server became ready"
+  echo "ok: a wrong $op on rank 1 refused with status 2: $(grep -o '^error: self-check on rank 1 (pid [0-9]*): [A-Za-z]* differs' "$TMP/refused.log")"
+done
