@@ -300,7 +300,12 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
   const Tensor& ks = k_cache.scales;
   const Tensor& vs = v_cache.scales;
   float* od = out.as<float>();
-  pool_->ParallelFor(t_count * hq, 1, [&](size_t b, size_t e) {
+  // Items (row, head) are spread over the threads once a chunk holds ~64K multiply-adds of the
+  // longest row: a decode step of a small model at short context stays on one thread, where a
+  // dispatch per layer would cost more than the attention.
+  const size_t grain = static_cast<size_t>(
+      std::max<int64_t>(1, 65536 / std::max<int64_t>(1, max_len * (dk + dv))));
+  pool_->ParallelFor(t_count * hq, grain, [&](size_t b, size_t e) {
     thread_local std::vector<float> scores;  // this thread's, grown by doubling
     if (scores.size() < static_cast<size_t>(max_len)) {
       scores.resize(std::max<size_t>(256, std::bit_ceil(static_cast<size_t>(max_len))));

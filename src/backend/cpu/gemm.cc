@@ -219,7 +219,7 @@ void Gemm(const GemmArgs& a, ThreadPool& pool) {
       HWY_DYNAMIC_DISPATCH(GemmBlock)(a, j0, std::min(nb, a.n - j0), kc, buf.data());
     }
   };
-  if (threads <= 1 || blocks == 1) return work(0);
+  if (threads <= 1 || blocks == 1 || a.m * a.n * a.k < kGemmMinParallelWork) return work(0);
   pool.RunOnAll(work);
 }
 

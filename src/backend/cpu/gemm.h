@@ -26,6 +26,12 @@ int64_t GemmKc(int64_t m, int64_t k, bool rows_fn);
 // Largest m that CpuBackend::MatMul still sends to the GEMV kernel (measured crossover, see
 // bench/README.md "Tiled GEMM").
 constexpr int64_t kGemvMaxRows = 3;
+// Fewest multiply-adds (m * n * k) for which a GEMM hands blocks to the pool's other threads;
+// a smaller call runs on the caller's thread alone (the same blocks, so the same results): waking
+// a worker costs more than ~2^18 multiply-adds take one core, and on a shared machine a worker
+// that was descheduled stalls the call (bench/README.md "Speculative decoding": the 4-row
+// verification of a hidden-128 model ran ~8 such dispatches per layer).
+constexpr int64_t kGemmMinParallelWork = int64_t{1} << 18;
 
 // Supplies weight rows as f32 (e.g. dequantizes them): writes rows [row_begin, row_begin +
 // count), columns [col_begin, col_begin + col_count), into out, row-major, col_count floats per

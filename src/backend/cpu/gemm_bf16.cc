@@ -381,6 +381,7 @@ void Bf16DotGemm(const GemmArgs& a, ThreadPool& pool) {
     }
   });
   const int64_t threads = pool.num_threads();
+  const bool small = a.m * a.n * a.k < kGemmMinParallelWork;  // one thread (gemm.h)
   if (a.m <= kMR) {
     // One x tile: the weight rows stream once from memory, unpacked, in blocks of 48 rows handed
     // out dynamically.
@@ -392,7 +393,7 @@ void Bf16DotGemm(const GemmArgs& a, ThreadPool& pool) {
         RunDotBlock(a, xb, kp, j0, std::min(kGroupRows, a.n - j0));
       }
     };
-    if (threads <= 1 || blocks == 1) return work(0);
+    if (threads <= 1 || blocks == 1 || small) return work(0);
     return pool.RunOnAll(work);
   }
   // Equal K blocks of at most kKcPairsMax pairs, multiples of 16 pairs (one transpose).
@@ -413,7 +414,7 @@ void Bf16DotGemm(const GemmArgs& a, ThreadPool& pool) {
       }
     }
   };
-  if (threads <= 1 || blocks == 1) return work(0);
+  if (threads <= 1 || blocks == 1 || small) return work(0);
   pool.RunOnAll(work);
 #else
   (void)a;
