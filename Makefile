@@ -1,6 +1,8 @@
 # The two commands of the README's Quickstart, plus helpers.
 BUILD ?= build
 JOBS ?= $(shell nproc)
+# The sanitizer and fuzz builds go through ccache when it is installed (they are long builds).
+LAUNCHER := $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache,)
 
 .PHONY: setup build run test clean format sanitize tsan fuzz
 
@@ -21,24 +23,30 @@ test: build
 # SANITIZE_TESTS='-R regex' narrows the run.
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 sanitize: setup
-	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) \
 	  -DCMAKE_CXX_FLAGS="$(SAN_FLAGS)" -DCMAKE_EXE_LINKER_FLAGS="$(SAN_FLAGS)"
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --output-on-failure -j $(JOBS) --timeout 1800 $(SANITIZE_TESTS)
+	rm -rf build-asan/san-logs && mkdir -p build-asan/san-logs
+	# Every report (the tests' and those of the servers the end-to-end tests start) goes to
+	# build-asan/san-logs/; any file there fails the target.
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:log_path=$(CURDIR)/build-asan/san-logs/asan \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$(CURDIR)/build-asan/san-logs/ubsan \
+	  ctest --output-on-failure -j $(JOBS) --timeout 1800 $(SANITIZE_TESTS); status=$$?; \
+	  if ls san-logs/* >/dev/null 2>&1; then cat san-logs/*; status=1; fi; exit $$status
 
 # ThreadSanitizer build of the engine, server and thread-pool tests (and the binary the
 # end-to-end server tests start).
 TSAN_FLAGS = -fsanitize=thread -fno-omit-frame-pointer
 tsan: setup
-	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) \
 	  -DCMAKE_CXX_FLAGS="$(TSAN_FLAGS)" -DCMAKE_EXE_LINKER_FLAGS="$(TSAN_FLAGS)"
 	cmake --build build-tsan -j $(JOBS) --target deepharness unit_base_tests unit_engine_tests \
 	  unit_server_tests e2e_tests
-	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	rm -rf build-tsan/san-logs && mkdir -p build-tsan/san-logs
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:log_path=$(CURDIR)/build-tsan/san-logs/tsan \
 	  ctest --output-on-failure -j $(JOBS) --timeout 1800 \
-	  -R '^(ThreadPoolTest|EngineTest|SchedulerTest|SamplerTest|Http[A-Za-z]*Test|Reliability[A-Za-z]*|LoadTest|ChatValidation|CompletionValidation|Sse|Responses|Metrics)\.'
+	  -R '^(ThreadPoolTest|EngineTest|SchedulerTest|SamplerTest|Http[A-Za-z]*Test|Reliability[A-Za-z]*|LoadTest|ChatValidation|CompletionValidation|Sse|Responses|Metrics)\.'; \
+	  status=$$?; if ls san-logs/* >/dev/null 2>&1; then cat san-logs/*; status=1; fi; exit $$status
 
 # libFuzzer targets (clang-14, ASan + UBSan) in build-fuzz/: fuzz_<target> per tests/fuzz/*_fuzz.cc.
 # Only the parsing layers are compiled (DH_FUZZ_ONLY). Run them with scripts/fuzz.sh
@@ -47,7 +55,7 @@ FUZZ_FLAGS = -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
   -fno-sanitize-recover=undefined
 fuzz: setup
 	cmake -S . -B build-fuzz -G Ninja -DDH_FUZZ_ONLY=ON -DCMAKE_BUILD_TYPE=Fuzz \
-	  -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_CXX_FLAGS_FUZZ="-O1 -g" \
+	  -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_CXX_FLAGS_FUZZ="-O1 -g" $(LAUNCHER) \
 	  -DCMAKE_CXX_FLAGS="$(FUZZ_FLAGS)"
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_all
 

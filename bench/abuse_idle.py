@@ -2,18 +2,26 @@
 """Idle keep-alive and slow-client abuse against a running `deepharness serve` (issue 20).
 
 Opens N keep-alive connections (each does one GET /health and then stays idle, as an SDK's
-connection pool does), optionally M "slow" clients that trickle header bytes and S that start a
-stream and never read it, then measures GET /health latency on fresh connections and sends a
-few completions. Prints p50/p99/max of /health and the completion results.
+connection pool does), optionally M "slow" clients that trickle header bytes (one a second) and
+S that start a stream and never read it (small receive buffer, large events: the server's
+writes block), then measures GET /health latency on fresh connections and sends completions
+while all of those are open. Afterwards it checks that idle connections still answer, and
+waits --slow-wait seconds for the server to drop the slow clients (its read timeout). Prints
+p50/p99/max of /health, completion latencies, the server's threads and RSS (--pid), and exits
+1 when a check fails: /health p99 >= --p99-limit-ms, a failed probe or completion, an idle
+connection that no longer answers, or an unread stream that was not accepted with 200.
 
   python3 bench/abuse_idle.py --port 8000 --idle 2000 --slow 50 --unread-streams 8 --probes 200
 
-Standard library only. The open-file limit must allow N + M + S sockets (ulimit -n).
+Standard library only. Raises its own open-file limit to the hard limit; that must allow
+N + M + S sockets (ulimit -Hn), and the server's likewise.
 """
 import argparse
 import json
+import resource
 import socket
 import statistics
+import sys
 import threading
 import time
 
@@ -58,16 +66,42 @@ def request(s, method, path, body=None):
     return read_response(s)
 
 
+def proc_status(pid):
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "Threads"):
+                    out[key] = int(value.split()[0])
+    except OSError:
+        pass
+    return out
+
+
+def pct(sorted_values, q):
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--pid", type=int, help="server pid: report its threads and RSS")
     ap.add_argument("--idle", type=int, default=2000)
     ap.add_argument("--slow", type=int, default=0, help="clients trickling header bytes")
     ap.add_argument("--unread-streams", type=int, default=0, help="streams never read")
+    ap.add_argument("--unread-max-tokens", type=int, default=200,
+                    help="max_tokens of each unread stream (must fit the model's context)")
     ap.add_argument("--probes", type=int, default=200)
     ap.add_argument("--completions", type=int, default=8)
+    ap.add_argument("--p99-limit-ms", type=float, default=100.0)
+    ap.add_argument("--slow-wait", type=float, default=0,
+                    help="seconds to wait at the end for the server to close the slow clients")
     a = ap.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    failed = []
 
     t0 = time.time()
     idle = []
@@ -81,6 +115,8 @@ def main():
 
     stop = threading.Event()
     slow = []
+    slow_closed = {}  # index -> seconds after the first header byte
+    slow_t0 = time.time()
     for _ in range(a.slow):
         s = connect(a.host, a.port)
         s.sendall(b"GET /health HTTP/1.1\r\n")
@@ -88,11 +124,13 @@ def main():
 
     def trickle():
         while not stop.is_set():
-            for s in slow:
+            for i, s in enumerate(slow):
+                if i in slow_closed:
+                    continue
                 try:
                     s.sendall(b"X")
                 except OSError:
-                    pass
+                    slow_closed[i] = time.time() - slow_t0
             stop.wait(1.0)
 
     threading.Thread(target=trickle, daemon=True).start()
@@ -100,15 +138,30 @@ def main():
     models = json.loads(request(connect(a.host, a.port), "GET", "/v1/models")[1])
     model = models["data"][0]["id"]
     unread = []
+    unread_ok = 0
     for _ in range(a.unread_streams):
         s = connect(a.host, a.port)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        body = json.dumps({"model": model, "prompt": "a", "max_tokens": 100000 // 100,
-                           "stream": True, "ignore_eos": True}).encode()
+        # n=4 with 5 logprobs per token: hundreds of KB of events, more than both socket
+        # buffers hold, so the server's writes block.
+        body = json.dumps({"model": model, "prompt": "a", "max_tokens": a.unread_max_tokens,
+                           "n": 4, "stream": True, "ignore_eos": True,
+                           "logprobs": 5}).encode()
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                   b"application/json\r\nContent-Length: " + str(len(body)).encode() +
                   b"\r\n\r\n" + body)
+        # Read the status line only, then never again.
+        head = s.recv(12)
+        unread_ok += head.startswith(b"HTTP/1.1 200")
         unread.append(s)
+    if a.unread_streams:
+        print(f"unread streams: {unread_ok}/{a.unread_streams} accepted with 200")
+        if unread_ok != a.unread_streams:
+            failed.append("unread streams not accepted")
+        time.sleep(1.0)  # let their writes fill the buffers and block
+    st = proc_status(a.pid) if a.pid else {}
+    if st:
+        print(f"server: {st.get('Threads')} threads, RSS {st.get('VmRSS', 0) / 1024:.1f} MiB")
 
     lat = []
     failures = 0
@@ -124,26 +177,63 @@ def main():
             failures += 1
         lat.append((time.perf_counter() - t) * 1000)
     lat.sort()
-    p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
+    p99 = pct(lat, 0.99)
     print(f"/health on new connections: n={len(lat)} failures={failures} "
           f"p50={statistics.median(lat):.2f} ms p99={p99:.2f} ms max={lat[-1]:.2f} ms")
+    if failures:
+        failed.append("/health failures")
+    if p99 >= a.p99_limit_ms:
+        failed.append(f"/health p99 {p99:.1f} ms >= {a.p99_limit_ms} ms")
 
     ok = 0
-    t = time.perf_counter()
+    clat = []
     for _ in range(a.completions):
-        s = connect(a.host, a.port)
-        status, body = request(s, "POST", "/v1/completions",
-                               {"model": model, "prompt": "ROMEO:", "max_tokens": 16})
-        s.close()
-        ok += status == 200
-    print(f"completions: {ok}/{a.completions} ok in {time.perf_counter() - t:.2f} s")
-    # The idle connections are still usable.
-    status, _ = request(idle[0], "GET", "/health")
-    print(f"first idle connection still answers: {status}")
+        t = time.perf_counter()
+        try:
+            s = connect(a.host, a.port)
+            status, body = request(s, "POST", "/v1/completions",
+                                   {"model": model, "prompt": "ROMEO:", "max_tokens": 16})
+            s.close()
+            ok += status == 200
+        except OSError:
+            pass
+        clat.append((time.perf_counter() - t) * 1000)
+    clat.sort()
+    print(f"completions (16 tokens) while the above are open: {ok}/{a.completions} ok, "
+          f"p50 {statistics.median(clat):.1f} ms, max {clat[-1]:.1f} ms")
+    if ok != a.completions:
+        failed.append("completion failures")
+    # The idle connections are still usable (a sample of them spread over the whole set).
+    sample = idle[:: max(1, len(idle) // 20)]
+    alive = 0
+    for s in sample:
+        try:
+            alive += request(s, "GET", "/health")[0] == 200
+        except OSError:
+            pass
+    print(f"idle connections still answering: {alive}/{len(sample)} sampled")
+    if alive != len(sample):
+        failed.append("idle connections dropped")
+    if a.slow and a.slow_wait > 0:
+        end = slow_t0 + a.slow_wait
+        while time.time() < end and len(slow_closed) < len(slow):
+            time.sleep(0.5)
+        times = sorted(slow_closed.values())
+        print(f"slow clients closed by the server: {len(times)}/{len(slow)} within "
+              f"{a.slow_wait:.0f} s of their first byte" +
+              (f" (first {times[0]:.1f} s, last {times[-1]:.1f} s)" if times else ""))
+    st = proc_status(a.pid) if a.pid else {}
+    if st:
+        print(f"server at the end: {st.get('Threads')} threads, "
+              f"RSS {st.get('VmRSS', 0) / 1024:.1f} MiB")
     stop.set()
     for s in idle + slow + unread:
         s.close()
+    if failed:
+        print("FAILED: " + "; ".join(failed))
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

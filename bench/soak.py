@@ -30,11 +30,59 @@ import time
 
 
 def rss_kib(pid):
+    return proc_status(pid).get("VmRSS", 0)
+
+
+def proc_status(pid):
+    """VmRSS, RssAnon, RssFile (KiB) and Threads of /proc/PID/status."""
+    out = {}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "RssAnon", "RssFile", "Threads"):
+                out[key] = int(value.split()[0])
+    return out
+
+
+def mappings(pid):
+    """{(start, name): (size KiB, Rss KiB)} of /proc/PID/smaps (name: a path, [heap], [stack] or
+    "anon"). Keyed by the start address: the heap and malloc's per-thread arenas grow at the end."""
+    out, key, size = {}, None, 0
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            first = line.split(maxsplit=5)
+            if "-" in first[0] and len(first) >= 5 and ":" not in first[0]:
+                start, end = first[0].split("-")
+                name = first[5].strip() if len(first) > 5 else "anon"
+                key, size = (start, name), (int(end, 16) - int(start, 16)) // 1024
+            elif line.startswith("Rss:") and key:
+                out[key] = (size, int(line.split()[1]))
+    return out
+
+
+def rss_growth(before, after, top=8):
+    """Where RSS grew between two mappings() snapshots: the largest deltas, and totals by kind
+    (anonymous mappings of at least 1 MiB, smaller anonymous ones (thread stacks, malloc arenas'
+    small heaps), [heap], files)."""
+    deltas = []
+    kinds = {}
+    for key, (size_kib, rss) in after.items():
+        start, name = key
+        delta = rss - before.get(key, (0, 0))[1]
+        if name == "anon":
+            kind = "anon >= 1 MiB" if size_kib >= 1024 else "anon < 1 MiB"
+        elif name.startswith("["):
+            kind = name
+        else:
+            kind = "file"
+        kinds[kind] = kinds.get(kind, 0) + delta
+        deltas.append((delta, f"{start} {name} size {size_kib} KiB rss {rss} KiB"))
+    for key, (_, rss) in before.items():  # unmapped since
+        if key not in after:
+            kinds["unmapped"] = kinds.get("unmapped", 0) - rss
+    deltas.sort(reverse=True)
+    return {"by_kind_kib": kinds,
+            "largest_kib": [f"{d:+d} {what}" for d, what in deltas[:top]]}
 
 
 def metrics(host, port):
@@ -189,12 +237,18 @@ def main():
         clients = [Client(i, args, deadline, stats, lock) for i in range(args.clients)]
         for c in clients:
             c.start()
-        samples = []  # (seconds, rss KiB, requests so far)
+        samples = []  # (seconds, rss KiB, requests so far, RssAnon KiB, RssFile KiB, threads)
+        warm_maps = None
         while any(c.is_alive() for c in clients):
             if args.pid:
-                samples.append((round(time.monotonic() - start, 1), rss_kib(args.pid),
-                                stats["requests"]))
+                now = time.monotonic() - start
+                st = proc_status(args.pid)
+                samples.append((round(now, 1), st.get("VmRSS", 0), stats["requests"],
+                                st.get("RssAnon", 0), st.get("RssFile", 0), st.get("Threads", 0)))
+                if warm_maps is None and now >= args.warmup * args.duration:
+                    warm_maps = mappings(args.pid)
             time.sleep(5)
+        end_maps = mappings(args.pid) if args.pid else None
         for c in clients:
             c.join()
         elapsed = time.monotonic() - start
@@ -226,6 +280,8 @@ def main():
             "kv_pool_at_rest": rest,
             "kv_blocks": {"free": m.get("kv_cache_blocks_free"),
                           "total": m.get("kv_cache_blocks_total")},
+            "rss_growth_after_warmup": (rss_growth(warm_maps, end_maps)
+                                        if warm_maps and end_maps else None),
             "rss_samples": samples,
         }
         print(json.dumps(summary, indent=1))

@@ -310,7 +310,10 @@ Result<Value> Interpreter::CallMacro(const Stmt& s, const ScopePtr& def_scope, C
   inner->parent = def_scope;
   for (size_t i = 0; i < args.positional.size(); ++i)
     inner->vars[s.params[i].name] = args.positional[i];
-  for (auto& [key, value] : args.keyword) {
+  for (auto& keyword : args.keyword) {
+    // Named references, not a structured binding: clang 14 cannot capture bindings in lambdas.
+    const std::string& key = keyword.first;
+    Value& value = keyword.second;
     if (key == "caller") {
       inner->vars["caller"] = value;
       continue;

@@ -19,36 +19,10 @@
 namespace dh::chat::jinja {
 
 class Value;
+class ValueDict;
+struct CallArgs;
+struct Callable;
 using ValueList = std::vector<Value>;
-
-// Insertion-ordered string-keyed map.
-class ValueDict {
- public:
-  const Value* Find(std::string_view key) const;
-  void Set(const std::string& key, Value value);
-  size_t size() const { return items_.size(); }
-  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
-  // A namespace() object: attributes may be assigned with `{% set ns.x = ... %}`.
-  bool is_namespace = false;
-
- private:
-  struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  std::vector<std::pair<std::string, Value>> items_;
-  std::unordered_map<std::string, size_t, StringHash, std::equal_to<>> index_;
-};
-
-struct CallArgs {
-  std::vector<Value> positional;
-  std::vector<std::pair<std::string, Value>> keyword;
-};
-
-struct Callable {
-  std::string name;
-  std::function<Result<Value>(CallArgs&)> fn;
-};
 
 struct UndefinedTag {
   std::string name;  // what was looked up, for error messages
@@ -70,10 +44,8 @@ class Value {
   static Value List(ValueList items = {}) {
     return Value(std::make_shared<ValueList>(std::move(items)));
   }
-  static Value Dict() { return Value(std::make_shared<ValueDict>()); }
-  static Value Function(std::string name, std::function<Result<Value>(CallArgs&)> fn) {
-    return Value(std::make_shared<Callable>(Callable{std::move(name), std::move(fn)}));
-  }
+  static Value Dict();
+  static Value Function(std::string name, std::function<Result<Value>(CallArgs&)> fn);
 
   Kind kind() const { return static_cast<Kind>(v_.index()); }
   bool is_undefined() const { return kind() == Kind::kUndefined; }
@@ -115,6 +87,42 @@ class Value {
                std::shared_ptr<ValueDict>, std::shared_ptr<Callable>>
       v_;
 };
+
+// Defined after Value so that every container of Value (a pair<string, Value> included) is
+// instantiated with Value complete; libstdc++ with clang rejects the other order.
+// Insertion-ordered string-keyed map.
+class ValueDict {
+ public:
+  const Value* Find(std::string_view key) const;
+  void Set(const std::string& key, Value value);
+  size_t size() const { return items_.size(); }
+  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
+  // A namespace() object: attributes may be assigned with `{% set ns.x = ... %}`.
+  bool is_namespace = false;
+
+ private:
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::vector<std::pair<std::string, Value>> items_;
+  std::unordered_map<std::string, size_t, StringHash, std::equal_to<>> index_;
+};
+
+struct CallArgs {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keyword;
+};
+
+struct Callable {
+  std::string name;
+  std::function<Result<Value>(CallArgs&)> fn;
+};
+
+inline Value Value::Dict() { return Value(std::make_shared<ValueDict>()); }
+inline Value Value::Function(std::string name, std::function<Result<Value>(CallArgs&)> fn) {
+  return Value(std::make_shared<Callable>(Callable{std::move(name), std::move(fn)}));
+}
 
 // Limits on how deeply nested values may be for the recursive helpers below.
 inline constexpr int kMaxValueDepth = 256;
