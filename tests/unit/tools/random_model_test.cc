@@ -80,7 +80,9 @@ TEST(RandomModel, CutVocabularyKeepsSpecialIdsInside) {
         const int64_t was = (*preset_config)[key].get<int64_t>();
         EXPECT_GE(id, 0) << preset << " " << key << " vocab " << vocab;
         EXPECT_LT(id, vocab) << preset << " " << key << " vocab " << vocab;
-        if (was < vocab) EXPECT_EQ(id, was) << preset << " " << key << " vocab " << vocab;
+        if (was < vocab) {
+          EXPECT_EQ(id, was) << preset << " " << key << " vocab " << vocab;
+        }
       }
       if (vocab == 1024 && (*preset_config)["bos_token_id"].get<int64_t>() >= 1024) {
         EXPECT_EQ((*c)["bos_token_id"].get<int64_t>(), 0) << preset;
