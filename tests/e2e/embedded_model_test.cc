@@ -15,24 +15,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server_fixture.h"
+
 namespace {
 
 namespace fs = std::filesystem;
+using dh::e2e::RunShell;
 
 const fs::path kModel = fs::path(DH_SOURCE_DIR) / "models/shakespeare-v3";
-
-// Runs a shell command, returns stdout; *code gets the exit status.
-std::string RunShell(const std::string& cmd, int* code = nullptr) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  if (code) *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
-}
 
 nlohmann::json EvalJson() {
   std::ifstream in(kModel / "eval.json");

@@ -312,7 +312,9 @@ TEST(HttpCliTest, UnknownDeviceAndTensorParallelAreClearErrors) {
     const int status = pclose(p);
     EXPECT_EQ(WEXITSTATUS(status), 2) << out;
     EXPECT_NE(out.find("error:"), std::string::npos) << out;
-    if (extra[0] == "--device") EXPECT_NE(out.find("cpu"), std::string::npos) << out;
+    if (extra[0] == "--device") {
+      EXPECT_NE(out.find("cpu"), std::string::npos) << out;
+    }
   }
 }
 

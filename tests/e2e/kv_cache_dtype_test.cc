@@ -24,20 +24,9 @@
 namespace {
 
 namespace fs = std::filesystem;
+using dh::e2e::RunShell;
 
 const fs::path kModel = fs::path(DH_SOURCE_DIR) / "models/shakespeare-v3";
-
-std::string RunShell(const std::string& cmd, int* code) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
-}
 
 TEST(KvCacheDtype, PerplexityWithinOnePercentOfBf16) {
   const fs::path corpus = fs::path(DH_SOURCE_DIR) / "../shared/data/corpus/tinyshakespeare.txt";

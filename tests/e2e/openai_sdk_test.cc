@@ -12,31 +12,17 @@
 namespace dh::e2e {
 namespace {
 
-std::string RunShell(const std::string& cmd, int* status) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) {
-    *status = -1;
-    return "";
-  }
-  std::string out;
-  char buf[1024];
-  while (fgets(buf, sizeof(buf), p)) out += buf;
-  int rc = pclose(p);
-  *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  return out;
-}
-
 TEST(OpenAiSdkTest, ChatCompletionsAndErrorsThroughTheNodeSdk) {
   namespace fs = std::filesystem;
   int status = 0;
-  RunShell("node --version && npm --version", &status);
+  RunShell("node --version && npm --version", &status, true);
   if (status != 0) GTEST_SKIP() << "node/npm not installed: the OpenAI Node SDK test cannot run";
   const fs::path dir = fs::path(DH_SOURCE_DIR) / "tests" / "e2e";
   if (!fs::exists(dir / "node_modules" / "openai" / "package.json")) {
     const std::string install = fs::exists(dir / "package-lock.json")
                                     ? "npm ci --no-audit --no-fund"
                                     : "npm install --no-audit --no-fund";
-    std::string out = RunShell("cd '" + dir.string() + "' && timeout 300 " + install, &status);
+    std::string out = RunShell("cd '" + dir.string() + "' && timeout 300 " + install, &status, true);
     if (status != 0) GTEST_SKIP() << "could not install the npm package 'openai' (" << install << "):\n" << out;
   }
   ServerProcess server;
@@ -45,7 +31,7 @@ TEST(OpenAiSdkTest, ChatCompletionsAndErrorsThroughTheNodeSdk) {
   const std::string model = ServedModel(server);
   std::string out = RunShell("cd '" + dir.string() + "' && DH_BASE_URL=" + server.base_url() + "/v1 DH_MODEL='" +
                             model + "' DH_API_KEY=sdk-key timeout 300 node openai_sdk_test.mjs",
-                        &status);
+                        &status, true);
   EXPECT_EQ(status, 0) << out << "\nserver log:\n" << server.log();
   EXPECT_EQ(server.Stop(), 0);
 }
@@ -54,12 +40,12 @@ TEST(OpenAiSdkTest, ChatCompletionsAndErrorsThroughTheNodeSdk) {
 TEST(OpenAiSdkTest, StructuredOutputAndToolCallsThroughTheNodeSdk) {
   namespace fs = std::filesystem;
   int status = 0;
-  RunShell("node --version && npm --version", &status);
+  RunShell("node --version && npm --version", &status, true);
   if (status != 0) GTEST_SKIP() << "node/npm not installed: the OpenAI Node SDK test cannot run";
   const fs::path dir = fs::path(DH_SOURCE_DIR) / "tests" / "e2e";
   if (!fs::exists(dir / "node_modules" / "zod" / "package.json") ||
       !fs::exists(dir / "node_modules" / "openai" / "package.json")) {
-    std::string out = RunShell("cd '" + dir.string() + "' && timeout 300 npm ci --no-audit --no-fund", &status);
+    std::string out = RunShell("cd '" + dir.string() + "' && timeout 300 npm ci --no-audit --no-fund", &status, true);
     if (status != 0) GTEST_SKIP() << "could not install the npm packages (npm ci):\n" << out;
   }
   ServerProcess server;
@@ -67,7 +53,7 @@ TEST(OpenAiSdkTest, StructuredOutputAndToolCallsThroughTheNodeSdk) {
   const std::string model = ServedModel(server);
   std::string out = RunShell("cd '" + dir.string() + "' && DH_BASE_URL=" + server.base_url() + "/v1 DH_MODEL='" +
                                  model + "' timeout 300 node openai_sdk_structured_test.mjs",
-                             &status);
+                             &status, true);
   EXPECT_EQ(status, 0) << out << "\nserver log:\n" << server.log();
   EXPECT_EQ(server.Stop(), 0);
 }
@@ -77,13 +63,13 @@ TEST(OpenAiSdkTest, StructuredOutputAndToolCallsThroughTheNodeSdk) {
 TEST(OpenAiSdkTest, ChatCompletionsThroughTheNodeSdkWithTensorParallelism) {
   namespace fs = std::filesystem;
   int status = 0;
-  RunShell("node --version && npm --version", &status);
+  RunShell("node --version && npm --version", &status, true);
   if (status != 0) GTEST_SKIP() << "node/npm not installed: the OpenAI Node SDK test cannot run";
-  RunShell("command -v mpirun", &status);
+  RunShell("command -v mpirun", &status, true);
   if (status != 0) GTEST_SKIP() << "mpirun not installed (openmpi-bin): --tp-size 2 cannot run";
   const fs::path dir = fs::path(DH_SOURCE_DIR) / "tests" / "e2e";
   if (!fs::exists(dir / "node_modules" / "openai" / "package.json")) {
-    std::string out = RunShell("cd '" + dir.string() + "' && timeout 300 npm ci --no-audit --no-fund", &status);
+    std::string out = RunShell("cd '" + dir.string() + "' && timeout 300 npm ci --no-audit --no-fund", &status, true);
     if (status != 0) GTEST_SKIP() << "could not install the npm packages (npm ci):\n" << out;
   }
   ServerProcess server;
@@ -94,7 +80,7 @@ TEST(OpenAiSdkTest, ChatCompletionsThroughTheNodeSdkWithTensorParallelism) {
   const std::string model = ServedModel(server);
   std::string out = RunShell("cd '" + dir.string() + "' && DH_BASE_URL=" + server.base_url() + "/v1 DH_MODEL='" +
                             model + "' DH_API_KEY=sdk-key timeout 300 node openai_sdk_test.mjs",
-                        &status);
+                        &status, true);
   EXPECT_EQ(status, 0) << out << "\nserver log:\n" << server.log();
   EXPECT_EQ(server.Stop(), 0) << server.log();
 }

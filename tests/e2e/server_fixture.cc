@@ -319,4 +319,22 @@ CliRun RunCli(const std::string& args) {
   return r;
 }
 
+ShellRun Shell(const std::string& command, bool capture_stderr) {
+  ShellRun r;
+  FILE* p = popen((capture_stderr ? command + " 2>&1" : command).c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string RunShell(const std::string& command, int* status, bool capture_stderr) {
+  ShellRun r = Shell(command, capture_stderr);
+  if (status != nullptr) *status = r.status;
+  return std::move(r.out);
+}
+
 }  // namespace dh::e2e

@@ -31,6 +31,17 @@ struct CliRun {
 };
 CliRun RunCli(const std::string& args);
 
+// One shell command (`/bin/sh -c command`): its exit status (-1 when it did not exit normally) and
+// what it wrote to stdout, with stderr too when capture_stderr is set.
+struct ShellRun {
+  int status = -1;
+  std::string out;
+};
+ShellRun Shell(const std::string& command, bool capture_stderr = false);
+// Shell(command).out, the status through *status when given.
+std::string RunShell(const std::string& command, int* status = nullptr,
+                     bool capture_stderr = false);
+
 struct HttpResult {
   int status = 0;  // 0: connection failed
   std::string body;

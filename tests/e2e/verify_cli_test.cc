@@ -12,26 +12,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "server_fixture.h"
+
 namespace {
 
 namespace fs = std::filesystem;
-
-struct ShellResult {
-  int status = -1;
-  std::string out;
-};
-
-ShellResult Shell(const std::string& cmd) {
-  ShellResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int rc = pclose(p);
-  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  return r;
-}
+using dh::e2e::Shell;
+using dh::e2e::ShellRun;
 
 std::string Bin() { return std::string("'") + DH_BINARY + "'"; }
 std::string Quote(const fs::path& p) { return "'" + p.string() + "'"; }
@@ -46,7 +33,7 @@ class VerifyCliTest : public ::testing::Test {
     fs::copy(fs::path(DH_SOURCE_DIR) / "tests/golden/fixtures/ds_v3_fp8", model_,
              fs::copy_options::recursive);
     // The manifest as sha256sum writes it, paths relative to the model directory.
-    const ShellResult r = Shell("cd " + Quote(model_) +
+    const ShellRun r = Shell("cd " + Quote(model_) +
                                 " && sha256sum config.json model.safetensors > ../manifest.sha256");
     ASSERT_EQ(r.status, 0);
   }
@@ -55,7 +42,7 @@ class VerifyCliTest : public ::testing::Test {
 };
 
 TEST_F(VerifyCliTest, CleanCopyWithItsManifestExitsZero) {
-  const ShellResult r = Shell(Bin() + " verify --model-path " + Quote(model_) + " --manifest " +
+  const ShellRun r = Shell(Bin() + " verify --model-path " + Quote(model_) + " --manifest " +
                               Quote(tmp_ / "manifest.sha256") + " --json --threads 2");
   ASSERT_EQ(r.status, 0) << r.out;
   const nlohmann::json j = nlohmann::json::parse(r.out);
@@ -83,7 +70,7 @@ TEST_F(VerifyCliTest, ChangedFileExitsOneAndNamesIt) {
     f.seekp(-1, std::ios::end);
     f.put(static_cast<char>(c ^ 1));
   }
-  const ShellResult r = Shell(Bin() + " verify --model-path " + Quote(model_) + " --manifest " +
+  const ShellRun r = Shell(Bin() + " verify --model-path " + Quote(model_) + " --manifest " +
                               Quote(tmp_ / "manifest.sha256") + " --quiet");
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_NE(r.out.find("sha256      model.safetensors"), std::string::npos) << r.out;
@@ -102,7 +89,7 @@ TEST_F(VerifyCliTest, CouldNotRunExitsTwoWithOneLine) {
         " verify --model-path " + Quote(model_) + " --manifest " + Quote(tmp_ / "bad.sha256"),
         " verify --model-path " + Quote(model_) + " --threads -1",
         " verify --model-path " + Quote(model_) + " --max-abs 0"}) {
-    const ShellResult r = Shell("(" + Bin() + args + " 2>&1 >/dev/null)");
+    const ShellRun r = Shell("(" + Bin() + args + " 2>&1 >/dev/null)");
     EXPECT_EQ(r.status, 2) << args << ": " << r.out;
     EXPECT_EQ(r.out.rfind("error: ", 0), 0u) << args << ": " << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
