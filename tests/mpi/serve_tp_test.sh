@@ -89,6 +89,19 @@ wait "$PID_two"; status=$?
 for p in $RANKS; do kill -0 "$p" 2>/dev/null && fail "process $p of the tp 2 job left behind"; done
 echo "ok: SIGTERM ended every rank with status 0"
 
+# Waits up to 20 s (a loaded machine) for every process in $RANKS to be gone; fails naming the
+# ones left behind. $1: the case's name.
+expect_ranks_gone() {
+  local left=""
+  for _ in $(seq 1 40); do
+    left=""
+    for p in $RANKS; do kill -0 "$p" 2>/dev/null && left="$left $p"; done
+    [ -z "$left" ] && return 0
+    sleep 0.5
+  done
+  fail "$1: processes$left left behind"
+}
+
 # fail_rank NAME STOP|KILL: starts a tp 2 server (under LAUNCH), stops rank 1, sends a request,
 # then (KILL) kills rank 1 once the request runs; checks the request's 503 body, the exit status,
 # that rank 0 named rank 1, and that no process is left.
@@ -132,14 +145,7 @@ fail_rank() {
   grep -q "rank 1 (pid $follower) $state" "$TMP/$name.log" ||
     fail "$name: rank 0 did not say that rank 1 (pid $follower) $state"
   for p in $RANKS; do kill -CONT "$p" 2>/dev/null; done
-  local left=""
-  for _ in $(seq 1 40); do  # mpirun ends the rest of the job; up to 20 s on a loaded machine
-    left=""
-    for p in $RANKS; do kill -0 "$p" 2>/dev/null && left="$left $p"; done
-    [ -z "$left" ] && break
-    sleep 0.5
-  done
-  [ -z "$left" ] || fail "$name: processes$left left behind after the failure"
+  expect_ranks_gone "$name"  # mpirun ends the rest of the job
   echo "ok: rank 1 got SIG$sig: the request in flight got 503, the job ended in $took s with" \
        "status $status: $(grep -m1 -o 'rank 1 (pid [0-9]*) [a-z ]*' "$TMP/$name.log")"
 }
@@ -166,13 +172,7 @@ wait "$PID_hand_idle"; status=$?
 [ "$status" != 0 ] || fail "hand_idle: mpirun exited 0 after rank 1 died"
 grep -q "^error: mpirun is ending the job: a rank failed (rank 1 (pid $follower) has exited)" \
   "$TMP/hand_idle.log" || fail "hand_idle: rank 0 did not name rank 1 (pid $follower)"
-for _ in $(seq 1 40); do  # a rank mpirun did not wait for is reaped by init a moment later
-  left=""
-  for p in $RANKS; do kill -0 "$p" 2>/dev/null && left="$left $p"; done
-  [ -z "$left" ] && break
-  sleep 0.5
-done
-[ -z "$left" ] || fail "hand_idle: processes$left left behind"
+expect_ranks_gone hand_idle  # a rank mpirun did not wait for is reaped by init a moment later
 echo "ok: an idle rank 1 killed under a hand-started mpirun: the job ended in" \
      "$((SECONDS - start_s)) s with status $status: $(grep -m1 '^error: mpirun' "$TMP/hand_idle.log")"
 LAUNCH=()
