@@ -51,6 +51,9 @@ const Case kCases[] = {
     // M > 8 with K > 1024: the tiled GEMM cuts K, so the backend decodes column slices.
     {false, 12, 9, 2100, 32}, {true, 17, 10, 2600, 128}, {false, 20, 5, 1300, 1300},
     {true, 9, 6, 1100, 1100},
+    // Runs of chunks sharing one vector of scales, then 2-chunk steps, a single chunk and a
+    // partial one (int4 groups of 32 and 16 on the 256-bit kernels).
+    {true, 5, 7, 1000, 32},   {true, 3, 9, 600, 16},
 };
 
 class QuantMatMulTest : public ::testing::Test {
