@@ -13,7 +13,9 @@
 #      keeps Open MPI's defaults (a rank that dies makes mpirun end the whole job: SIGCONT, then
 #      SIGTERM a second later, SIGKILL a second after that);
 #   6. the start-up self-check runs on every rank (/health lists them), and an op that is wrong
-#      on rank 1 only (the test hook) makes serve refuse to start naming the op and rank 1.
+#      on rank 1 only (the test hook) makes serve refuse to start naming the op and rank 1;
+#   7. a rank whose forward returns an error, or that hangs, during the self-check (test hooks):
+#      rank 0 ends the job with status 1 within --rank-timeout, naming rank 1, nothing left.
 # Usage: serve_tp_test.sh DEEPHARNESS MODEL_DIR. Exit 77 (skip) without mpirun or curl.
 set -u
 BIN=$1
@@ -227,4 +229,35 @@ for hook in MatMul@1 Attention@1; do
   [ "$(grep -c '^error:' "$TMP/refused.log")" = 1 ] || fail "a wrong $op on rank 1: not one error line"
   grep -q "ready on" "$TMP/refused.log" && fail "a wrong $op on rank 1: the server became ready"
   echo "ok: a wrong $op on rank 1 refused with status 2: $(grep -o '^error: self-check on rank 1 (pid [0-9]*): [A-Za-z]* differs' "$TMP/refused.log")"
+done
+
+# 7. A rank that breaks down during the start-up self-check (the test hooks, docs/parallel.md):
+# its forward returns an error (it leaves the collective sequence, so rank 0 would wait in a
+# collective for ever), or it hangs (SIGSTOP). Rank 0's start-up watch must end the job with
+# status 1 within --rank-timeout plus a margin, naming rank 1, never ready, nothing left behind.
+MARK="tp-startup-$$"
+for hook in ERROR=MatMul@1 STALL=MatMul@1; do
+  start_s=$SECONDS
+  env "DEEPHARNESS_TEST_SELF_CHECK_$hook" timeout 120 "$BIN" serve --model-path "$MODEL" \
+    --port 0 --threads 1 --num-kv-blocks 64 -q --tp-size 2 --rank-timeout 3 \
+    --served-model-name "$MARK" >"$TMP/broken.log" 2>&1
+  status=$?
+  took=$((SECONDS - start_s))
+  [ "$status" = 1 ] || fail "$hook: serve exited with $status, expected 1"
+  [ "$took" -le 45 ] || fail "$hook: serve took $took s to end (load + --rank-timeout 3 + margin)"
+  grep -q "ready on" "$TMP/broken.log" && fail "$hook: the server became ready"
+  if [ "${hook%%=*}" = ERROR ]; then
+    pid=$(grep -o '^error: self-check on rank 1 (pid [0-9]*): MatMul at forward step 1 failed' \
+          "$TMP/broken.log" | grep -o 'pid [0-9]*' | grep -o '[0-9]*')
+    [ -n "$pid" ] || fail "$hook: rank 1 did not report its error"
+    want="a rank exited; rank 1 (pid $pid) has exited"
+  else
+    want="a collective did not finish within 3 s; rank 1 (pid [0-9]*) is stopped"
+  fi
+  grep -q "^error: tensor-parallel start-up (the self-check): $want" "$TMP/broken.log" ||
+    fail "$hook: rank 0 did not say: $want"
+  [ "$(grep -c '^error: tensor-parallel' "$TMP/broken.log")" = 1 ] || fail "$hook: not one line from rank 0"
+  for _ in $(seq 1 40); do pgrep -f -- "$MARK" >/dev/null || break; sleep 0.5; done
+  pgrep -f -- "$MARK" >/dev/null && fail "$hook: processes left behind: $(pgrep -f -- "$MARK" | tr '\n' ' ')"
+  echo "ok: $hook during the self-check: status 1 in $took s: $(grep -o '^error: tensor-parallel.*' "$TMP/broken.log")"
 done
