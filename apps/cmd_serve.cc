@@ -463,8 +463,9 @@ std::function<int()> SetupServe(CLI::App* sub) {
                   "Longest sequence, prompt + output (default: the model's "
                   "max_position_embeddings, capped by the KV pool)");
   sub->add_option("--rank-timeout", a->rank_timeout,
-                  "With --tp-size: seconds one engine step may take before rank 0 decides a "
-                  "rank died or hangs and exits with status 1 (default 30)");
+                  "With --tp-size: seconds one engine step (or, during the start-up "
+                  "self-check, one collective) may take before rank 0 decides a rank died or "
+                  "hangs and exits with status 1 (default 30)");
   sub->add_option("--host", a->host, "Address to listen on (default 127.0.0.1)");
   sub->add_option("--port", a->port, "Port to listen on (default 8000; 0 picks a free one)");
   sub->add_option("--api-key", a->api_key,
