@@ -181,9 +181,11 @@ class SignalWaiter {
 int RunServe(ServeArgs& a) {
   SignalWaiter signals;  // the follower ranks never wait: they stop when rank 0 stops
   if (Status st = ValidateArgs(a); !st.ok()) return ReportError(st);
+  std::vector<RankIdentity> rank_ids;
+  std::shared_ptr<comm::Communicator> rank_comm;
   if (a.model.tp_size > 1) {
     // Tensor parallelism: start the ranks (serve_parallel.cc); ranks other than 0 follow.
-    auto role = StartServeRanks(a.model);
+    auto role = StartServeRanks(a.model, &rank_ids, &rank_comm);
     if (!role.ok()) return ReportError(role.status());
     if (*role != ServeRole::kLeader) {
       return *role == ServeRole::kFollower ? FollowLeader(a.model, a.self_check_mode) : kExitOk;
@@ -243,18 +245,23 @@ int RunServe(ServeArgs& a) {
     cv.notify_all();
   });
   const bool parallel = a.model.tp_size > 1;
+  parallel_job->SetRanks(rank_ids);
   std::thread signal_thread([&] {
     while (true) {
       const siginfo_t sig = signals.Wait();
       if (parallel && sig.si_signo == SIGTERM && sig.si_pid != 0 && sig.si_pid == ::getppid()) {
         // mpirun (or its daemon) ends the job because a rank failed: fail fast, before the
-        // SIGKILL that follows.
-        if (!loaded.load()) std::_Exit(1);
-        // A dead rank on this host is named; otherwise it is on another host, or an operator
-        // stopped mpirun itself (which ends the job the same way).
+        // SIGKILL that follows. A dead rank on this host is named; otherwise it is on another
+        // host, or an operator stopped mpirun itself (which ends the job the same way).
         const char* why = parallel_job->LocalRankExited()
                               ? "a rank failed"
                               : "a rank failed, or mpirun itself was told to stop";
+        if (!loaded.load()) {
+          std::fprintf(stderr, "error: mpirun is ending the job during start-up: %s (%s)\n", why,
+                       parallel_job->DescribeRanks().c_str());
+          std::fflush(stderr);
+          std::_Exit(1);
+        }
         parallel_job->Fail(Status(StatusCode::kCancelled,
                                   fmt::format("mpirun is ending the job: {} ({})", why,
                                               parallel_job->DescribeRanks())));
@@ -284,8 +291,18 @@ int RunServe(ServeArgs& a) {
     };
   }
   if (a.op_metrics) a.model.observe.profile = true;  // a TracingBackend keeps op totals
+  // Tensor parallelism: until the step leader takes over, a rank that exits or hangs ends the
+  // job from here (serve_parallel.h); the communicator is the one LoadFromOptions joins.
+  std::optional<StartupWatch> watch;
+  if (rank_comm) watch.emplace(parallel_job, *rank_comm, std::chrono::seconds(a.rank_timeout));
   auto model = LoadFromOptions(a.model, wrap);
   if (!model.ok()) return fail(model.status());
+  if (model->parallel.comm) {
+    watch->SetPhase("waiting for every rank to load");
+    if (Status st = model->parallel.comm->Barrier(); !st.ok()) return fail(st);
+    watch->SetPhase("the self-check");
+    watch->Bound();
+  }
   std::string self_check_json;
   if (checker) {
     // Before any request: a few tokens through the chosen and the reference backend; with
@@ -297,6 +314,12 @@ int RunServe(ServeArgs& a) {
             ? RunSelfCheckOnRanks(*model->model, *checker, a.self_check_mode, weight_bytes,
                                   *model->parallel.comm, &ranks)
             : RunSelfCheck(*model->model, *checker, a.self_check_mode, weight_bytes);
+    if (r.out_of_step) {
+      // This rank left the check's collective sequence: the others wait in a collective.
+      std::fprintf(stderr, "error: %s\n", r.message.c_str());
+      std::fflush(stderr);
+      std::_Exit(kExitFailure);
+    }
     if (r.state == "failed") {
       return fail(Unsupported("{}; the {} backend computes wrong results on this machine: serve "
                               "with --device reference, or --no-self-check to start anyway",
@@ -332,8 +355,10 @@ int RunServe(ServeArgs& a) {
   if (model->parallel.comm) {
     // Rank 0 leads: each engine step goes to the follower ranks first; whatever ends this
     // function (an error below, or the drain) destroys the model, which stops them.
+    watch->SetPhase("starting the step leader");
     model->model = MakeStepLeader(std::move(model->model), *model->parallel.comm,
                                   std::chrono::seconds(a.rank_timeout), parallel_job);
+    watch.reset();  // the step leader's deadlines apply from here
   }
   auto tokenizer = Tokenizer::Load(a.model.model_path);
   if (!tokenizer.ok()) return fail(tokenizer.status().WithContext(a.model.model_path));
@@ -438,8 +463,9 @@ std::function<int()> SetupServe(CLI::App* sub) {
                   "Longest sequence, prompt + output (default: the model's "
                   "max_position_embeddings, capped by the KV pool)");
   sub->add_option("--rank-timeout", a->rank_timeout,
-                  "With --tp-size: seconds one engine step may take before rank 0 decides a "
-                  "rank died or hangs and exits with status 1 (default 30)");
+                  "With --tp-size: seconds one engine step (or, during the start-up "
+                  "self-check, one collective) may take before rank 0 decides a rank died or "
+                  "hangs and exits with status 1 (default 30)");
   sub->add_option("--host", a->host, "Address to listen on (default 127.0.0.1)");
   sub->add_option("--port", a->port, "Port to listen on (default 8000; 0 picks a free one)");
   sub->add_option("--api-key", a->api_key,

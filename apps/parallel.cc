@@ -2,6 +2,8 @@
 #include "apps/parallel.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -14,6 +16,68 @@
 #endif
 
 namespace dh::app {
+namespace {
+
+// The MPI communicator, noting when its current call started: a collective that never returns
+// (a rank gone) is then visible from another thread.
+class TimedCommunicator final : public comm::Communicator {
+ public:
+  explicit TimedCommunicator(std::unique_ptr<comm::Communicator> inner)
+      : inner_(std::move(inner)) {}
+
+  std::string_view Name() const override { return inner_->Name(); }
+  int Rank() const override { return inner_->Rank(); }
+  int Size() const override { return inner_->Size(); }
+  Status AllReduceSum(void* data, size_t count, DType dtype) override {
+    return Timed([&] { return inner_->AllReduceSum(data, count, dtype); });
+  }
+  Status AllGather(const void* send, size_t bytes_per_rank, void* recv) override {
+    return Timed([&] { return inner_->AllGather(send, bytes_per_rank, recv); });
+  }
+  Status Broadcast(void* data, size_t bytes, int root) override {
+    return Timed([&] { return inner_->Broadcast(data, bytes, root); });
+  }
+  Status Barrier() override {
+    return Timed([&] { return inner_->Barrier(); });
+  }
+  Status AllToAllV(const void* send, std::span<const size_t> send_bytes,
+                   std::span<const size_t> send_offsets, void* recv,
+                   std::span<const size_t> recv_bytes,
+                   std::span<const size_t> recv_offsets) override {
+    return Timed([&] {
+      return inner_->AllToAllV(send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
+    });
+  }
+
+  std::chrono::steady_clock::duration InCall() const {
+    const int64_t since = since_ns_.load(std::memory_order_acquire);
+    if (since == 0) return {};
+    return std::chrono::steady_clock::now().time_since_epoch() - std::chrono::nanoseconds(since);
+  }
+
+ private:
+  template <typename F>
+  Status Timed(F call) {
+    since_ns_.store(std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             std::chrono::steady_clock::now().time_since_epoch())
+                                             .count()),
+                    std::memory_order_release);
+    Status st = call();
+    since_ns_.store(0, std::memory_order_release);
+    stats_ = inner_->Stats();
+    return st;
+  }
+
+  std::unique_ptr<comm::Communicator> inner_;
+  std::atomic<int64_t> since_ns_{0};  // steady clock at the current call's start; 0: none
+};
+
+}  // namespace
+
+std::chrono::steady_clock::duration TimeInCollective(const comm::Communicator& comm) {
+  const auto* timed = dynamic_cast<const TimedCommunicator*>(&comm);
+  return timed != nullptr ? timed->InCall() : std::chrono::steady_clock::duration{};
+}
 
 Result<ParallelRun> StartParallel(int tp_size, int ep_size, int threads) {
   // One MPI communicator per process: serve joins the job before it loads the model.
@@ -39,7 +103,7 @@ Result<ParallelRun> StartParallel(int tp_size, int ep_size, int threads) {
   }
   if (!started) {
     DH_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> c, comm::MakeMpiCommunicator());
-    started = std::move(c);
+    started = std::make_shared<TimedCommunicator>(std::move(c));
   }
   run.comm = started;
   if (run.comm->Size() != tp_size) {

@@ -3,6 +3,7 @@
 // writes files, the other ranks stay quiet. docs/parallel.md.
 #pragma once
 
+#include <chrono>
 #include <memory>
 
 #include "base/status.h"
@@ -20,5 +21,10 @@ struct ParallelRun {
 // tp_size 1: nothing to start. Else: an MPI rank of a job of exactly tp_size ranks (a clear error
 // without mpirun or with another -np); threads default to this host's CPUs / its ranks.
 Result<ParallelRun> StartParallel(int tp_size, int ep_size, int threads);
+
+// How long this process has been inside its current collective call on `comm` (zero when in
+// none, or when `comm` is not the communicator StartParallel made, which records it), for serve's
+// start-up watch (serve_parallel.h). Safe to call from any thread.
+std::chrono::steady_clock::duration TimeInCollective(const comm::Communicator& comm);
 
 }  // namespace dh::app

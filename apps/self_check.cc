@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -175,6 +176,20 @@ CheckingBackend::CheckingBackend(std::unique_ptr<Backend> inner)
                     "start-up self-check see a wrong {} (it cannot change served output)",
            perturb_op_, perturb_op_);
   }
+  // <Op>@<rank> (or <Op> for every rank) from a break-down hook.
+  auto parse = [](const char* var, std::string* op, int* rank) {
+    const char* env = std::getenv(var);
+    if (env == nullptr) return;
+    *op = env;
+    if (const size_t at = op->find('@'); at != std::string::npos) {
+      *rank = std::atoi(op->c_str() + at + 1);
+      op->resize(at);
+    }
+    DH_LOG(Warning, "{}={} is set: a test hook that breaks this rank down during the start-up "
+                    "self-check", var, env);
+  };
+  parse("DEEPHARNESS_TEST_SELF_CHECK_ERROR", &error_op_, &error_rank_);
+  parse("DEEPHARNESS_TEST_SELF_CHECK_STALL", &stall_op_, &stall_rank_);
 }
 
 void CheckingBackend::BeginCheck(int max_layers) {
@@ -183,6 +198,7 @@ void CheckingBackend::BeginCheck(int max_layers) {
   step_ = 0;
   ops_checked_ = 0;
   first_difference_ = Status::Ok();
+  injected_error_ = Status::Ok();
 }
 
 void CheckingBackend::BeginStep() {
@@ -201,12 +217,25 @@ Status CheckingBackend::EndCheck() {
 // (AddRmsNorm calls so far) / 2; the final norm counts as layer num_layers.
 bool CheckingBackend::Checking(OpKind op) {
   if (!checking_) return false;
+  MaybeBreakDown(op);
   ++op_in_step_;
   if (op == OpKind::kAddRmsNorm) ++norms_in_step_;
   if (!first_difference_.ok()) return false;
   if (max_layers_ >= 0 && norms_in_step_ / 2 >= max_layers_) return false;
   ++ops_checked_;
   return true;
+}
+
+void CheckingBackend::MaybeBreakDown(OpKind op) {
+  if (!error_op_.empty() && error_op_ == OpName(op) && (error_rank_ < 0 || error_rank_ == rank_) &&
+      injected_error_.ok()) {
+    injected_error_ = Internal("{} at forward step {} failed (DEEPHARNESS_TEST_SELF_CHECK_ERROR, "
+                               "a test hook)", OpName(op), step_);
+  }
+  if (!stall_op_.empty() && stall_op_ == OpName(op) && (stall_rank_ < 0 || stall_rank_ == rank_)) {
+    stall_op_.clear();  // once
+    ::raise(SIGSTOP);
+  }
 }
 
 void CheckingBackend::MaybePerturb(OpKind op, Tensor out) {
@@ -489,6 +518,7 @@ SelfCheckReport RunSelfCheck(Model& model, CheckingBackend& checker, SelfCheckMo
   if (!runner.ok()) {
     report.state = "failed";
     report.message = "self-check: " + runner.status().message();
+    report.out_of_step = true;  // for one rank's allocation failure, the others go on
     return report;
   }
   std::vector<int32_t> ids;
@@ -499,8 +529,10 @@ SelfCheckReport RunSelfCheck(Model& model, CheckingBackend& checker, SelfCheckMo
     checker.BeginStep();
     auto logits = (*runner)->Feed(ids, /*all_logits=*/false);
     ++report.steps;
+    if (logits.ok() && !checker.injected_error().ok()) logits = checker.injected_error();
     if (!logits.ok()) {
       failed = logits.status();
+      report.out_of_step = true;
       break;
     }
     ids = {ArgMax(*logits)};
@@ -542,6 +574,15 @@ SelfCheckReport RunSelfCheckOnRanks(Model& model, CheckingBackend& checker, Self
                                     std::vector<SelfCheckReport>* per_rank) {
   checker.SetRank(comm.Rank());
   const SelfCheckReport mine = RunSelfCheck(model, checker, mode, weight_bytes);
+  if (mine.out_of_step) {
+    // Gathering now would meet the other ranks inside a collective of the forward.
+    SelfCheckReport out = mine;
+    std::string what = mine.message;
+    constexpr std::string_view kPrefix = "self-check: ";
+    if (what.compare(0, kPrefix.size(), kPrefix) == 0) what.erase(0, kPrefix.size());
+    out.message = fmt::format("self-check on rank {} (pid {}): {}", comm.Rank(), ::getpid(), what);
+    return out;
+  }
   WireReport w{};
   Put(w.state, mine.state);
   Put(w.scope, mine.scope);

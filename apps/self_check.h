@@ -39,6 +39,8 @@ class CheckingBackend : public ForwardingBackend {
   int64_t ops_checked() const { return ops_checked_; }
   // With tensor parallelism: this process's rank (for the test hook's `<Op>@<rank>` form).
   void SetRank(int rank) { rank_ = rank; }
+  // The error the DEEPHARNESS_TEST_SELF_CHECK_ERROR hook injected in this check (OK: none).
+  const Status& injected_error() const { return injected_error_; }
 
   void Embedding(const Weight& table, const Tensor& ids, Tensor out) override;
   void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override;
@@ -72,6 +74,11 @@ class CheckingBackend : public ForwardingBackend {
   // rank): shifts the chosen backend's output of that op while checking only, so it can make the
   // check fail but never changes served output.
   void MaybePerturb(OpKind op, Tensor out);
+  // Test hooks for a rank that breaks down during the check (tests/mpi/serve_tp_test.sh), both
+  // `<Op>@<rank>` and active only while checking: DEEPHARNESS_TEST_SELF_CHECK_ERROR makes the
+  // forward step that runs <Op> on that rank return an error (injected_error()), and
+  // DEEPHARNESS_TEST_SELF_CHECK_STALL stops that rank (SIGSTOP) at its first <Op>, a hang.
+  void MaybeBreakDown(OpKind op);
 
   ReferenceBackend reference_;
   bool checking_ = false;
@@ -84,6 +91,9 @@ class CheckingBackend : public ForwardingBackend {
   int perturb_rank_ = -1;  // -1: every rank
   int rank_ = 0;
   Status first_difference_;
+  std::string error_op_, stall_op_;  // the break-down hooks' ops ("" when unset)
+  int error_rank_ = -1, stall_rank_ = -1;
+  Status injected_error_;
 };
 
 struct SelfCheckReport {
@@ -93,6 +103,10 @@ struct SelfCheckReport {
   int steps = 0;
   double seconds = 0;
   std::string message;        // why skipped / what differed
+  // A forward step returned an error (rather than computing a value that differs): this rank
+  // left the collective sequence part way, so the ranks are out of step and cannot exchange
+  // their reports; the process must end without finalizing MPI.
+  bool out_of_step = false;
 };
 
 // Feeds a short prompt and a few greedy decode steps through `model` (loaded on `checker`).
@@ -107,6 +121,10 @@ SelfCheckReport RunSelfCheck(Model& model, CheckingBackend& checker, SelfCheckMo
 // same everywhere: "failed" with the first failing rank named in the message ("self-check on rank 1
 // (pid 77): MatMul differs ..."), else "passed" (ops summed over the ranks, the slowest
 // rank's seconds, rank 0's scope and steps) or "skipped"; `per_rank` (optional) gets each rank's report, in rank order.
+// A rank whose forward step returns an error does not gather: it returns at once with
+// out_of_step set and the message naming itself ("self-check on rank 1 (pid 77): ..."); the
+// other ranks then wait in a collective until rank 0's start-up watch (serve_parallel.h) ends the
+// job.
 SelfCheckReport RunSelfCheckOnRanks(Model& model, CheckingBackend& checker, SelfCheckMode mode,
                                     uint64_t weight_bytes, comm::Communicator& comm,
                                     std::vector<SelfCheckReport>* per_rank = nullptr);

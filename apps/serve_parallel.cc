@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "apps/command.h"
+#include "apps/parallel.h"
 #include "apps/spawn.h"
 #include "base/log.h"
 #include "model/step_broadcast.h"
@@ -153,13 +154,17 @@ Status LaunchUnderMpirun(int ranks) {
 
 }  // namespace
 
-Result<ServeRole> StartServeRanks(const ModelOptions& model) {
+Result<ServeRole> StartServeRanks(const ModelOptions& model, std::vector<RankIdentity>* ranks,
+                                  std::shared_ptr<comm::Communicator>* comm) {
 #ifdef DH_HAVE_MPI
   if (!comm::LaunchedByMpi()) {
     DH_RETURN_IF_ERROR(LaunchUnderMpirun(model.tp_size));
     return ServeRole::kLauncherDone;
   }
   DH_ASSIGN_OR_RETURN(ParallelRun run, StartParallel(model.tp_size, model.ep_size, model.threads));
+  DH_ASSIGN_OR_RETURN(std::vector<RankIdentity> ids, ExchangeRankIdentities(*run.comm, 0));
+  if (ranks != nullptr) *ranks = std::move(ids);
+  if (comm != nullptr) *comm = run.comm;
   return run.options.rank == 0 ? ServeRole::kLeader : ServeRole::kFollower;
 #else
   return Unsupported("--tp-size {}: this build has no MPI (install libopenmpi-dev and rebuild)",
@@ -179,11 +184,18 @@ int FollowLeader(const ModelOptions& model, SelfCheckMode self_check) {
   }
   auto loaded = LoadFromOptions(model, wrap);
   if (!loaded.ok()) return ReportError(loaded.status());
+  // Every rank has loaded (rank 0's start-up watch bounds each collective from here on).
+  if (Status st = loaded->parallel.comm->Barrier(); !st.ok()) return ReportError(st);
   if (checker != nullptr) {
     // In step with rank 0's check (cmd_serve.cc), which reports the outcome for every rank.
     const SelfCheckReport r =
         RunSelfCheckOnRanks(*loaded->model, *checker, self_check,
                             loaded->model->info().weight_bytes, *loaded->parallel.comm);
+    if (r.out_of_step) {
+      std::fprintf(stderr, "error: %s\n", r.message.c_str());
+      std::fflush(stderr);
+      std::_Exit(kExitFailure);
+    }
     if (r.state == "failed") return kExitBadInput;
   }
   Status st = FollowSteps(*loaded->model, *loaded->backend, *loaded->parallel.comm);
@@ -199,6 +211,49 @@ std::optional<int> LeadOrFollow(LoadedModel& loaded, std::chrono::seconds step_t
   }
   Status st = FollowSteps(*loaded.model, *loaded.backend, *comm);
   return st.ok() ? kExitOk : ReportError(st);
+}
+
+StartupWatch::StartupWatch(std::shared_ptr<ParallelJob> job, const comm::Communicator& comm,
+                           std::chrono::seconds bound)
+    : job_(std::move(job)), comm_(comm), bound_(bound), thread_([this] { Run(); }) {}
+
+StartupWatch::~StartupWatch() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void StartupWatch::SetPhase(std::string phase) {
+  std::lock_guard<std::mutex> lock(mu_);
+  phase_ = std::move(phase);
+}
+
+void StartupWatch::Bound() {
+  std::lock_guard<std::mutex> lock(mu_);
+  bounded_ = true;
+}
+
+void StartupWatch::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(100));
+    if (stop_) return;
+    std::string why;
+    if (job_->LocalRankExited()) {
+      why = "a rank exited";
+    } else if (bounded_ && TimeInCollective(comm_) > bound_) {
+      why = fmt::format("a collective did not finish within {} s", bound_.count());
+    } else {
+      continue;
+    }
+    std::fprintf(stderr, "error: tensor-parallel start-up (%s): %s; %s\n", phase_.c_str(),
+                 why.c_str(), job_->DescribeRanks().c_str());
+    std::fflush(stderr);
+    std::_Exit(kExitFailure);
+  }
 }
 
 void ReportLeaderExit(int code) {

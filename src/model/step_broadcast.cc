@@ -80,28 +80,6 @@ Result<std::vector<int64_t>> GatherMemory(comm::Communicator& comm) {
   return all;
 }
 
-// Every rank's identity, in rank order (collective).
-Result<std::vector<RankIdentity>> ExchangeIdentities(comm::Communicator& comm,
-                                                     uint64_t weight_bytes) {
-  struct Wire {
-    char host[64];
-    int64_t pid;
-    uint64_t weight_bytes;
-  };
-  Wire mine{};
-  ::gethostname(mine.host, sizeof(mine.host) - 1);
-  mine.pid = ::getpid();
-  mine.weight_bytes = weight_bytes;
-  std::vector<Wire> all(static_cast<size_t>(comm.Size()));
-  DH_RETURN_IF_ERROR(comm.AllGather(&mine, sizeof(Wire), all.data()));
-  std::vector<RankIdentity> ranks;
-  for (Wire& w : all) {
-    w.host[sizeof(w.host) - 1] = '\0';
-    ranks.push_back({w.host, w.pid, w.weight_bytes});
-  }
-  return ranks;
-}
-
 // The leader's model. Forward hands the step to the stepper thread (which makes every MPI call,
 // so they stay serialized) and waits for it with a deadline.
 class StepLeader final : public Model {
@@ -362,7 +340,7 @@ std::unique_ptr<Model> MakeStepLeader(std::unique_ptr<Model> inner, comm::Commun
                                       std::chrono::seconds step_timeout,
                                       std::shared_ptr<ParallelJob> job) {
   if (!job) job = std::make_shared<ParallelJob>();
-  auto ranks = ExchangeIdentities(comm, inner->info().weight_bytes);
+  auto ranks = ExchangeRankIdentities(comm, inner->info().weight_bytes);
   if (ranks.ok()) {
     job->SetRanks(std::move(ranks).value());
   } else {
@@ -372,8 +350,29 @@ std::unique_ptr<Model> MakeStepLeader(std::unique_ptr<Model> inner, comm::Commun
   return std::make_unique<StepLeader>(std::move(inner), comm, step_timeout, std::move(job));
 }
 
+Result<std::vector<RankIdentity>> ExchangeRankIdentities(comm::Communicator& comm,
+                                                         uint64_t weight_bytes) {
+  struct Wire {
+    char host[64];
+    int64_t pid;
+    uint64_t weight_bytes;
+  };
+  Wire mine{};
+  ::gethostname(mine.host, sizeof(mine.host) - 1);
+  mine.pid = ::getpid();
+  mine.weight_bytes = weight_bytes;
+  std::vector<Wire> all(static_cast<size_t>(comm.Size()));
+  DH_RETURN_IF_ERROR(comm.AllGather(&mine, sizeof(Wire), all.data()));
+  std::vector<RankIdentity> ranks;
+  for (Wire& w : all) {
+    w.host[sizeof(w.host) - 1] = '\0';
+    ranks.push_back({w.host, w.pid, w.weight_bytes});
+  }
+  return ranks;
+}
+
 Status FollowSteps(Model& model, Backend& backend, comm::Communicator& comm) {
-  DH_RETURN_IF_ERROR(ExchangeIdentities(comm, model.info().weight_bytes).status());
+  DH_RETURN_IF_ERROR(ExchangeRankIdentities(comm, model.info().weight_bytes).status());
   std::unique_ptr<KvStorage> kv;
   std::vector<float> logits;
   while (true) {

@@ -86,6 +86,12 @@ class ParallelJob {
   std::vector<int64_t> rank_memory_;
 };
 
+// Every rank's identity, in rank order (collective: every rank calls it at once). `serve` calls
+// it right after joining the job, so rank 0 can name the ranks while they load; MakeStepLeader
+// and FollowSteps call it again with the weight bytes.
+Result<std::vector<RankIdentity>> ExchangeRankIdentities(comm::Communicator& comm,
+                                                         uint64_t weight_bytes);
+
 // `inner` is rank 0's slice of the model; `comm` must outlive the returned model. A step that
 // takes longer than `step_timeout`, or fails, records a failure in `job` (made here when null)
 // and returns Cancelled; so does every later step.

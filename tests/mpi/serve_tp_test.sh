@@ -1,7 +1,8 @@
 #!/bin/bash
 # `serve --tp-size 2` end to end (ctest serve_tp_np2): started WITHOUT mpirun, so serve launches
 # `mpirun -np 2` itself; rank 0 serves and rank 1 follows its steps. Checks:
-#   1. greedy completions equal those of a --tp-size 1 server (same prompts, temperature 0);
+#   1. greedy completions equal those of a --tp-size 1 server (same prompts, temperature 0), and
+#      so do the routed tokens per expert in /metrics (--op-metrics), all experts counted;
 #   2. SIGTERM to the launcher ends every rank with status 0;
 #   3. a rank that hangs (SIGSTOP) with a request in flight: the request is answered 503 with an
 #      OpenAI error body, rank 0 names the stopped rank, and the job exits non-zero within
@@ -12,7 +13,9 @@
 #      keeps Open MPI's defaults (a rank that dies makes mpirun end the whole job: SIGCONT, then
 #      SIGTERM a second later, SIGKILL a second after that);
 #   6. the start-up self-check runs on every rank (/health lists them), and an op that is wrong
-#      on rank 1 only (the test hook) makes serve refuse to start naming the op and rank 1.
+#      on rank 1 only (the test hook) makes serve refuse to start naming the op and rank 1;
+#   7. a rank whose forward returns an error, or that hangs, during the self-check (test hooks):
+#      rank 0 ends the job with status 1 within --rank-timeout, naming rank 1, nothing left.
 # Usage: serve_tp_test.sh DEEPHARNESS MODEL_DIR. Exit 77 (skip) without mpirun or curl.
 set -u
 BIN=$1
@@ -71,8 +74,34 @@ descendants() {
   for k in $kids; do echo "$k"; descendants "$k"; done
 }
 
-start one --tp-size 1
-start two --tp-size 2
+start one --tp-size 1 --op-metrics
+start two --tp-size 2 --op-metrics
+# 1b. Routed tokens per expert (--op-metrics) under tensor parallelism: rank 0 serves /metrics, and
+# its counts must cover every expert, those rank 1 holds (--ep-size 2: experts 4-7) too. One greedy
+# request of P prompt and 8 generated tokens feeds P + 7 tokens through each MoE layer, each to
+# top_k experts; the counts equal one process's for the same request.
+conf() { grep -o "\"$1\": *[0-9]*" "$MODEL/config.json" | grep -o '[0-9]*$'; }
+TOPK=$(conf num_experts_per_tok); NEXP=$(conf n_routed_experts)
+MOE_LAYERS=$(($(conf num_hidden_layers) - $(conf first_k_dense_replace)))
+for name in one two; do
+  port=$(eval echo "\$PORT_$name")
+  curl -s --max-time 120 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt": "ROMEO:", "max_tokens": 8, "temperature": 0, "ignore_eos": true}' >"$TMP/$name.usage"
+  curl -s --max-time 30 "http://127.0.0.1:$port/metrics" | grep '^[a-z:_]*moe_routed_tokens_total{' |
+    sed 's/^[a-z:_]*moe_routed/moe_routed/' >"$TMP/$name.routed"
+done
+P=$(grep -o '"prompt_tokens":[0-9]*' "$TMP/two.usage" | grep -o '[0-9]*$')
+[ -n "$P" ] || fail "no usage in the tp 2 reply: $(cat "$TMP/two.usage")"
+want=$(((P + 7) * TOPK * MOE_LAYERS))
+[ "$(wc -l <"$TMP/two.routed")" = $((NEXP * MOE_LAYERS)) ] ||
+  fail "tp 2 /metrics has $(wc -l <"$TMP/two.routed") moe_routed_tokens_total series, expected $NEXP x $MOE_LAYERS"
+got=$(awk '{s += $2} END {print s}' "$TMP/two.routed")
+[ "$got" = "$want" ] || fail "tp 2 routed $got tokens in all, expected ($P + 7) x $TOPK x $MOE_LAYERS = $want"
+upper=$(awk -v n="$NEXP" -F'[",} ]+' '$4 >= n / 2 {s += $NF} END {print s + 0}' "$TMP/two.routed")
+[ "$upper" -gt 0 ] || fail "tp 2 counted no token for rank 1's experts (the test cannot tell)"
+cmp -s "$TMP/one.routed" "$TMP/two.routed" ||
+  fail "routed tokens per expert differ, tp 1 vs tp 2: $(diff "$TMP/one.routed" "$TMP/two.routed" | tr '\n' ' ')"
+echo "ok: tp 2 routed tokens per expert equal tp 1's: $got = ($P + 7) x $TOPK x $MOE_LAYERS, $upper to rank 1's experts"
 for prompt in "ROMEO:" "JULIET: O" "To be, or not"; do
   a=$(complete "$PORT_one" "$prompt")
   b=$(complete "$PORT_two" "$prompt")
@@ -200,4 +229,35 @@ for hook in MatMul@1 Attention@1; do
   [ "$(grep -c '^error:' "$TMP/refused.log")" = 1 ] || fail "a wrong $op on rank 1: not one error line"
   grep -q "ready on" "$TMP/refused.log" && fail "a wrong $op on rank 1: the server became ready"
   echo "ok: a wrong $op on rank 1 refused with status 2: $(grep -o '^error: self-check on rank 1 (pid [0-9]*): [A-Za-z]* differs' "$TMP/refused.log")"
+done
+
+# 7. A rank that breaks down during the start-up self-check (the test hooks, docs/parallel.md):
+# its forward returns an error (it leaves the collective sequence, so rank 0 would wait in a
+# collective for ever), or it hangs (SIGSTOP). Rank 0's start-up watch must end the job with
+# status 1 within --rank-timeout plus a margin, naming rank 1, never ready, nothing left behind.
+MARK="tp-startup-$$"
+for hook in ERROR=MatMul@1 STALL=MatMul@1; do
+  start_s=$SECONDS
+  env "DEEPHARNESS_TEST_SELF_CHECK_$hook" timeout 120 "$BIN" serve --model-path "$MODEL" \
+    --port 0 --threads 1 --num-kv-blocks 64 -q --tp-size 2 --rank-timeout 3 \
+    --served-model-name "$MARK" >"$TMP/broken.log" 2>&1
+  status=$?
+  took=$((SECONDS - start_s))
+  [ "$status" = 1 ] || fail "$hook: serve exited with $status, expected 1"
+  [ "$took" -le 45 ] || fail "$hook: serve took $took s to end (load + --rank-timeout 3 + margin)"
+  grep -q "ready on" "$TMP/broken.log" && fail "$hook: the server became ready"
+  if [ "${hook%%=*}" = ERROR ]; then
+    pid=$(grep -o '^error: self-check on rank 1 (pid [0-9]*): MatMul at forward step 1 failed' \
+          "$TMP/broken.log" | grep -o 'pid [0-9]*' | grep -o '[0-9]*')
+    [ -n "$pid" ] || fail "$hook: rank 1 did not report its error"
+    want="a rank exited; rank 1 (pid $pid) has exited"
+  else
+    want="a collective did not finish within 3 s; rank 1 (pid [0-9]*) is stopped"
+  fi
+  grep -q "^error: tensor-parallel start-up (the self-check): $want" "$TMP/broken.log" ||
+    fail "$hook: rank 0 did not say: $want"
+  [ "$(grep -c '^error: tensor-parallel' "$TMP/broken.log")" = 1 ] || fail "$hook: not one line from rank 0"
+  for _ in $(seq 1 40); do pgrep -f -- "$MARK" >/dev/null || break; sleep 0.5; done
+  pgrep -f -- "$MARK" >/dev/null && fail "$hook: processes left behind: $(pgrep -f -- "$MARK" | tr '\n' ' ')"
+  echo "ok: $hook during the self-check: status 1 in $took s: $(grep -o '^error: tensor-parallel.*' "$TMP/broken.log")"
 done

@@ -146,6 +146,13 @@ Result<std::unique_ptr<Communicator>> MakeMpiCommunicator() {
   MPI_Initialized(&initialized);
   bool owns = false;
   if (!initialized) {
+    // A rank waiting in a collective gives its core away when nothing arrives (Open MPI polls
+    // otherwise): ranks share their cores with their own worker threads, rank 0's engine and
+    // HTTP threads and whatever else runs on the host, and a polling rank starves the rank it
+    // waits for. Measured on 2 shared cores: tp 2 decode about twice as fast; with the cores to
+    // themselves the difference was within the run-to-run spread (bench/README.md).
+    // `--mca mpi_yield_when_idle 0` (or the variable in the environment) keeps the polling.
+    ::setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
     int provided = 0;
     const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) return MpiError("init", rc);
