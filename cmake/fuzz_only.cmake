@@ -13,6 +13,20 @@ add_library(dh_fuzz_server STATIC src/server/request_body.cc src/server/openai_r
 target_include_directories(dh_fuzz_server PUBLIC ${CMAKE_SOURCE_DIR}/src)
 target_link_libraries(dh_fuzz_server PUBLIC dh_io nlohmann_json::nlohmann_json)
 
+if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  # Any other compiler (GCC: no libFuzzer): the corpus replayer over the same layers and the
+  # thread-pool tests, for the sanitizer subset CI runs (scripts/sanitize_subset.sh).
+  file(GLOB fuzz_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/fuzz/*.cc)
+  add_executable(fuzz_replay ${fuzz_srcs})
+  target_include_directories(fuzz_replay PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+  target_compile_definitions(fuzz_replay PRIVATE DH_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  target_link_libraries(fuzz_replay PRIVATE dh_fuzz_server dh_weights dh_grammar dh_tokenizer
+                        dh_chat dh_io)
+  add_executable(san_thread_pool_tests ${CMAKE_SOURCE_DIR}/tests/unit/base/thread_pool_test.cc)
+  target_link_libraries(san_thread_pool_tests PRIVATE dh_base GTest::gtest GTest::gtest_main)
+  return()
+endif()
+
 file(GLOB fuzz_target_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/fuzz/*_fuzz.cc)
 add_custom_target(fuzz_all)
 foreach(src ${fuzz_target_srcs})
