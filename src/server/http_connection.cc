@@ -23,12 +23,17 @@ using Clock = std::chrono::steady_clock;
 
 thread_local Connection* current_connection = nullptr;
 
-// Waits until `fd` has `events` or `deadline` passes; false on timeout, on the stop fd and on
-// errors. POLLHUP/POLLERR count as ready (the next read/write reports them).
-bool WaitFd(int fd, short events, int stop_fd, Clock::time_point deadline) {
+// Waits until `fd` has `events` or `deadline` passes; false on timeout (then *timed_out is set),
+// on the stop fd and on errors. POLLHUP/POLLERR count as ready (the next read/write reports
+// them).
+bool WaitFd(int fd, short events, int stop_fd, Clock::time_point deadline,
+            bool* timed_out = nullptr) {
   while (true) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return false;
+    if (left.count() <= 0) {
+      if (timed_out) *timed_out = true;
+      return false;
+    }
     pollfd fds[2] = {{fd, events, 0}, {stop_fd, POLLIN, 0}};
     const int wait_ms = static_cast<int>(std::min<int64_t>(left.count(), 1 << 30));
     const int n = ::poll(fds, stop_fd >= 0 ? 2 : 1, wait_ms);
@@ -99,10 +104,10 @@ class ConnectionStream : public httplib::Stream {
     if (conn_.buffer_pos_ >= conn_.buffer_.size()) {
       conn_.buffer_.clear();
       conn_.buffer_pos_ = 0;
-      if (!WaitFd(conn_.fd_, POLLIN, conn_.stop_fd_, ReadDeadline())) {
+      bool timed_out = false;
+      if (!WaitFd(conn_.fd_, POLLIN, conn_.stop_fd_, ReadDeadline(), &timed_out)) {
         conn_.read_failed_ = true;
-        if (!conn_.headers_done_ && Clock::now() >= conn_.header_deadline_)
-          conn_.header_timed_out_ = true;
+        if (timed_out && !conn_.headers_done_) conn_.header_timed_out_ = true;
         return -1;
       }
       char chunk[16384];
