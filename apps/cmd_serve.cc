@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -66,6 +67,9 @@ struct ServeArgs {
   std::vector<std::string> allowed_origins;
   std::vector<std::string> allowed_hosts;
   int max_connections = 4096;
+  int read_timeout = 30;        // --read-timeout: seconds for the header block, and per body read
+  int write_timeout = 60;       // --write-timeout: seconds one write may take (unread streams)
+  int keep_alive_timeout = 30;  // --keep-alive-timeout: idle seconds between requests
   uint64_t kv_cache_bytes = 0;  // parsed --kv-cache-memory
   bool no_memory_check = false;
   int rank_timeout = 30;  // --rank-timeout: seconds a tensor-parallel step may take
@@ -103,6 +107,12 @@ Status ValidateArgs(ServeArgs& a) {
   if (a.max_queued < 1) return InvalidArgument("--max-num-queued-reqs: expected >= 1, got {}", a.max_queued);
   if (a.max_connections < 1)
     return InvalidArgument("--max-connections: expected >= 1, got {}", a.max_connections);
+  for (const auto& [flag, value] : {std::pair<const char*, int>{"--read-timeout", a.read_timeout},
+                                     {"--write-timeout", a.write_timeout},
+                                     {"--keep-alive-timeout", a.keep_alive_timeout}}) {
+    if (value < 1 || value > 86400)
+      return InvalidArgument("{}: expected 1-86400 seconds, got {}", flag, value);
+  }
   if (!a.kv_cache_memory.empty()) {
     auto bytes = ParseKvCacheMemory(a.kv_cache_memory);
     if (!bytes.ok()) return bytes.status();
@@ -217,6 +227,9 @@ int RunServe(ServeArgs& a) {
   so.allowed_origins = a.allowed_origins;
   so.allowed_hosts = a.allowed_hosts;
   so.max_connections = a.max_connections;
+  so.read_timeout = std::chrono::seconds(a.read_timeout);
+  so.write_timeout = std::chrono::seconds(a.write_timeout);
+  so.keep_alive_timeout = std::chrono::seconds(a.keep_alive_timeout);
   so.http_threads = a.http_threads > 0 ? a.http_threads : std::max(64, 2 * a.max_num_seqs + 16);
   server::OpenAIServer http(so);
   if (Status st = http.Bind(); !st.ok()) return ReportError(st);  // exit 2: e.g. port in use
@@ -526,6 +539,15 @@ std::function<int()> SetupServe(CLI::App* sub) {
                 "moe_routed_tokens_total{layer,expert} (docs/observability.md)");
   sub->add_option("--max-connections", a->max_connections,
                   "Open connections at most; more get 503 and are closed (default 4096)");
+  sub->add_option("--read-timeout", a->read_timeout,
+                  "Seconds a request's whole header block may take (a client that misses it gets "
+                  "408 and is disconnected), and each read of its body (default 30)");
+  sub->add_option("--write-timeout", a->write_timeout,
+                  "Seconds one write to a client may take; a client that stops reading (e.g. an "
+                  "unread stream) is disconnected and its generation cancelled (default 60)");
+  sub->add_option("--keep-alive-timeout", a->keep_alive_timeout,
+                  "Seconds an idle keep-alive connection stays open between requests "
+                  "(default 30)");
   return [a]() -> int {
     const int code = RunServe(*a);
     ReportLeaderExit(code);  // rank 0 under serve's own mpirun (serve_parallel.h)

@@ -2,16 +2,29 @@
 """Idle keep-alive and slow-client abuse against a running `deepharness serve` (issue 20).
 
 Opens N keep-alive connections (each does one GET /health and then stays idle, as an SDK's
-connection pool does), optionally M "slow" clients that trickle header bytes (one a second) and
-S that start a stream and never read it (small receive buffer, large events: the server's
-writes block), then measures GET /health latency on fresh connections and sends completions
-while all of those are open. Afterwards it checks that idle connections still answer, and
-waits --slow-wait seconds for the server to drop the slow clients (its read timeout). Prints
-p50/p99/max of /health, completion latencies, the server's threads and RSS (--pid), and exits
-1 when a check fails: /health p99 >= --p99-limit-ms, a failed probe or completion, an idle
-connection that no longer answers, or an unread stream that was not accepted with 200.
+connection pool does; opened in batches of 100 so opening takes seconds, not minutes), M "slow"
+clients that trickle header bytes (one a second) and S streams that are never read (a 4 KiB
+receive buffer and ~370 KB of events each, more than the server's 256 KiB send buffer: the
+server's writes block), then measures GET /health latency on fresh connections and sends
+completions while all of those are open. Then it checks:
 
-  python3 bench/abuse_idle.py --port 8000 --idle 2000 --slow 50 --unread-streams 8 --probes 200
+* idle connections still answer — only those idle for less than the server's keep-alive timeout
+  (--server-keep-alive, what `serve --keep-alive-timeout` was given); older ones are closed by
+  design. When none is young enough the check fails as "not meaningful" (run the server with a
+  longer --keep-alive-timeout);
+* every slow client was answered 408 and closed within --slow-wait seconds of its first byte
+  (default: --server-read-timeout + 10), seen by reading the socket, not by a failing send;
+* every unread stream was cut by the server (EOF without `data: [DONE]`) once
+  --server-write-timeout has passed.
+
+Prints p50/p99/max of /health, each completion's latency with the engine queue (running/waiting
+from /metrics) when the first was sent, the server's threads and RSS (--pid), and exits 1 when
+a check fails: /health p99 >= --p99-limit-ms, a failed probe or completion, an idle connection
+that no longer answers, a slow client not closed, an unread stream not accepted or not cut.
+
+  deepharness serve --port 8000 --max-num-seqs 16 --keep-alive-timeout 300 --write-timeout 10 &
+  python3 bench/abuse_idle.py --port 8000 --idle 2000 --slow 50 --unread-streams 8 --probes 200 \
+      --server-keep-alive 300 --server-write-timeout 10
 
 Standard library only. Raises its own open-file limit to the hard limit; that must allow
 N + M + S sockets (ulimit -Hn), and the server's likewise.
@@ -19,6 +32,7 @@ N + M + S sockets (ulimit -Hn), and the server's likewise.
 import argparse
 import json
 import resource
+import select
 import socket
 import statistics
 import sys
@@ -26,10 +40,27 @@ import threading
 import time
 
 
-def connect(host, port):
-    s = socket.create_connection((host, port), timeout=30)
+def connect(host, port, timeout=30):
+    s = socket.create_connection((host, port), timeout=timeout)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
+
+
+def engine_queue(host, port):
+    """(running, waiting) from /metrics, or None."""
+    try:
+        s = connect(host, port, timeout=10)
+        status, body = request(s, "GET", "/metrics")
+        s.close()
+    except OSError:
+        return None
+    running = waiting = None
+    for line in body.decode("utf-8", "replace").splitlines():
+        if ":num_requests_running{" in line:
+            running = float(line.split()[-1])
+        elif ":num_requests_waiting{" in line:
+            waiting = float(line.split()[-1])
+    return running, waiting
 
 
 def read_response(s):
@@ -96,41 +127,83 @@ def main():
     ap.add_argument("--probes", type=int, default=200)
     ap.add_argument("--completions", type=int, default=8)
     ap.add_argument("--p99-limit-ms", type=float, default=100.0)
-    ap.add_argument("--slow-wait", type=float, default=0,
-                    help="seconds to wait at the end for the server to close the slow clients")
+    ap.add_argument("--slow-wait", type=float, default=None,
+                    help="seconds after its first byte by which every slow client must have been "
+                         "answered 408 and closed (default: --server-read-timeout + 10)")
+    ap.add_argument("--server-keep-alive", type=float, default=30,
+                    help="the server's --keep-alive-timeout (default 30)")
+    ap.add_argument("--server-read-timeout", type=float, default=30,
+                    help="the server's --read-timeout (default 30)")
+    ap.add_argument("--server-write-timeout", type=float, default=60,
+                    help="the server's --write-timeout (default 60)")
+    ap.add_argument("--completion-timeout", type=float, default=120,
+                    help="client timeout of each completion (default 120 s)")
     a = ap.parse_args()
+    if a.slow_wait is None:
+        a.slow_wait = a.server_read_timeout + 10
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     failed = []
 
+    # Idle connections, in batches: connect, send every request, then read every answer (one
+    # connection at a time took 30 ms each on a loaded machine: 2,000 needed 60 s, longer than
+    # the keep-alive timeout, and the idle check said nothing).
     t0 = time.time()
-    idle = []
-    for i in range(a.idle):
-        s = connect(a.host, a.port)
-        status, _ = request(s, "GET", "/health")
-        if status != 200:
-            raise SystemExit(f"idle connection {i}: /health {status}")
-        idle.append(s)
-    print(f"opened {len(idle)} idle keep-alive connections in {time.time() - t0:.1f} s")
+    idle = []      # sockets
+    last_use = []  # time of each one's last answer
+    for start in range(0, a.idle, 100):
+        batch = [connect(a.host, a.port) for _ in range(min(100, a.idle - start))]
+        req = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        for s in batch:
+            s.sendall(req)
+        for i, s in enumerate(batch):
+            status, _ = read_response(s)
+            if status != 200:
+                raise SystemExit(f"idle connection {start + i}: /health {status}")
+            idle.append(s)
+            last_use.append(time.time())
+    open_s = time.time() - t0
+    print(f"opened {len(idle)} idle keep-alive connections in {open_s:.1f} s "
+          f"(server keep-alive {a.server_keep_alive:.0f} s)")
 
     stop = threading.Event()
     slow = []
-    slow_closed = {}  # index -> seconds after the first header byte
-    slow_t0 = time.time()
+    slow_first = []     # time of each one's first byte
+    slow_closed = {}    # index -> seconds from its first byte to the server's close
+    slow_status = {}    # index -> status line the server sent before closing
     for _ in range(a.slow):
         s = connect(a.host, a.port)
-        s.sendall(b"GET /health HTTP/1.1\r\n")
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         slow.append(s)
+        slow_first.append(time.time())
 
     def trickle():
+        got = {}
         while not stop.is_set():
+            # poll, not select: these descriptors are above select's 1024 limit.
+            poller = select.poll()
+            for i, s in enumerate(slow):
+                if i not in slow_closed:
+                    poller.register(s, select.POLLIN)
+            readable = {fd for fd, _ in poller.poll(0)}
             for i, s in enumerate(slow):
                 if i in slow_closed:
+                    continue
+                if s.fileno() in readable:
+                    try:
+                        data = s.recv(65536)
+                    except OSError:
+                        data = b""
+                    if data:
+                        got[i] = got.get(i, b"") + data
+                        continue
+                    slow_closed[i] = time.time() - slow_first[i]
+                    slow_status[i] = got.get(i, b"").split(b"\r\n", 1)[0].decode("latin-1")
                     continue
                 try:
                     s.sendall(b"X")
                 except OSError:
-                    slow_closed[i] = time.time() - slow_t0
+                    pass  # the close shows up as EOF or a reset on the next recv
             stop.wait(1.0)
 
     threading.Thread(target=trickle, daemon=True).start()
@@ -139,11 +212,14 @@ def main():
     model = models["data"][0]["id"]
     unread = []
     unread_ok = 0
+    unread_t0 = time.time()
     for _ in range(a.unread_streams):
-        s = connect(a.host, a.port)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        # n=4 with 5 logprobs per token: hundreds of KB of events, more than both socket
-        # buffers hold, so the server's writes block.
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: small window
+        s.settimeout(30)
+        s.connect((a.host, a.port))
+        # n=4 with 5 logprobs per token: ~370 KB of events, more than both socket buffers
+        # hold (the server's is 256 KiB), so the server's writes block.
         body = json.dumps({"model": model, "prompt": "a", "max_tokens": a.unread_max_tokens,
                            "n": 4, "stream": True, "ignore_eos": True,
                            "logprobs": 5}).encode()
@@ -187,10 +263,11 @@ def main():
 
     ok = 0
     clat = []
+    queue = engine_queue(a.host, a.port)
     for _ in range(a.completions):
         t = time.perf_counter()
         try:
-            s = connect(a.host, a.port)
+            s = connect(a.host, a.port, timeout=a.completion_timeout)
             status, body = request(s, "POST", "/v1/completions",
                                    {"model": model, "prompt": "ROMEO:", "max_tokens": 16})
             s.close()
@@ -198,30 +275,68 @@ def main():
         except OSError:
             pass
         clat.append((time.perf_counter() - t) * 1000)
-    clat.sort()
     print(f"completions (16 tokens) while the above are open: {ok}/{a.completions} ok, "
-          f"p50 {statistics.median(clat):.1f} ms, max {clat[-1]:.1f} ms")
+          f"in order: {', '.join(f'{x:.0f}' for x in clat)} ms; engine when the first was sent: "
+          + (f"{queue[0]:.0f} running, {queue[1]:.0f} waiting" if queue else "unknown"))
     if ok != a.completions:
         failed.append("completion failures")
-    # The idle connections are still usable (a sample of them spread over the whole set).
-    sample = idle[:: max(1, len(idle) // 20)]
+    # The idle connections are still usable: a sample spread over the whole set, of those idle
+    # for less than the keep-alive timeout (minus 2 s of margin).
+    now = time.time()
+    young = [i for i in range(len(idle)) if now - last_use[i] < a.server_keep_alive - 2]
+    sample = young[:: max(1, len(young) // 20)]
     alive = 0
-    for s in sample:
+    for i in sample:
         try:
-            alive += request(s, "GET", "/health")[0] == 200
+            alive += request(idle[i], "GET", "/health")[0] == 200
         except OSError:
             pass
-    print(f"idle connections still answering: {alive}/{len(sample)} sampled")
-    if alive != len(sample):
+    print(f"idle connections still answering: {alive}/{len(sample)} sampled of {len(young)} "
+          f"idle for less than the keep-alive timeout ({now - last_use[-1]:.0f}-"
+          f"{now - last_use[0]:.0f} s idle)" if idle else "no idle connections")
+    if idle and not sample:
+        failed.append("idle check not meaningful: every idle connection is older than the "
+                      "keep-alive timeout (run the server with a longer --keep-alive-timeout)")
+    elif alive != len(sample):
         failed.append("idle connections dropped")
-    if a.slow and a.slow_wait > 0:
-        end = slow_t0 + a.slow_wait
+    if a.slow:
+        end = min(slow_first) + a.slow_wait
         while time.time() < end and len(slow_closed) < len(slow):
             time.sleep(0.5)
         times = sorted(slow_closed.values())
+        statuses = {}
+        for v in slow_status.values():
+            statuses[v or "(nothing)"] = statuses.get(v or "(nothing)", 0) + 1
         print(f"slow clients closed by the server: {len(times)}/{len(slow)} within "
               f"{a.slow_wait:.0f} s of their first byte" +
-              (f" (first {times[0]:.1f} s, last {times[-1]:.1f} s)" if times else ""))
+              (f" (first {times[0]:.1f} s, last {times[-1]:.1f} s; answers: {statuses})"
+               if times else ""))
+        if len(times) != len(slow) or times[-1] > a.slow_wait:
+            failed.append("slow clients not closed")
+    if unread:
+        # Past the write timeout, each unread stream must have been cut: what the buffers hold,
+        # then EOF, and no [DONE].
+        wait = unread_t0 + a.server_write_timeout + 5 - time.time()
+        if wait > 0:
+            time.sleep(wait)
+        cut = 0
+        for s in unread:
+            got = b""
+            eof = False
+            s.settimeout(10)
+            try:
+                while True:
+                    data = s.recv(65536)
+                    if not data:
+                        eof = True
+                        break
+                    got += data
+            except OSError:
+                pass
+            cut += eof and b"[DONE]" not in got
+        print(f"unread streams cut by the server after its write timeout: {cut}/{len(unread)}")
+        if cut != len(unread):
+            failed.append("unread streams not cut")
     st = proc_status(a.pid) if a.pid else {}
     if st:
         print(f"server at the end: {st.get('Threads')} threads, "

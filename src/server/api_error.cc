@@ -43,6 +43,12 @@ ApiError PayloadTooLarge(size_t limit) {
               "Request body exceeds the limit of " + std::to_string(limit) + " bytes",
               "request_too_large");
 }
+ApiError RequestTimeout(int64_t seconds) {
+  return Make(408, kInvalid,
+              "Request headers not received within the read timeout (" + std::to_string(seconds) +
+                  " s); closing the connection",
+              "request_timeout");
+}
 ApiError Overloaded() {
   return Make(503, kServer, "The server is overloaded (request queue full); retry later",
               "server_overloaded");

@@ -2,6 +2,7 @@
 // status. Messages are fixed text plus validated field names; they never echo request bodies.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -26,6 +27,8 @@ ApiError Unauthorized();
 ApiError NotFoundRoute();
 ApiError MethodNotAllowed();
 ApiError PayloadTooLarge(size_t limit);
+// 408 request_timeout: the header block did not arrive within `seconds` (the connection closes).
+ApiError RequestTimeout(int64_t seconds);
 ApiError Overloaded();      // 503 server_overloaded (send Retry-After)
 ApiError ShuttingDown();    // 503 server_shutting_down
 ApiError NotReady();        // 503 while loading

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <system_error>
 
+#include "server/api_error.h"
+
 namespace dh::server {
 
 namespace {
@@ -21,12 +23,17 @@ using Clock = std::chrono::steady_clock;
 
 thread_local Connection* current_connection = nullptr;
 
-// Waits until `fd` has `events` or `deadline` passes; false on timeout, on the stop fd and on
-// errors. POLLHUP/POLLERR count as ready (the next read/write reports them).
-bool WaitFd(int fd, short events, int stop_fd, Clock::time_point deadline) {
+// Waits until `fd` has `events` or `deadline` passes; false on timeout (then *timed_out is set),
+// on the stop fd and on errors. POLLHUP/POLLERR count as ready (the next read/write reports
+// them).
+bool WaitFd(int fd, short events, int stop_fd, Clock::time_point deadline,
+            bool* timed_out = nullptr) {
   while (true) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return false;
+    if (left.count() <= 0) {
+      if (timed_out) *timed_out = true;
+      return false;
+    }
     pollfd fds[2] = {{fd, events, 0}, {stop_fd, POLLIN, 0}};
     const int wait_ms = static_cast<int>(std::min<int64_t>(left.count(), 1 << 30));
     const int n = ::poll(fds, stop_fd >= 0 ? 2 : 1, wait_ms);
@@ -54,6 +61,20 @@ std::string SockAddrIp(const sockaddr_storage& addr, int* port) {
   return text;
 }
 
+// After an error answer (413, 408) to a client that may still be sending: stop sending, then
+// read and drop what arrives for a moment, so the client sees the answer instead of a reset.
+void LingerClose(int sock, int stop_fd) {
+  ::shutdown(sock, SHUT_WR);
+  const auto until = Clock::now() + std::chrono::seconds(1);
+  char sink[16384];
+  size_t dropped = 0;
+  while (dropped < (16u << 20) && WaitFd(sock, POLLIN, stop_fd, until)) {
+    const ssize_t n = ::recv(sock, sink, sizeof(sink), 0);
+    if (n <= 0) break;
+    dropped += static_cast<size_t>(n);
+  }
+}
+
 }  // namespace
 
 // httplib's parser and writer go through this; reads are buffered per connection (pipelined
@@ -67,9 +88,15 @@ class ConnectionStream : public httplib::Stream {
     if (conn_.buffer_pos_ < conn_.buffer_.size()) return true;
     return WaitFd(conn_.fd_, POLLIN, conn_.stop_fd_, ReadDeadline());
   }
+  // Whether the connection can still take a response: not stopped, the peer not gone. It does
+  // not wait for buffer space (write() does, within the write timeout): SSE jobs call it between
+  // engine polls, and a full buffer must not block them there.
   bool is_writable() const override {
-    return WaitFd(conn_.fd_, POLLOUT, conn_.stop_fd_, Clock::now() + limits_.write_timeout) &&
-           !conn_.ClientGone();
+    if (conn_.stop_fd_ >= 0) {
+      pollfd p{conn_.stop_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 0) > 0 && (p.revents & POLLIN)) return false;
+    }
+    return !conn_.ClientGone();
   }
 
   ssize_t read(char* ptr, size_t size) override {
@@ -77,13 +104,21 @@ class ConnectionStream : public httplib::Stream {
     if (conn_.buffer_pos_ >= conn_.buffer_.size()) {
       conn_.buffer_.clear();
       conn_.buffer_pos_ = 0;
-      if (!WaitFd(conn_.fd_, POLLIN, conn_.stop_fd_, ReadDeadline())) return -1;
+      bool timed_out = false;
+      if (!WaitFd(conn_.fd_, POLLIN, conn_.stop_fd_, ReadDeadline(), &timed_out)) {
+        conn_.read_failed_ = true;
+        if (timed_out && !conn_.headers_done_) conn_.header_timed_out_ = true;
+        return -1;
+      }
       char chunk[16384];
       ssize_t n;
       do {
         n = ::recv(conn_.fd_, chunk, sizeof(chunk), 0);
       } while (n < 0 && errno == EINTR);
-      if (n <= 0) return n;
+      if (n <= 0) {
+        conn_.read_failed_ = true;
+        return n;
+      }
       conn_.buffer_.assign(chunk, static_cast<size_t>(n));
     }
     size_t n = std::min(size, conn_.buffer_.size() - conn_.buffer_pos_);
@@ -99,14 +134,24 @@ class ConnectionStream : public httplib::Stream {
     return static_cast<ssize_t>(n);
   }
 
+  // All of `size` within one write timeout, or -1. Non-blocking sends: a blocking send() waits
+  // for the whole buffer under SO_SNDTIMEO, and every partial send restarted the wait, so a
+  // client that stopped reading held its thread (and its stream's engine requests) for several
+  // write timeouts.
   ssize_t write(const char* ptr, size_t size) override {
-    if (!WaitFd(conn_.fd_, POLLOUT, conn_.stop_fd_, Clock::now() + limits_.write_timeout))
-      return -1;
-    ssize_t n;
-    do {
-      n = ::send(conn_.fd_, ptr, size, MSG_NOSIGNAL);
-    } while (n < 0 && errno == EINTR);
-    return n;
+    const auto deadline = Clock::now() + limits_.write_timeout;
+    size_t sent = 0;
+    while (sent < size) {
+      if (!WaitFd(conn_.fd_, POLLOUT, conn_.stop_fd_, deadline)) return -1;
+      const ssize_t n = ::send(conn_.fd_, ptr + sent, size - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+        return -1;
+      }
+      sent += static_cast<size_t>(n);
+    }
+    conn_.written_ += size;
+    return static_cast<ssize_t>(size);
   }
 
   void get_remote_ip_and_port(std::string& ip, int& port) const override {
@@ -141,6 +186,9 @@ void Connection::BeginRequest(std::chrono::milliseconds header_budget) {
   body_limit_ = false;
   body_left_ = 0;
   body_too_large_ = false;
+  header_timed_out_ = false;
+  read_failed_ = false;
+  written_ = 0;
 }
 
 bool Connection::ClientGone() const {
@@ -266,6 +314,10 @@ bool ConnectionServer::process_and_close_socket(int sock) {
     return false;
   }
 
+  if (limits_.send_buffer_bytes > 0) {
+    const int bytes = limits_.send_buffer_bytes;
+    setsockopt(sock, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+  }
   Connection conn(sock, stop_fd_);
   ConnectionStream stream(conn, limits_);
   current_connection = &conn;
@@ -281,21 +333,30 @@ bool ConnectionServer::process_and_close_socket(int sock) {
     const bool last = served + 1 == limits_.max_requests_per_connection || stopping_.load();
     bool closed = false;
     ok = process_request(stream, last, closed, nullptr);
-    if (conn.body_too_large()) {
-      // Stop sending, then read and drop what the client is still sending for a moment, so
-      // it sees the 413 instead of a reset.
-      ::shutdown(sock, SHUT_WR);
-      const auto until = Clock::now() + std::chrono::seconds(1);
-      char sink[16384];
-      size_t dropped = 0;
-      while (dropped < (16u << 20) && WaitFd(sock, POLLIN, stop_fd_, until)) {
-        const ssize_t n = ::recv(sock, sink, sizeof(sink), 0);
-        if (n <= 0) break;
-        dropped += static_cast<size_t>(n);
+    if (conn.header_timed_out()) {
+      // The header deadline is per connection, not renewable: answering 400 and waiting for
+      // the next request let a trickling client start over with a fresh deadline. httplib
+      // answered (through the error handler: 408) when the request line was complete; when it
+      // was not, nothing was sent yet.
+      if (conn.written_ == 0) {
+        static const std::string kBody = ErrorBody(RequestTimeout(
+            std::chrono::duration_cast<std::chrono::seconds>(limits_.read_timeout).count()));
+        static const std::string kTimeout =
+            "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+            "Connection: close\r\nContent-Length: " +
+            std::to_string(kBody.size()) + "\r\n\r\n" + kBody;
+        [[maybe_unused]] ssize_t n =
+            ::send(sock, kTimeout.data(), kTimeout.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       }
+      LingerClose(sock, stop_fd_);
       break;
     }
-    if (!ok || closed) break;
+    if (conn.body_too_large()) {
+      LingerClose(sock, stop_fd_);
+      break;
+    }
+    // A failed read leaves the request stream at an unknown position: no keep-alive after it.
+    if (!ok || closed || conn.read_failed_) break;
   }
   current_connection = nullptr;
   return ok;

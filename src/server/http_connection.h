@@ -6,8 +6,10 @@
 //
 // * ConnectionServer overrides httplib::Server::process_and_close_socket (virtual) with its own
 //   keep-alive loop: idle waits are a poll() on the socket and a stop eventfd, so Stop() ends
-//   every idle connection at once; reads have a per-request header deadline (slow headers) and
-//   a body cap that also covers chunked bodies.
+//   every idle connection at once; reads have a per-request header deadline (slow headers: a
+//   client that misses it gets 408 and the connection is closed, so trickling cannot buy a new
+//   deadline) and a body cap that also covers chunked bodies; one write must complete within
+//   the write timeout (a client that stops reading is dropped, which cancels its stream).
 // * ElasticTaskQueue keeps `core` threads and adds one thread per connection beyond that (up to
 //   `max_threads`), so idle keep-alive connections never block a new connection; threads beyond
 //   the core exit after a short idle period.
@@ -35,11 +37,15 @@
 namespace dh::server {
 
 struct ConnectionLimits {
-  std::chrono::milliseconds read_timeout{30000};   // one read, and the whole header block
-  std::chrono::milliseconds write_timeout{60000};  // one write
+  std::chrono::milliseconds read_timeout{30000};   // one body read, and the whole header block
+  std::chrono::milliseconds write_timeout{60000};  // one write, however many send() calls
   std::chrono::milliseconds keep_alive_timeout{5000};  // idle time between requests
   int max_requests_per_connection = 1000;
   int max_connections = 4096;  // open at once; more get 503 + close
+  // SO_SNDBUF of every connection (the kernel doubles it for its bookkeeping). Fixed instead of
+  // autotuned (up to net.ipv4.tcp_wmem's 4 MiB): what a client that stops reading can make the
+  // server hold is this, and its stream then blocks and is dropped after the write timeout.
+  int send_buffer_bytes = 256 << 10;
 };
 
 // State of one accepted connection, owned by the thread that serves it.
@@ -59,6 +65,9 @@ class Connection {
   void MarkHeadersDone() { headers_done_ = true; }
   // True when the peer has closed (or reset) its side; data waiting to be read is not a close.
   bool ClientGone() const;
+  // The current request's header block did not arrive within the read timeout (answered 408,
+  // then the connection is closed).
+  bool header_timed_out() const { return header_timed_out_; }
 
  private:
   friend class ConnectionServer;
@@ -74,6 +83,9 @@ class Connection {
   bool body_limit_ = false;
   size_t body_left_ = 0;
   bool body_too_large_ = false;
+  bool header_timed_out_ = false;
+  bool read_failed_ = false;  // a read of this request failed: the stream position is lost
+  size_t written_ = 0;        // bytes sent for the current request
 };
 
 // The Connection being served on this thread (nullptr outside a handler).

@@ -226,15 +226,22 @@ Status OpenAIServer::Bind() {
   // Errors raised by httplib itself (unknown route, body too large, bad request line) get
   // OpenAI bodies too; a known route with the wrong method is 405.
   const size_t max_body = options_.max_body_bytes;
-  http.set_error_handler([max_body](const httplib::Request& req, httplib::Response& res) {
+  const int64_t read_timeout_s = options_.read_timeout.count();
+  http.set_error_handler([max_body, read_timeout_s](const httplib::Request& req,
+                                                    httplib::Response& res) {
     if (!res.body.empty()) return;
     ApiError e;
-    if (res.status == 404) {
+    Connection* conn = CurrentConnection();
+    if (conn && conn->header_timed_out()) {
+      // httplib's 400 for headers cut short by the header deadline (slow client).
+      e = RequestTimeout(read_timeout_s);
+      res.set_header("Connection", "close");
+    } else if (res.status == 404) {
       const bool known = Contains(PostRoutes(), req.path) || Contains(GetRoutes(), req.path);
       e = known ? MethodNotAllowed() : NotFoundRoute();
     } else if (res.status == 413) {
       e = PayloadTooLarge(max_body);
-    } else if (Connection* conn = CurrentConnection(); conn && conn->body_too_large()) {
+    } else if (conn && conn->body_too_large()) {
       e = PayloadTooLarge(max_body);
       res.set_header("Connection", "close");
     } else {

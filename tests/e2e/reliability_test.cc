@@ -1,8 +1,8 @@
 // Regression tests for the server defects of issue 20 (found by a trial run): idle keep-alive
 // connections holding shutdown, a second server on a used port, chunked bodies past the size
 // limit, non-streaming requests outliving their client, /v1/models/{id}, optional 'model', CORS
-// and --allowed-hosts, sequential response ids, an oversized --kv-cache-memory, and idle
-// connections starving new ones.
+// and --allowed-hosts, sequential response ids, an oversized --kv-cache-memory, idle
+// connections starving new ones, and slow clients (trickled headers, streams never read).
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -32,8 +32,10 @@ using Clock = std::chrono::steady_clock;
 // A raw client socket (so a test controls keep-alive, chunking and disconnects).
 class RawConn {
  public:
-  explicit RawConn(int port) {
+  // `rcvbuf` > 0: a small receive buffer (set before connecting, so the window stays small).
+  explicit RawConn(int port, int rcvbuf = 0) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    if (rcvbuf > 0) setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -74,6 +76,21 @@ class RawConn {
     }
     return got;
   }
+  // Reads until the server closes the connection (true) or `timeout` passes (false).
+  bool ReadToEof(std::string* got, std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (true) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+      char buf[16384];
+      ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+      if (n <= 0) return true;
+      got->append(buf, static_cast<size_t>(n));
+    }
+  }
+  int fd() const { return fd_; }
   // One keep-alive GET; returns the response head + body read so far.
   std::string Get(const std::string& path, const std::string& extra_headers = "") {
     if (!Send("GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra_headers + "\r\n"))
@@ -270,6 +287,128 @@ TEST_F(ReliabilityTest, IdleKeepAliveConnectionsDoNotStarveNewOnes) {
   EXPECT_NE(idle.front()->Get("/health").find("\"ok\""), std::string::npos);
 }
 
+// Slow clients, with short --read-timeout/--write-timeout/--keep-alive-timeout so each case takes
+// seconds.
+class SlowClientTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess();
+    ASSERT_TRUE(server_->Start({"--read-timeout", "2", "--write-timeout", "2",
+                                "--keep-alive-timeout", "3", "--max-num-seqs", "16"}))
+        << server_->log();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(server_->Stop(), 0) << server_->log();
+    delete server_;
+  }
+  // Sends `first`, then one byte every 250 ms until the server answers and closes (or 15 s);
+  // returns what was received, and in `*closed_s` when the close came (-1: never).
+  static std::string Trickle(const std::string& first, double* closed_s) {
+    RawConn c(server_->port());
+    EXPECT_TRUE(c.ok());
+    const auto t0 = Clock::now();
+    EXPECT_TRUE(c.Send(first));
+    std::string got;
+    *closed_s = -1;
+    while (Clock::now() - t0 < 15s) {
+      pollfd p{c.fd(), POLLIN, 0};
+      if (poll(&p, 1, 250) > 0) {
+        char buf[4096];
+        const ssize_t n = recv(c.fd(), buf, sizeof(buf), 0);
+        if (n <= 0) {
+          *closed_s = std::chrono::duration<double>(Clock::now() - t0).count();
+          break;
+        }
+        got.append(buf, static_cast<size_t>(n));
+      } else {
+        c.Send("X");  // fails once the server has closed; the recv above then sees it
+      }
+    }
+    return got;
+  }
+  static ServerProcess* server_;
+};
+ServerProcess* SlowClientTest::server_ = nullptr;
+
+// A client trickling header bytes gets 408 and is disconnected at the header deadline (2 s
+// here). Before: a complete request line followed by trickled header bytes got a 400 at the
+// deadline and the connection stayed open, so the next trickled bytes started a new request
+// with a fresh deadline (the abuse script saw 0 of 50 such clients closed within 40 s).
+TEST_F(SlowClientTest, TrickledHeadersGet408AndClose) {
+  for (const std::string first : {"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n", "GET /hea"}) {
+    const char* what = first.size() > 8 ? "headers" : "a request line";
+    double closed_s = 0;
+    const std::string got = Trickle(first, &closed_s);
+    EXPECT_EQ(got.rfind("HTTP/1.1 408 ", 0), 0u) << first << "\n" << got;
+    EXPECT_NE(got.find("\"code\":\"request_timeout\""), std::string::npos) << got;
+    EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
+    std::printf("[ info ] trickled %s: 408 and closed after %.2f s (deadline 2 s)\n", what,
+                closed_s);
+    EXPECT_GE(closed_s, 1.9) << got;
+    EXPECT_LT(closed_s, 8.0) << "not closed soon after the header deadline\n" << got;
+  }
+  EXPECT_EQ(server_->Get("/health").status, 200);
+}
+
+// An idle keep-alive connection is closed after --keep-alive-timeout (3 s here).
+TEST_F(SlowClientTest, KeepAliveTimeoutFlag) {
+  RawConn c(server_->port());
+  ASSERT_TRUE(c.ok());
+  ASSERT_NE(c.Get("/health").find("\"ok\""), std::string::npos);
+  const auto t0 = Clock::now();
+  std::string rest;
+  EXPECT_TRUE(c.ReadToEof(&rest, 15s));
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_GT(s, 2.0);
+  EXPECT_LT(s, 10.0);
+}
+
+// A stream whose client never reads: its writes block once the socket buffers are full (the
+// server's send buffer is fixed at 256 KiB), and after --write-timeout (2 s here) the server
+// gives up, cancels the stream's engine requests (counted as aborted) and closes. Meanwhile
+// other requests are answered: nothing the engine or other connections wait for is held by the
+// blocked writer. Before: the send buffer autotuned up to 4 MiB and a blocked write waited for
+// up to three write timeouts (60 s each), so the stream below either fit in the buffers or
+// finished as soon as the client read.
+TEST_F(SlowClientTest, UnreadStreamIsDroppedAndDoesNotBlockOthers) {
+  const std::string model = ServedModel(*server_);
+  const auto aborted = [&] {
+    return MetricValue(server_->Metrics(), "request_success_total{model_name=\"" + model +
+                                               "\",engine=\"0\",finished_reason=\"abort\"}");
+  };
+  const double aborted_before = aborted();
+  RawConn unread(server_->port(), 4096);
+  ASSERT_TRUE(unread.ok());
+  // 16 choices x 200 tokens with 5 logprobs each: about 1.5 MB of events.
+  const std::string body = Json{{"prompt", {"a", "b", "c", "d"}}, {"n", 4}, {"max_tokens", 200},
+                                {"ignore_eos", true}, {"logprobs", 5}, {"stream", true}}.dump();
+  ASSERT_TRUE(unread.Send("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                          "application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                          "\r\n\r\n" + body));
+  const auto t0 = Clock::now();
+  // Served while the unread stream is open (it is queued behind that stream's 16 sequences at
+  // most, a second or two of generation here).
+  HttpResult r = server_->PostJson("/v1/completions", {{"prompt", "hi"}, {"max_tokens", 4}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(server_->Get("/health").status, 200);
+  // Read nothing until the server has given up on the stream (its requests counted as
+  // aborted; the buffers fill within the first third of the output, then 2 s), then take what
+  // the buffers held. Waiting on the count, not a fixed time, keeps slow (sanitizer) builds from
+  // reading early, which would let the stream finish.
+  while (aborted() <= aborted_before && Clock::now() - t0 < 60s) std::this_thread::sleep_for(200ms);
+  std::printf("[ info ] unread stream given up %.1f s after it was sent\n",
+              std::chrono::duration<double>(Clock::now() - t0).count());
+  std::string got;
+  EXPECT_TRUE(unread.ReadToEof(&got, 10s)) << "the server did not close the unread stream";
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got.substr(0, 200);
+  EXPECT_EQ(got.find("[DONE]"), std::string::npos) << "the stream was not cut";
+  std::printf("[ info ] unread stream: %zu bytes buffered before the server dropped it\n",
+              got.size());
+  std::string state;
+  EXPECT_TRUE(server_->WaitPoolAtRest(10s, &state)) << state;
+  EXPECT_GE(aborted() - aborted_before, 1) << "the stream's engine requests were not cancelled";
+}
+
 // Defect 2: a second server on a port in use fails at once with a clear error, exit 2.
 TEST_F(ReliabilityTest, SecondBindOnUsedPortFails) {
   std::string out;
@@ -292,6 +431,9 @@ TEST(ReliabilityCli, KvCacheMemoryTooLarge) {
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   code = RunBinary("serve --model-path " + TestModelDir() + " --port 0 --kv-cache-memory lots", &out);
   EXPECT_EQ(code, 2) << out;
+  code = RunBinary("serve --model-path " + TestModelDir() + " --port 0 --read-timeout 0", &out);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_EQ(out, "error: --read-timeout: expected 1-86400 seconds, got 0\n");
 }
 
 // Memory planner: `info --plan` prints the plan without loading; serve refuses a plan that does
