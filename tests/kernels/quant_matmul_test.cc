@@ -54,9 +54,6 @@ const Case kCases[] = {
     // Runs of chunks sharing one vector of scales, then 2-chunk steps, a single chunk and a
     // partial one (int4 groups of 32 and 16 on the 256-bit kernels).
     {true, 5, 7, 1000, 32},   {true, 3, 9, 600, 16},
-    // Enough weight rows that CpuBackend splits the integer-dot call into 4 pieces per thread
-    // (n / GrainFor(m * k) >= 8), of unequal sizes (n not a multiple of 8).
-    {true, 2, 203, 2048, 32}, {false, 3, 101, 1100, 32},
 };
 
 class QuantMatMulTest : public ::testing::Test {

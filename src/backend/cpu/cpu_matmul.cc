@@ -2,8 +2,6 @@
 // x, tiled GEMM above) x a layout check, and BatchedMatMul (one weight per head) on the same
 // GEMV kernel. Every kernel's arguments share one cpu::ActivationArgs.
 #include <algorithm>
-#include <atomic>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -152,26 +150,8 @@ void QuantIntegerDot(const MatMulCall& c, ThreadPool& pool) {
   thread_local cpu::QuantizedActs tl_acts;
   cpu::QuantizedActs& acts = tl_acts;
   cpu::QuantizeActs(c.quant, &acts);
-  // The weight rows in up to kPiecesPerThread pieces per thread, claimed one at a time: a thread
-  // that streams its rows faster (the other core busy, or its share of the memory bandwidth
-  // larger) takes more pieces, instead of one fixed half each and the caller waiting.
-  constexpr int64_t kPiecesPerThread = 4;
-  const int64_t n = c.n();
-  const int64_t grain = static_cast<int64_t>(cpu::GrainFor(c.m() * c.k()));
-  const int64_t pieces =
-      std::min<int64_t>(n / std::max<int64_t>(grain, 1), kPiecesPerThread * pool.num_threads());
-  if (pieces <= 1 || pool.num_threads() == 1) {
-    cpu::IntegerDotRange(c.quant, acts, 0, n);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  auto job = [&](int) {
-    for (int64_t p = next.fetch_add(1, std::memory_order_relaxed); p < pieces;
-         p = next.fetch_add(1, std::memory_order_relaxed)) {
-      cpu::IntegerDotRange(c.quant, acts, p * n / pieces, (p + 1) * n / pieces);
-    }
-  };
-  pool.RunOnAll(std::function<void(int)>(std::ref(job)));  // by reference: no heap copy
+  pool.ParallelFor(c.n(), cpu::GrainFor(c.m() * c.k()),
+                   [&](size_t b, size_t e) { cpu::IntegerDotRange(c.quant, acts, b, e); });
 }
 
 // int8 / int4 with few rows of x (decode): dequantized in registers (quant_matmul.h).
