@@ -288,7 +288,12 @@ TEST_F(QuantMatMulTest, QuantizedActsFollowTheDefinition) {
     }
     if (c.m > 1) xd[c.k + 3 + 5 % c.k] = 300.0f;  // an outlier in row 1's first block
     const cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k + 3, false, out, c.n);
+    // Buffers left over from a larger call (QuantizeActs reuses them without clearing): every
+    // element must be rewritten, padding included.
     cpu::QuantizedActs acts;
+    acts.codes.assign(static_cast<size_t>((c.m + 1) * (c.k + 256)), 0x5a);
+    acts.lane_scales.assign(static_cast<size_t>((c.m + 1) * (c.k + 256)), NAN);
+    acts.group_sums.assign(static_cast<size_t>((c.m + 1) * (c.k + 256)), NAN);
     cpu::QuantizeActs(a, &acts);
     const int64_t lane_cols = c.int4 ? 8 : 4, half = acts.row_bytes / 2;
     for (int64_t r = 0; r < c.m; ++r) {
@@ -299,7 +304,9 @@ TEST_F(QuantMatMulTest, QuantizedActsFollowTheDefinition) {
         float amax = 0.0f;
         for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(xr[b0 + i]));
         const float scale = amax / 127.0f;
-        ASSERT_EQ(acts.lane_scales[r * acts.lanes + b0 / lane_cols], scale) << Name(c);
+        for (int64_t l = b0 / lane_cols; l < (b0 + 32) / lane_cols; ++l) {  // the block's lanes
+          ASSERT_EQ(acts.lane_scales[r * acts.lanes + l], scale) << Name(c) << " lane " << l;
+        }
         for (int64_t i = 0; i < n; ++i) {
           const int64_t col = b0 + i;
           const int want =
@@ -308,6 +315,9 @@ TEST_F(QuantMatMulTest, QuantizedActsFollowTheDefinition) {
                                  : static_cast<int>(codes[col]) - 128;
           ASSERT_EQ(got, want) << Name(c) << " row " << r << " column " << col;
         }
+      }
+      for (int64_t l = (c.k + 31) / 32 * 32 / lane_cols; l < acts.lanes; ++l) {  // past the blocks
+        ASSERT_EQ(acts.lane_scales[r * acts.lanes + l], 0.0f) << Name(c) << " lane " << l;
       }
       if (!c.int4) {
         for (int64_t col = c.k; col < acts.row_bytes; ++col) ASSERT_EQ(codes[col], 128);

@@ -292,15 +292,25 @@ void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts) {
     acts->lanes = acts->row_bytes / 2 / 4;
     acts->groups = (k + g - 1) / g;
   }
-  acts->codes.assign(static_cast<size_t>(m * acts->row_bytes), a.int4 ? 0 : 128);
-  acts->lane_scales.assign(static_cast<size_t>(m * acts->lanes), 0.0f);
-  acts->group_sums.assign(static_cast<size_t>(m * acts->groups), 0.0f);
+  // resize() keeps the last call's contents: every element is written below (codes: columns
+  // [0, k) by the quantizer, the padding here; lane scales and group sums in full).
+  acts->codes.resize(static_cast<size_t>(m * acts->row_bytes));
+  acts->lane_scales.resize(static_cast<size_t>(m * acts->lanes));
+  acts->group_sums.resize(static_cast<size_t>(m * acts->groups));
   const int64_t lc = LaneCols(a.int4);
   const int64_t half = acts->row_bytes / 2;
+  const int64_t lanes_per_block = kBlock / lc;
   for (int64_t r = 0; r < m; ++r) {
     const float* x = a.x + r * a.x_stride;
     uint8_t* codes = acts->codes.data() + r * acts->row_bytes;
     float* gs = acts->group_sums.data() + r * acts->groups;
+    if (!a.int4) {
+      std::memset(codes + k, 128, static_cast<size_t>(acts->row_bytes - k));
+    } else {  // even columns [0, k) take bytes [0, (k + 1) / 2), odd ones half + [0, k / 2)
+      std::memset(codes + (k + 1) / 2, 0, static_cast<size_t>(half - (k + 1) / 2));
+      std::memset(codes + half + k / 2, 0, static_cast<size_t>(half - k / 2));
+      std::fill(gs, gs + acts->groups, 0.0f);
+    }
 #if defined(__x86_64__)
     if (CpuHasAvx2()) {
       QuantizeRowAvx2(x, k, g, a.int4, half, codes, bs.data(), gs, q.data());
@@ -318,11 +328,13 @@ void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts) {
         for (int64_t c = 0; c < k; ++c) gs[c / g] += x[c];
       }
     }
+    // Lane l holds block l / lanes_per_block's scale (4 or 8 lanes per block), 0 past the last.
     float* ls = acts->lane_scales.data() + r * acts->lanes;
-    for (int64_t l = 0; l < acts->lanes; ++l) {
-      const int64_t b = l * lc / kBlock;
-      ls[l] = b < nblocks ? bs[b] : 0.0f;
+    for (int64_t b = 0; b < nblocks; ++b) {
+      float* dst = ls + b * lanes_per_block;
+      for (int64_t i = 0; i < lanes_per_block; ++i) dst[i] = bs[b];
     }
+    std::fill(ls + nblocks * lanes_per_block, ls + acts->lanes, 0.0f);
   }
 }
 
