@@ -20,8 +20,13 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
 # ASan + UBSan build in its own directory, then the whole suite under it (docs/reliability.md).
-# SANITIZE_TESTS='-R regex' narrows the run.
+# SANITIZE_TESTS='-R regex' narrows the run. The multi-process tests run with leak detection off:
+# Open MPI 4.1 keeps allocations of its own (and of the plugins it unloads) past MPI_Finalize;
+# address and undefined-behaviour checks stay on there.
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+SAN_MPI_TESTS = ^(comm_mpi_np|tp_mpi_np|serve_tp_np|dump_tp_np|tp_two_hosts)
+SAN_ENV = UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$(CURDIR)/build-asan/san-logs/ubsan
+SAN_ASAN = abort_on_error=1:log_path=$(CURDIR)/build-asan/san-logs/asan
 sanitize: setup
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) \
 	  -DCMAKE_CXX_FLAGS="$(SAN_FLAGS)" -DCMAKE_EXE_LINKER_FLAGS="$(SAN_FLAGS)"
@@ -29,9 +34,11 @@ sanitize: setup
 	rm -rf build-asan/san-logs && mkdir -p build-asan/san-logs
 	# Every report (the tests' and those of the servers the end-to-end tests start) goes to
 	# build-asan/san-logs/; any file there fails the target.
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:log_path=$(CURDIR)/build-asan/san-logs/asan \
-	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$(CURDIR)/build-asan/san-logs/ubsan \
-	  ctest --output-on-failure -j $(JOBS) --timeout 1800 $(SANITIZE_TESTS); status=$$?; \
+	cd build-asan && $(SAN_ENV) ASAN_OPTIONS=detect_leaks=1:$(SAN_ASAN) \
+	  ctest --output-on-failure -j $(JOBS) --timeout 1800 -E '$(SAN_MPI_TESTS)' $(SANITIZE_TESTS); \
+	  status=$$?; \
+	  if [ -z "$(SANITIZE_TESTS)" ]; then $(SAN_ENV) ASAN_OPTIONS=detect_leaks=0:$(SAN_ASAN) \
+	    ctest --output-on-failure -j $(JOBS) --timeout 1800 -R '$(SAN_MPI_TESTS)' || status=1; fi; \
 	  if ls san-logs/* >/dev/null 2>&1; then cat san-logs/*; status=1; fi; exit $$status
 
 # ThreadSanitizer build of the engine, server and thread-pool tests (and the binary the

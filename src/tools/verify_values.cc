@@ -148,8 +148,10 @@ DH_ALWAYS_INLINE BitCounts CountRun(const uint8_t* bytes, uint64_t n, BitFormat 
 
 // One instantiation per element width, each compiled for AVX-512, AVX2 and baseline x86-64 and
 // picked at load time by the CPU (GCC's function multiversioning), so the vectorized loop uses
-// the widest registers the machine has.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// the widest registers the machine has. Not under ThreadSanitizer: GCC instruments the ifunc
+// resolver, which the dynamic loader runs before the TSan runtime exists (the binary crashes at
+// start-up).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define DH_VERIFY_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define DH_VERIFY_CLONES

@@ -58,7 +58,7 @@ HWY_INLINE void DotTile(const float* HWY_RESTRICT x, int64_t xs, const WT* HWY_R
     HWY_UNROLL(4)
     for (int c = 0; c < NR; ++c) {
       float s = Sum(df, acc[r][c]);
-      for (int64_t j = i; j < k; ++j) s += x[r * xs + j] * ToF32(w[c * ws + j]);
+      for (int64_t j = i; j < k; ++j) s += x[r * xs + j] * WeightAt(w + c * ws + j);
       sums[r * NR + c] = s;
     }
   }
@@ -262,7 +262,7 @@ void ScaleByWeightTyped(const float* HWY_RESTRICT x, float inv, const WT* HWY_RE
   for (; i + lanes <= n; i += lanes) {
     hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(df, x + i), vinv), LoadW(df, w + i)), df, out + i);
   }
-  for (; i < n; ++i) out[i] = x[i] * inv * ToF32(w[i]);
+  for (; i < n; ++i) out[i] = x[i] * inv * WeightAt(w + i);
 }
 
 void ScaleByWeight(const float* x, float inv, const void* w, WType wtype, float* out, int64_t n) {
@@ -306,7 +306,7 @@ void WidenRowTyped(const WT* HWY_RESTRICT src, float* HWY_RESTRICT out, int64_t 
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   int64_t i = 0;
   for (; i + lanes <= n; i += lanes) hn::StoreU(LoadW(df, src + i), df, out + i);
-  for (; i < n; ++i) out[i] = ToF32(src[i]);
+  for (; i < n; ++i) out[i] = WeightAt(src + i);
 }
 
 void WidenRow(const void* src, WType wtype, float* out, int64_t n) {

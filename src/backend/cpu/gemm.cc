@@ -77,7 +77,7 @@ HWY_INLINE void GemmTile(const float* HWY_RESTRICT x, int64_t xs, const WT* HWY_
     HWY_UNROLL(4)
     for (int c = 0; c < NR; ++c) {
       float s = hn::GetLane(hn::SumOfLanes(df, acc[r][c]));
-      for (int64_t j = i; j < kn; ++j) s += x[r * xs + j] * ToF32(w[c * ws + j]);
+      for (int64_t j = i; j < kn; ++j) s += x[r * xs + j] * WeightAt(w + c * ws + j);
       float& o = out[r * os + c];
       o = accumulate ? o + s : s + (bias ? bias[c] : 0.0f);
     }

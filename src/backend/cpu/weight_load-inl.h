@@ -46,6 +46,15 @@ HWY_INLINE float ToF32(hwy::float16_t v) {
   std::memcpy(&bits, &v, 2);
   return F16ToF32(bits);
 }
+// The same read through a pointer: weights mapped from a safetensors file need not be aligned to
+// their element size (the format puts tensors at any byte offset), so the scalar tails copy the
+// bytes instead of dereferencing.
+template <typename WT>
+HWY_INLINE float WeightAt(const WT* p) {
+  WT v;
+  std::memcpy(&v, p, sizeof v);
+  return ToF32(v);
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace dh::cpu
