@@ -188,8 +188,20 @@ class SignalWaiter {
   sigset_t set_;
 };
 
+// What the signal thread shares with RunServe. The thread is detached and can still be inside
+// notify_all (or wait for a later signal) when RunServe returns, so it holds its own reference.
+struct ServeSignals {
+  SignalWaiter waiter;
+  std::atomic<bool> loaded{false};  // false again once serving has stopped
+  std::atomic<int> count{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool rank_failed = false;  // guarded by mu
+};
+
 int RunServe(ServeArgs& a) {
-  SignalWaiter signals;  // the follower ranks never wait: they stop when rank 0 stops
+  // Blocks SIGTERM/SIGINT first; the follower ranks never wait: they stop when rank 0 stops.
+  auto sig = std::make_shared<ServeSignals>();
   if (Status st = ValidateArgs(a); !st.ok()) return ReportError(st);
   std::vector<RankIdentity> rank_ids;
   std::shared_ptr<comm::Communicator> rank_comm;
@@ -243,33 +255,28 @@ int RunServe(ServeArgs& a) {
                a.host.c_str(), http.port(), a.model.model_path.c_str());
 
   // A signal while loading ends the process at once.
-  std::atomic<bool> loaded{false};
-  std::atomic<int> signal_count{0};
-  std::mutex mu;
-  std::condition_variable cv;
   // Tensor parallelism: a rank that died or hangs fails the job (model/step_broadcast.h); the
   // main thread then answers what is in flight with 503 and ends the process with status 1.
-  bool rank_failed = false;
-  auto parallel_job = std::make_shared<ParallelJob>([&](const Status&) {
+  auto parallel_job = std::make_shared<ParallelJob>([sig](const Status&) {
     {
-      std::lock_guard<std::mutex> lock(mu);
-      rank_failed = true;
+      std::lock_guard<std::mutex> lock(sig->mu);
+      sig->rank_failed = true;
     }
-    cv.notify_all();
+    sig->cv.notify_all();
   });
   const bool parallel = a.model.tp_size > 1;
   parallel_job->SetRanks(rank_ids);
-  std::thread signal_thread([&] {
+  std::thread signal_thread([sig, parallel, parallel_job] {
     while (true) {
-      const siginfo_t sig = signals.Wait();
-      if (parallel && sig.si_signo == SIGTERM && sig.si_pid != 0 && sig.si_pid == ::getppid()) {
+      const siginfo_t info = sig->waiter.Wait();
+      if (parallel && info.si_signo == SIGTERM && info.si_pid != 0 && info.si_pid == ::getppid()) {
         // mpirun (or its daemon) ends the job because a rank failed: fail fast, before the
         // SIGKILL that follows. A dead rank on this host is named; otherwise it is on another
         // host, or an operator stopped mpirun itself (which ends the job the same way).
         const char* why = parallel_job->LocalRankExited()
                               ? "a rank failed"
                               : "a rank failed, or mpirun itself was told to stop";
-        if (!loaded.load()) {
+        if (!sig->loaded.load()) {
           std::fprintf(stderr, "error: mpirun is ending the job during start-up: %s (%s)\n", why,
                        parallel_job->DescribeRanks().c_str());
           std::fflush(stderr);
@@ -280,16 +287,16 @@ int RunServe(ServeArgs& a) {
                                               parallel_job->DescribeRanks())));
         continue;
       }
-      if (!loaded.load()) {
+      if (!sig->loaded.load()) {
         ReportLeaderExit(kExitOk);
         std::_Exit(0);
       }
       {
-        std::lock_guard<std::mutex> lock(mu);
-        signal_count.fetch_add(1);
+        std::lock_guard<std::mutex> lock(sig->mu);
+        sig->count.fetch_add(1);
       }
-      cv.notify_all();
-      if (signal_count.load() >= 2) return;
+      sig->cv.notify_all();
+      if (sig->count.load() >= 2) return;
     }
   });
   signal_thread.detach();
@@ -417,7 +424,7 @@ int RunServe(ServeArgs& a) {
   if (model->parallel.comm) ctx.parallel_job = parallel_job;
   http.SetReasoningParser(reasoning == "deepseek_r1" ? "deepseek_r1" : "");
   http.Attach(ctx);
-  loaded.store(true);
+  sig->loaded.store(true);
   std::fprintf(stderr,
                "deepharness serve: ready on http://%s:%d (model %s, max_model_len %d, "
                "reasoning parser %s)\n",
@@ -425,8 +432,8 @@ int RunServe(ServeArgs& a) {
                engine.max_model_len(), reasoning.c_str());
 
   {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return signal_count.load() >= 1 || rank_failed; });
+    std::unique_lock<std::mutex> lock(sig->mu);
+    sig->cv.wait(lock, [&] { return sig->count.load() >= 1 || sig->rank_failed; });
   }
   if (auto failure = parallel_job->failure()) {
     // The requests in flight and those queued fail at their next step (the leader's Forward
@@ -444,9 +451,9 @@ int RunServe(ServeArgs& a) {
   http.BeginDrain();
   // A second signal while draining cuts the drain short.
   std::thread stopper([&] {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return signal_count.load() >= 2 || loaded.load() == false; });
-    if (signal_count.load() >= 2) engine.Stop();
+    std::unique_lock<std::mutex> lock(sig->mu);
+    sig->cv.wait(lock, [&] { return sig->count.load() >= 2 || !sig->loaded.load(); });
+    if (sig->count.load() >= 2) engine.Stop();
   });
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_timeout * 1000));
   engine.Drain(timeout);
@@ -455,10 +462,10 @@ int RunServe(ServeArgs& a) {
   http.Stop();
   http_thread.join();
   {
-    std::lock_guard<std::mutex> lock(mu);
-    loaded.store(false);
+    std::lock_guard<std::mutex> lock(sig->mu);
+    sig->loaded.store(false);
   }
-  cv.notify_all();
+  sig->cv.notify_all();
   stopper.join();
   std::fprintf(stderr, "deepharness serve: stopped\n");
   return kExitOk;

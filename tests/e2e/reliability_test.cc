@@ -51,6 +51,11 @@ class RawConn {
     if (fd_ >= 0) close(fd_);
     fd_ = -1;
   }
+  // Ends both directions without releasing the descriptor, so a thread blocked in Send on it
+  // returns (Close would race with that thread's use of fd_).
+  void Shutdown() {
+    if (fd_ >= 0) shutdown(fd_, SHUT_RDWR);
+  }
   bool Send(const std::string& data) {
     size_t sent = 0;
     while (sent < data.size()) {
@@ -151,8 +156,9 @@ TEST_F(ReliabilityTest, ChunkedBodyOverLimitIs413) {
       if (!c.Send(chunk)) return;
   });
   std::string reply = c.ReadUntil("\r\n\r\n", 20s);
-  c.Close();  // unblocks the sender
+  c.Shutdown();  // unblocks the sender
   sender.join();
+  c.Close();
   EXPECT_EQ(reply.rfind("HTTP/1.1 413", 0), 0u) << reply.substr(0, 200);
   EXPECT_EQ(server_->Get("/health").status, 200);
   // Small chunked bodies still work.
