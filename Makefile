@@ -50,7 +50,7 @@ tsan: setup
 	cmake --build build-tsan -j $(JOBS) --target deepharness unit_base_tests unit_engine_tests \
 	  unit_server_tests e2e_tests
 	rm -rf build-tsan/san-logs && mkdir -p build-tsan/san-logs
-	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:log_path=$(CURDIR)/build-tsan/san-logs/tsan \
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp:log_path=$(CURDIR)/build-tsan/san-logs/tsan \
 	  ctest --output-on-failure -j $(JOBS) --timeout 1800 \
 	  -R '^(ThreadPoolTest|EngineTest|SchedulerTest|SamplerTest|Http[A-Za-z]*Test|Reliability[A-Za-z]*|LoadTest|ChatValidation|CompletionValidation|Sse|Responses|Metrics)\.'; \
 	  status=$$?; if ls san-logs/* >/dev/null 2>&1; then cat san-logs/*; status=1; fi; exit $$status
