@@ -24,7 +24,7 @@ test: build
 # Open MPI 4.1 keeps allocations of its own (and of the plugins it unloads) past MPI_Finalize;
 # address and undefined-behaviour checks stay on there.
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-SAN_MPI_TESTS = ^(comm_mpi_np|tp_mpi_np|serve_tp_np|dump_tp_np|tp_two_hosts)
+SAN_MPI_TESTS = ^(comm_mpi_np|tp_mpi_np|serve_tp_np|dump_tp_np|tp_two_hosts|CompareCliTest.LocalTensorParallel|OpenAiSdkTest.*TensorParallelism)
 SAN_ENV = UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$(CURDIR)/build-asan/san-logs/ubsan
 SAN_ASAN = abort_on_error=1:log_path=$(CURDIR)/build-asan/san-logs/asan
 sanitize: setup
