@@ -19,16 +19,23 @@ inline std::optional<uint64_t> CheckedAdd(uint64_t a, uint64_t b) {
   return r;
 }
 
-// Product of all dims, or nullopt on overflow or a negative dim.
+// Product of all dims, or nullopt on a negative dim or when the product of the non-zero dims
+// passes INT64_MAX. The second rule matters for shapes with a zero dim: their element count is
+// 0, but a tensor's strides are products of its trailing dims, which must still fit in int64.
 inline std::optional<uint64_t> CheckedProduct(std::span<const int64_t> dims) {
-  uint64_t r = 1;
+  uint64_t nonzero = 1;
+  bool any_zero = false;
   for (int64_t d : dims) {
     if (d < 0) return std::nullopt;
-    auto next = CheckedMul(r, static_cast<uint64_t>(d));
-    if (!next) return std::nullopt;
-    r = *next;
+    if (d == 0) {
+      any_zero = true;
+      continue;
+    }
+    auto next = CheckedMul(nonzero, static_cast<uint64_t>(d));
+    if (!next || *next > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+    nonzero = *next;
   }
-  return r;
+  return any_zero ? 0 : nonzero;
 }
 
 }  // namespace dh

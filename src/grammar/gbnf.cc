@@ -119,10 +119,15 @@ class GbnfParser {
         ++pos_;
         atom = {GB::Ref(b_.CodePointRanges(NewName(), {{0, 0x10FFFF}}))};
       } else if (c == '(') {
+        // Groups recurse: bounded so a client's grammar cannot exhaust the stack.
+        if (++group_depth_ > kMaxGroupDepth) {
+          return Error(fmt::format("groups nested deeper than {}", kMaxGroupDepth));
+        }
         ++pos_;
         SkipSpace(true);
         const int32_t group = b_.NewRule(NewName());
         DH_RETURN_IF_ERROR(Alternatives(group, true));
+        --group_depth_;
         SkipSpace(true);
         if (Peek() != ')') return Error("expected ')'");
         ++pos_;
@@ -272,6 +277,8 @@ class GbnfParser {
 
   std::string_view t_;
   size_t pos_ = 0;
+  static constexpr int kMaxGroupDepth = 100;
+  int group_depth_ = 0;
   GrammarBuilder b_;
   std::map<std::string, int32_t> ids_;
   std::set<std::string> defined_;

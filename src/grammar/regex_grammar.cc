@@ -133,7 +133,12 @@ class RegexParser {
             return Unsupp("lookaround and inline flags");
           }
         }
+        // Groups recurse: bounded so a client's pattern cannot exhaust the stack.
+        if (++group_depth_ > kMaxGroupDepth) {
+          return Error(fmt::format("groups nested deeper than {}", kMaxGroupDepth));
+        }
         DH_ASSIGN_OR_RETURN(int32_t rule, Alternation());
+        --group_depth_;
         if (AtEnd() || Next() != ')') return Error("missing ')'");
         return Seq{GrammarBuilder::Ref(rule)};
       }
@@ -293,6 +298,8 @@ class RegexParser {
   std::string name_;
   bool json_safe_;
   int counter_ = 0;
+  static constexpr int kMaxGroupDepth = 100;
+  int group_depth_ = 0;
 };
 
 }  // namespace

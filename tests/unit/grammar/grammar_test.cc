@@ -134,6 +134,24 @@ TEST(Gbnf, Errors) {
   EXPECT_FALSE(CompileGbnf("root ::= [b-a]").ok());     // range out of order
 }
 
+// Group nesting is bounded (a fuzzer found the regex parser's stack overflow at a few hundred
+// levels); 100 levels still compile.
+TEST(Grammar, DeeplyNestedGroupsAreAnErrorNotAStackOverflow) {
+  auto nest = [](int n, const std::string& inner) {
+    return std::string(n, '(') + inner + std::string(n, ')');
+  };
+  EXPECT_TRUE(CompileRegex(nest(100, "a")).ok());
+  auto deep = CompileRegex(nest(2000, "a"));  // patterns are at most 4096 bytes
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.status().message().find("nested deeper than 100"), std::string::npos)
+      << deep.status().message();
+  EXPECT_TRUE(CompileGbnf("root ::= " + nest(100, "\"a\"")).ok());
+  auto gbnf = CompileGbnf("root ::= " + nest(30000, "\"a\""));
+  ASSERT_FALSE(gbnf.ok());
+  EXPECT_NE(gbnf.status().message().find("nested deeper than 100"), std::string::npos)
+      << gbnf.status().message();
+}
+
 Grammar Schema(const char* json, bool strict = true) {
   JsonSchemaOptions o;
   o.strict = strict;
