@@ -332,7 +332,9 @@ bool ConnectionServer::process_and_close_socket(int sock) {
     conn.BeginRequest(limits_.read_timeout);
     const bool last = served + 1 == limits_.max_requests_per_connection || stopping_.load();
     bool closed = false;
+    busy_.fetch_add(1);
     ok = process_request(stream, last, closed, nullptr);
+    busy_.fetch_sub(1);
     if (conn.header_timed_out()) {
       // The header deadline is per connection, not renewable: answering 400 and waiting for
       // the next request let a trickling client start over with a fresh deadline. httplib

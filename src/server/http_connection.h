@@ -120,6 +120,9 @@ class ConnectionServer : public httplib::Server {
   // Call before httplib::Server::stop().
   void StopConnections();
   int open_connections() const { return open_.load(); }
+  // Requests being read, handled or answered now. A handler returns before httplib writes its
+  // response, so this reaches 0 only once the answers are on the wire.
+  int busy_requests() const { return busy_.load(); }
 
  private:
   bool process_and_close_socket(int sock) override;
@@ -127,6 +130,7 @@ class ConnectionServer : public httplib::Server {
   int stop_fd_ = -1;
   std::atomic<bool> stopping_{false};
   std::atomic<int> open_{0};
+  std::atomic<int> busy_{0};
 };
 
 }  // namespace dh::server

@@ -448,8 +448,21 @@ void OpenAIServer::Attach(ServingContext context) {
 void OpenAIServer::BeginDrain() { state_.store(State::kDraining); }
 
 bool OpenAIServer::WaitIdle(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(handlers_->idle_mu);
-  return handlers_->idle_cv.wait_for(lock, timeout, [this] { return handlers_->in_flight.load() == 0; });
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  {
+    std::unique_lock<std::mutex> lock(handlers_->idle_mu);
+    if (!handlers_->idle_cv.wait_until(lock, deadline,
+                                       [this] { return handlers_->in_flight.load() == 0; })) {
+      return false;
+    }
+  }
+  // The handlers are done, but httplib writes a response after its handler returns: a process
+  // that exits now (a failed tensor-parallel rank) would cut the last answers off.
+  while (http_ && http_->busy_requests() > 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
 }
 
 void OpenAIServer::Stop() {
