@@ -8,6 +8,7 @@
 //   SiluMul:                  1e-5  (Highway Exp and a division)
 //   Add, Embedding:           0     (exact)
 //   MoeExperts:               5e-5  (three chained MatMuls)
+#include <algorithm>
 #include <cstdio>
 #include <numeric>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/quant_vnni.h"
 #include "backend/reference/reference_backend.h"
@@ -97,6 +99,41 @@ TEST_F(ConformanceTest, MatMulDense) {
     }
   });
   cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);  // the default
+}
+
+// Decode rows (up to kGemvMaxRows rows of x) give each row the same bits whether it shares the
+// call with other rows or not: a sequence's logits do not depend on how many others share its
+// decode step, and a speculative verification of up to 3 rows matches plain decoding.
+TEST_F(ConformanceTest, GemvRowDoesNotDependOnItsNeighbours) {
+  Rng rng(7);
+  ForEachTarget([&] {
+    for (DType wt : kWeightTypes) {
+      for (int64_t k : {5, 67, 255, 1000}) {
+        const int64_t n = 19;
+        Owned x(DType::kF32, {3, k}), w(wt, {n, k}), bias(DType::kF32, {n});
+        rng.Fill(x);
+        rng.Fill(w);
+        rng.Fill(bias);
+        for (int64_t m = 2; m <= cpu::kGemvMaxRows; ++m) {
+          Tensor xs = x.t;
+          xs.shape[0] = m;
+          Owned all(DType::kF32, {m, n});
+          cpu_.MatMul(xs, Weight::Dense(w.t), bias.t, all.t);
+          const std::vector<float> got = all.ToVector();
+          for (int64_t r = 0; r < m; ++r) {
+            Owned xr(DType::kF32, {1, k}), one(DType::kF32, {1, n});
+            std::copy(x.f32() + r * k, x.f32() + (r + 1) * k, xr.f32());
+            cpu_.MatMul(xr.t, Weight::Dense(w.t), bias.t, one.t);
+            const std::vector<float> alone = one.ToVector();
+            for (int64_t j = 0; j < n; ++j) {
+              ASSERT_EQ(got[r * n + j], alone[j])
+                  << DTypeName(wt) << " K=" << k << " M=" << m << " row " << r << " col " << j;
+            }
+          }
+        }
+      }
+    }
+  });
 }
 
 TEST_F(ConformanceTest, MatMulQuantized) {
