@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/gemm.h"  // kGemvMaxRows
 #include "tensor/dtype.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -84,43 +85,56 @@ HWY_INLINE void RunRows(const MatMulArgs& a, const WT* w, int64_t r0, int64_t j_
   for (; j < j_end; ++j) RunTile<MR, 1>(a, w, r0, j);
 }
 
-// The GEMV of up to 3 rows of x: weight rows [j_begin, j_end) one at a time, so the weights are
-// read as one sequential stream (with several weight rows in flight, each a stream of its own,
-// this machine's prefetchers fell to about half the read rate). Each (x row, weight row) dot
-// has four accumulators over k, summed the same way for every MR: a row's result does not depend
-// on how many rows share the call.
+// Rows [r0, r0 + MR) of x against weight row j: four accumulators over k per x row, summed the
+// same way for every MR, so a row's result does not depend on the rows sharing the call.
 template <int MR, typename WT>
-HWY_INLINE void RunRowsStream(const MatMulArgs& a, const WT* w, int64_t j_begin, int64_t j_end) {
+HWY_INLINE void StreamDot(const MatMulArgs& a, const WT* HWY_RESTRICT wr, int64_t j, int64_t r0) {
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const int64_t xs = a.x_stride;
-  for (int64_t j = j_begin; j < j_end; ++j) {
-    const WT* HWY_RESTRICT wr = w + j * a.w_stride;
-    const float* HWY_RESTRICT x = a.x;
-    VF acc[MR][4];
+  const float* HWY_RESTRICT x = a.x + r0 * xs;
+  VF acc[MR][4];
+  HWY_UNROLL(4)
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + 4 * lanes <= a.k; i += 4 * lanes) {
     HWY_UNROLL(4)
-    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = hn::Zero(df);
-    int64_t i = 0;
-    for (; i + 4 * lanes <= a.k; i += 4 * lanes) {
+    for (int u = 0; u < 4; ++u) {
+      const VF wv = LoadW(df, wr + i + u * lanes);
       HWY_UNROLL(4)
-      for (int u = 0; u < 4; ++u) {
-        const VF wv = LoadW(df, wr + i + u * lanes);
-        HWY_UNROLL(4)
-        for (int r = 0; r < MR; ++r) {
-          acc[r][u] = hn::MulAdd(hn::LoadU(df, x + r * xs + i + u * lanes), wv, acc[r][u]);
-        }
+      for (int r = 0; r < MR; ++r) {
+        acc[r][u] = hn::MulAdd(hn::LoadU(df, x + r * xs + i + u * lanes), wv, acc[r][u]);
       }
     }
-    for (; i + lanes <= a.k; i += lanes) {
-      const VF wv = LoadW(df, wr + i);
-      HWY_UNROLL(4)
-      for (int r = 0; r < MR; ++r) acc[r][0] = hn::MulAdd(hn::LoadU(df, x + r * xs + i), wv, acc[r][0]);
-    }
+  }
+  for (; i + lanes <= a.k; i += lanes) {
+    const VF wv = LoadW(df, wr + i);
     HWY_UNROLL(4)
-    for (int r = 0; r < MR; ++r) {
-      float s = Sum(df, hn::Add(hn::Add(acc[r][0], acc[r][1]), hn::Add(acc[r][2], acc[r][3])));
-      for (int64_t t = i; t < a.k; ++t) s += x[r * xs + t] * WeightAt(wr + t);
-      a.out[r * a.out_stride + j] = s + (a.bias ? a.bias[j] : 0.0f);
+    for (int r = 0; r < MR; ++r) acc[r][0] = hn::MulAdd(hn::LoadU(df, x + r * xs + i), wv, acc[r][0]);
+  }
+  HWY_UNROLL(4)
+  for (int r = 0; r < MR; ++r) {
+    float s = Sum(df, hn::Add(hn::Add(acc[r][0], acc[r][1]), hn::Add(acc[r][2], acc[r][3])));
+    for (int64_t t = i; t < a.k; ++t) s += x[r * xs + t] * WeightAt(wr + t);
+    a.out[(r0 + r) * a.out_stride + j] = s + (a.bias ? a.bias[j] : 0.0f);
+  }
+}
+
+// The GEMV of few rows of x (decode): weight rows [j_begin, j_end) one at a time, so the weights
+// are read as one sequential stream (with several weight rows in flight, each a stream of its
+// own, this machine's prefetchers fell to about half the read rate); every group of up to 4 x
+// rows passes over a weight row while it is in L1.
+template <typename WT>
+HWY_INLINE void RunRowsStream(const MatMulArgs& a, const WT* w, int64_t j_begin, int64_t j_end) {
+  for (int64_t j = j_begin; j < j_end; ++j) {
+    const WT* wr = w + j * a.w_stride;
+    int64_t r = 0;
+    for (; r + 4 <= a.m; r += 4) StreamDot<4>(a, wr, j, r);
+    switch (a.m - r) {
+      case 3: StreamDot<3>(a, wr, j, r); break;
+      case 2: StreamDot<2>(a, wr, j, r); break;
+      case 1: StreamDot<1>(a, wr, j, r); break;
+      default: break;
     }
   }
 }
@@ -128,14 +142,10 @@ HWY_INLINE void RunRowsStream(const MatMulArgs& a, const WT* w, int64_t j_begin,
 template <typename WT>
 void MatMulTyped(const MatMulArgs& a, int64_t n_begin, int64_t n_end) {
   const WT* w = static_cast<const WT*>(a.w);
-  switch (a.m) {
-    case 1: return RunRowsStream<1>(a, w, n_begin, n_end);
-    case 2: return RunRowsStream<2>(a, w, n_begin, n_end);
-    case 3: return RunRowsStream<3>(a, w, n_begin, n_end);
-    default: break;
-  }
-  // 4+ rows: weight rows are taken in blocks small enough to stay in L1/L2 while every tile of
-  // x rows passes over them.
+  if (a.m <= kGemvMaxRows) return RunRowsStream(a, w, n_begin, n_end);
+  // More rows (only through MatMulRange called directly, e.g. bench_ops --kernel gemv): weight
+  // rows are taken in blocks small enough to stay in L1/L2 while every tile of x rows passes
+  // over them.
   const int64_t block = 16;
   for (int64_t jb = n_begin; jb < n_end; jb += block) {
     const int64_t je = std::min(n_end, jb + block);
