@@ -174,7 +174,7 @@ int Run(const Options& o) {
       const size_t bytes = static_cast<size_t>(s.n * s.k) * DTypeSize(dtype);
       for (int64_t m : o.ms) {
         // Few rows: distinct weights from memory (bandwidth-bound); many rows: compute-bound.
-        const size_t copies = m <= 4 ? std::max<size_t>(2, (o.working_set_mb << 20) / bytes) : 2;
+        const size_t copies = m <= 16 ? std::max<size_t>(2, (o.working_set_mb << 20) / bytes) : 2;
         double cpu_s = 1e30;
         const double t =
             TimeMatMul(cpu, dtype, m, s.n, s.k, copies, o.seconds, o.kernel, &cpu_s);

@@ -13,6 +13,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/gemm.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
 #include "backend/cpu/weight_load-inl.h"  // after highway.h: per-target code
@@ -47,11 +48,15 @@ HWY_INLINE GVF InRegister(GVF v) {
 }
 
 // out[r * os + c] (=, or += when accumulate) dot(x row r, w row c) over kn columns for an
-// MR x NR tile; bias (indexed by c, may be null) is added when not accumulating.
+// MR x NR tile; bias (indexed by c, may be null) is added when not accumulating. When
+// prefetch_rows, the NR weight rows after the tile (the next tile's, same columns) are prefetched,
+// one cache line per row as the tile consumes one: this machine's hardware prefetchers do not
+// run ahead of a stream that is consumed slowly (8 x rows per weight vector), and the core's
+// own window then holds too few lines in flight (bench/README.md "Batched decode").
 template <int MR, int NR, typename WT>
 HWY_INLINE void GemmTile(const float* HWY_RESTRICT x, int64_t xs, const WT* HWY_RESTRICT w,
                          int64_t ws, int64_t kn, float* HWY_RESTRICT out, int64_t os,
-                         const float* HWY_RESTRICT bias, bool accumulate) {
+                         const float* HWY_RESTRICT bias, bool accumulate, bool prefetch_rows) {
   const GDF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   GVF acc[MR][NR];
@@ -62,6 +67,10 @@ HWY_INLINE void GemmTile(const float* HWY_RESTRICT x, int64_t xs, const WT* HWY_
   }
   int64_t i = 0;
   for (; i + lanes <= kn; i += lanes) {
+    if (prefetch_rows && (i * static_cast<int64_t>(sizeof(WT))) % 64 == 0) {
+      HWY_UNROLL(4)
+      for (int c = 0; c < NR; ++c) hwy::Prefetch(w + (NR + c) * ws + i);
+    }
     GVF wv[NR];
     HWY_UNROLL(4)
     for (int c = 0; c < NR; ++c) wv[c] = InRegister(LoadW(df, w + c * ws + i));
@@ -84,18 +93,19 @@ HWY_INLINE void GemmTile(const float* HWY_RESTRICT x, int64_t xs, const WT* HWY_
   }
 }
 
-// MR rows of x against nb weight rows, NR at a time.
+// MR rows of x against nb weight rows, NR at a time (each tile prefetching the next, within the
+// block).
 template <int MR, typename WT>
 HWY_INLINE void GemmRows(const float* x, int64_t xs, const WT* w, int64_t ws, int64_t nb,
                          int64_t kn, float* out, int64_t os, const float* bias, bool accumulate) {
   int64_t c = 0;
   for (; c + kNR <= nb; c += kNR) {
     GemmTile<MR, kNR>(x, xs, w + c * ws, ws, kn, out + c, os, bias ? bias + c : nullptr,
-                      accumulate);
+                      accumulate, c + 2 * kNR <= nb);
   }
   for (; c < nb; ++c) {
     GemmTile<MR, 1>(x, xs, w + c * ws, ws, kn, out + c, os, bias ? bias + c : nullptr,
-                    accumulate);
+                    accumulate, c + 2 <= nb);
   }
 }
 
@@ -110,15 +120,29 @@ HWY_INLINE void GemmRowsUpTo(int64_t mr, const float* x, int64_t xs, const WT* w
   GemmRows<MR>(x, xs, w, ws, nb, kn, out, os, bias, accumulate);
 }
 
+// x rows per pass over a block of weight rows: kMR, unless their kn columns overflow
+// kXTileBytes (~2/3 of L1, the rest for the weights passing through) while half as many fit:
+// then each half passes over the block in turn, the block staying in L2 after the first pass.
+// (Decode of 5-8 sequences with 1536 columns: +20-30 % in bench_ops, bench/README.md "Batched
+// decode"; with more columns than that even half a tile overflows L1, and one pass is faster.)
+constexpr int64_t kXTileBytes = 32 * 1024;
+int64_t GemmTileRows(int64_t kn) {
+  const int64_t row_bytes = kn * static_cast<int64_t>(sizeof(float));
+  if (kMR * row_bytes > kXTileBytes && kMR / 2 * row_bytes <= kXTileBytes) return kMR / 2;
+  return kMR;
+}
+
 // Every row of x against weight rows [j0, j0 + nb), columns [k0, k0 + kn); w points at (j0, k0).
 template <typename WT>
 void GemmPass(const GemmArgs& a, const WT* w, int64_t ws, int64_t j0, int64_t nb, int64_t k0,
               int64_t kn) {
   const bool accumulate = k0 > 0;
   const float* bias = a.bias ? a.bias + j0 : nullptr;
-  for (int64_t r = 0; r < a.m; r += kMR) {
-    GemmRowsUpTo<kMR>(std::min<int64_t>(kMR, a.m - r), a.x + r * a.x_stride + k0, a.x_stride, w,
-                      ws, nb, kn, a.out + r * a.out_stride + j0, a.out_stride, bias, accumulate);
+  const int64_t tile_rows = GemmTileRows(kn);
+  for (int64_t r = 0; r < a.m; r += tile_rows) {
+    GemmRowsUpTo<kMR>(std::min<int64_t>(tile_rows, a.m - r), a.x + r * a.x_stride + k0,
+                      a.x_stride, w, ws, nb, kn, a.out + r * a.out_stride + j0, a.out_stride, bias,
+                      accumulate);
   }
 }
 
