@@ -173,7 +173,8 @@ int Run(const Options& o) {
     for (const Shape& s : shapes) {
       const size_t bytes = static_cast<size_t>(s.n * s.k) * DTypeSize(dtype);
       for (int64_t m : o.ms) {
-        // Few rows: distinct weights from memory (bandwidth-bound); many rows: compute-bound.
+        // Decode and batched decode (up to 16 rows): distinct weights from memory, as a decode
+        // step reads them; more rows (prefill): compute-bound, two copies.
         const size_t copies = m <= 16 ? std::max<size_t>(2, (o.working_set_mb << 20) / bytes) : 2;
         double cpu_s = 1e30;
         const double t =

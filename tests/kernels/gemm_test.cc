@@ -178,6 +178,11 @@ TEST_F(GemmTest, LargerShapesSeveralKBlocks) {
       for (const Shape& s : shapes) {
         CheckShape(s.m, s.n, s.k, DType::kBF16, true, false, pool);
         CheckShape(s.m, s.n, s.k, DType::kF32, false, false, pool);
+        // bf16 weights on the f32 GEMM also where the bf16 dot kernel would take them (the
+        // default, DH_BF16_DOT=off).
+        cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);
+        CheckShape(s.m, s.n, s.k, DType::kBF16, false, false, pool);
+        cpu::SetBf16DotForTest(cpu::Bf16Dot::kAuto);
       }
     });
   }

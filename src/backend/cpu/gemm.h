@@ -3,7 +3,10 @@
 // an MR x NR tile of dot products in registers (AVX3: 8 rows of x x 3 weight rows = 24 vector
 // accumulators; other targets 4 x 2), so each loaded weight vector serves MR rows and each x
 // vector NR weight rows. K is cut into blocks (GemmKc) so the x tile stays in L1 while a block
-// of weight rows (L2) passes under it. Work is handed out dynamically over
+// of weight rows (L2) passes under it; up to 8 rows keep whole rows, passed over each block in
+// two halves when the whole tile would overflow L1 (GemmTileRows in gemm.cc). Each tile
+// prefetches the next tile's weight rows (docs/kernels.md "The f32 tiled GEMM"). Work is handed
+// out dynamically over
 // blocks of output features, so a core slowed by another process does not hold the others up.
 // Runtime SIMD dispatch as cpu_kernels.cc. For 1-3 rows of x the streaming GEMV
 // (cpu::MatMulRange) is as fast and is used instead (CpuBackend::MatMul, kGemvMaxRows).
