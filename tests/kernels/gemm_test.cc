@@ -169,7 +169,7 @@ TEST_F(GemmTest, LargerShapesSeveralKBlocks) {
   // K > kGemmKcMax (split into blocks, the last one ragged), m > 8 (several row tiles), n over
   // several row blocks with ragged ends; 5-8 rows whose whole rows overflow the L1 x tile (passed
   // over each block in two halves on AVX3, the second half of 1-4 rows).
-  const Shape shapes[] = {{9, 50, 1030},  {20, 97, 2100}, {33, 13, 700},  {48, 200, 64},
+  const Shape shapes[] = {{9, 50, 1030},  {20, 97, 2100}, {33, 13, 700},   {48, 200, 64},
                           {8, 301, 1500}, {64, 6, 16},    {17, 145, 4099}, {4, 49, 31},
                           {6, 40, 1536},  {7, 31, 1100},  {5, 23, 2048}};
   for (int threads : {1, 2, 3}) {

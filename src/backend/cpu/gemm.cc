@@ -100,12 +100,12 @@ HWY_INLINE void GemmRows(const float* x, int64_t xs, const WT* w, int64_t ws, in
                          int64_t kn, float* out, int64_t os, const float* bias, bool accumulate) {
   int64_t c = 0;
   for (; c + kNR <= nb; c += kNR) {
-    GemmTile<MR, kNR>(x, xs, w + c * ws, ws, kn, out + c, os, bias ? bias + c : nullptr,
-                      accumulate, c + 2 * kNR <= nb);
+    GemmTile<MR, kNR>(x, xs, w + c * ws, ws, kn, out + c, os, bias ? bias + c : nullptr, accumulate,
+                      c + 2 * kNR <= nb);
   }
   for (; c < nb; ++c) {
-    GemmTile<MR, 1>(x, xs, w + c * ws, ws, kn, out + c, os, bias ? bias + c : nullptr,
-                    accumulate, c + 2 <= nb);
+    GemmTile<MR, 1>(x, xs, w + c * ws, ws, kn, out + c, os, bias ? bias + c : nullptr, accumulate,
+                    c + 2 <= nb);
   }
 }
 
