@@ -11,8 +11,8 @@ stream); norm weights are 1, the router's score-correction bias 0 (f32). Timing 
 the values beyond the router's choices, which are random either way.
 
   bench/make_v3_shaped.py --output DIR [--hidden 1024] [--layers 12] [--dense-layers 1]
-      [--experts 128] [--top-k 8] [--moe-inter 256] [--inter 2816] [--heads 8] [--vocab 8192]
-      [--seed 0]
+      [--experts 128] [--top-k 8] [--moe-inter 256] [--inter 2816] [--heads 8] [--q-lora 384]
+      [--vocab 8192] [--seed 0]
 """
 import argparse
 import json
@@ -122,9 +122,11 @@ def main():
   for k in ("hidden", "layers", "experts", "top_k", "moe_inter", "inter", "heads", "q_lora", "vocab"):
     if getattr(a, k) < 1:
       ap.error("--%s: expected >= 1, got %d" % (k.replace("_", "-"), getattr(a, k)))
-  if a.experts % 8 or a.top_k > a.experts // 2 or not 0 <= a.dense_layers <= a.layers:
-    ap.error("--experts must be a multiple of 8 (8 router groups, 4 chosen) and --top-k at most "
-             "half of them; --dense-layers within 0..--layers")
+  if a.experts % 8 or a.experts < 16 or a.top_k > a.experts // 2:
+    ap.error("--experts: expected a multiple of 8, at least 16 (8 router groups of 2 or more, 4 "
+             "chosen), and --top-k at most half of them; got %d and %d" % (a.experts, a.top_k))
+  if not 0 <= a.dense_layers <= a.layers:
+    ap.error("--dense-layers: expected 0..%d, got %d" % (a.layers, a.dense_layers))
   c = config(a)
   specs = tensors(c)
   shards, cur, size = [], [], 0
