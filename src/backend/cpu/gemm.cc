@@ -48,15 +48,15 @@ HWY_INLINE GVF InRegister(GVF v) {
 }
 
 // out[r * os + c] (=, or += when accumulate) dot(x row r, w row c) over kn columns for an
-// MR x NR tile; bias (indexed by c, may be null) is added when not accumulating. When
-// prefetch_rows, the NR weight rows after the tile (the next tile's, same columns) are prefetched,
+// MR x NR tile; bias (indexed by c, may be null) is added when not accumulating. With
+// kPrefetch, the NR weight rows after the tile (the next tile's, same columns) are prefetched,
 // one cache line per row as the tile consumes one: this machine's hardware prefetchers do not
 // run ahead of a stream that is consumed slowly (8 x rows per weight vector), and the core's
 // own window then holds too few lines in flight (bench/README.md "Batched decode").
-template <int MR, int NR, typename WT>
+template <int MR, int NR, bool kPrefetch, typename WT>
 HWY_INLINE void GemmTile(const float* HWY_RESTRICT x, int64_t xs, const WT* HWY_RESTRICT w,
                          int64_t ws, int64_t kn, float* HWY_RESTRICT out, int64_t os,
-                         const float* HWY_RESTRICT bias, bool accumulate, bool prefetch_rows) {
+                         const float* HWY_RESTRICT bias, bool accumulate) {
   const GDF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   GVF acc[MR][NR];
@@ -67,7 +67,7 @@ HWY_INLINE void GemmTile(const float* HWY_RESTRICT x, int64_t xs, const WT* HWY_
   }
   int64_t i = 0;
   for (; i + lanes <= kn; i += lanes) {
-    if (prefetch_rows && (i * static_cast<int64_t>(sizeof(WT))) % 64 == 0) {
+    if (kPrefetch && (i * static_cast<int64_t>(sizeof(WT))) % 64 == 0) {
       HWY_UNROLL(4)
       for (int c = 0; c < NR; ++c) hwy::Prefetch(w + (NR + c) * ws + i);
     }
@@ -93,19 +93,24 @@ HWY_INLINE void GemmTile(const float* HWY_RESTRICT x, int64_t xs, const WT* HWY_
   }
 }
 
-// MR rows of x against nb weight rows, NR at a time (each tile prefetching the next, within the
-// block).
+// MR rows of x against nb weight rows, NR at a time (when prefetch, each tile prefetching the
+// next, within the block).
 template <int MR, typename WT>
 HWY_INLINE void GemmRows(const float* x, int64_t xs, const WT* w, int64_t ws, int64_t nb,
-                         int64_t kn, float* out, int64_t os, const float* bias, bool accumulate) {
+                         int64_t kn, float* out, int64_t os, const float* bias, bool accumulate,
+                         bool prefetch) {
   int64_t c = 0;
   for (; c + kNR <= nb; c += kNR) {
-    GemmTile<MR, kNR>(x, xs, w + c * ws, ws, kn, out + c, os, bias ? bias + c : nullptr, accumulate,
-                      c + 2 * kNR <= nb);
+    const float* b = bias ? bias + c : nullptr;
+    if (prefetch && c + 2 * kNR <= nb) {
+      GemmTile<MR, kNR, true>(x, xs, w + c * ws, ws, kn, out + c, os, b, accumulate);
+    } else {
+      GemmTile<MR, kNR, false>(x, xs, w + c * ws, ws, kn, out + c, os, b, accumulate);
+    }
   }
   for (; c < nb; ++c) {
-    GemmTile<MR, 1>(x, xs, w + c * ws, ws, kn, out + c, os, bias ? bias + c : nullptr, accumulate,
-                    c + 2 <= nb);
+    GemmTile<MR, 1, false>(x, xs, w + c * ws, ws, kn, out + c, os, bias ? bias + c : nullptr,
+                           accumulate);
   }
 }
 
@@ -113,11 +118,13 @@ HWY_INLINE void GemmRows(const float* x, int64_t xs, const WT* w, int64_t ws, in
 template <int MR, typename WT>
 HWY_INLINE void GemmRowsUpTo(int64_t mr, const float* x, int64_t xs, const WT* w, int64_t ws,
                              int64_t nb, int64_t kn, float* out, int64_t os, const float* bias,
-                             bool accumulate) {
+                             bool accumulate, bool prefetch) {
   if constexpr (MR > 1) {
-    if (mr < MR) return GemmRowsUpTo<MR - 1>(mr, x, xs, w, ws, nb, kn, out, os, bias, accumulate);
+    if (mr < MR) {
+      return GemmRowsUpTo<MR - 1>(mr, x, xs, w, ws, nb, kn, out, os, bias, accumulate, prefetch);
+    }
   }
-  GemmRows<MR>(x, xs, w, ws, nb, kn, out, os, bias, accumulate);
+  GemmRows<MR>(x, xs, w, ws, nb, kn, out, os, bias, accumulate, prefetch);
 }
 
 // x rows per pass over a block of weight rows: kMR, unless their kn columns overflow
@@ -133,6 +140,8 @@ int64_t GemmTileRows(int64_t kn) {
 }
 
 // Every row of x against weight rows [j0, j0 + nb), columns [k0, k0 + kn); w points at (j0, k0).
+// Only the first pass prefetches: the block is in L2 for the later ones (prefetching there made
+// prefill, 512 rows, 10-20 % slower).
 template <typename WT>
 void GemmPass(const GemmArgs& a, const WT* w, int64_t ws, int64_t j0, int64_t nb, int64_t k0,
               int64_t kn) {
@@ -142,7 +151,7 @@ void GemmPass(const GemmArgs& a, const WT* w, int64_t ws, int64_t j0, int64_t nb
   for (int64_t r = 0; r < a.m; r += tile_rows) {
     GemmRowsUpTo<kMR>(std::min<int64_t>(tile_rows, a.m - r), a.x + r * a.x_stride + k0,
                       a.x_stride, w, ws, nb, kn, a.out + r * a.out_stride + j0, a.out_stride, bias,
-                      accumulate);
+                      accumulate, r == 0);
   }
 }
 
