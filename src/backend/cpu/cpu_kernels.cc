@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "backend/cpu/gemm.h"  // kGemvMaxRows
 #include "tensor/dtype.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -26,64 +25,6 @@ using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
 HWY_INLINE float Sum(DF df, VF v) { return hn::GetLane(hn::SumOfLanes(df, v)); }
-
-// sums[r * NR + c] = dot(x row r, w row c) over k for an MR x NR tile. Each loaded weight vector
-// is used by MR rows of x, each loaded x vector by NR weight rows; MR * NR accumulators hide the
-// FMA latency.
-template <int MR, int NR, typename WT>
-HWY_INLINE void DotTile(const float* HWY_RESTRICT x, int64_t xs, const WT* HWY_RESTRICT w,
-                        int64_t ws, int64_t k, float* HWY_RESTRICT sums) {
-  const DF df;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  // The constant-trip loops are unrolled so the accumulator arrays live in registers.
-  VF acc[MR][NR];
-  HWY_UNROLL(4)
-  for (int r = 0; r < MR; ++r) {
-    HWY_UNROLL(4)
-    for (int c = 0; c < NR; ++c) acc[r][c] = hn::Zero(df);
-  }
-  int64_t i = 0;
-  for (; i + lanes <= k; i += lanes) {
-    VF xv[MR];
-    HWY_UNROLL(4)
-    for (int r = 0; r < MR; ++r) xv[r] = hn::LoadU(df, x + r * xs + i);
-    HWY_UNROLL(4)
-    for (int c = 0; c < NR; ++c) {
-      const VF wv = LoadW(df, w + c * ws + i);
-      HWY_UNROLL(4)
-      for (int r = 0; r < MR; ++r) acc[r][c] = hn::MulAdd(xv[r], wv, acc[r][c]);
-    }
-  }
-  HWY_UNROLL(4)
-  for (int r = 0; r < MR; ++r) {
-    HWY_UNROLL(4)
-    for (int c = 0; c < NR; ++c) {
-      float s = Sum(df, acc[r][c]);
-      for (int64_t j = i; j < k; ++j) s += x[r * xs + j] * WeightAt(w + c * ws + j);
-      sums[r * NR + c] = s;
-    }
-  }
-}
-
-template <int MR, int NR, typename WT>
-HWY_INLINE void RunTile(const MatMulArgs& a, const WT* w, int64_t r0, int64_t j0) {
-  float sums[MR * NR];
-  DotTile<MR, NR>(a.x + r0 * a.x_stride, a.x_stride, w + j0 * a.w_stride, a.w_stride, a.k, sums);
-  for (int r = 0; r < MR; ++r) {
-    for (int c = 0; c < NR; ++c) {
-      a.out[(r0 + r) * a.out_stride + j0 + c] = sums[r * NR + c] + (a.bias ? a.bias[j0 + c] : 0.0f);
-    }
-  }
-}
-
-// All rows of x against weight rows [j_begin, j_end), NR weight rows at a time.
-template <int MR, int NR, typename WT>
-HWY_INLINE void RunRows(const MatMulArgs& a, const WT* w, int64_t r0, int64_t j_begin,
-                        int64_t j_end) {
-  int64_t j = j_begin;
-  for (; j + NR <= j_end; j += NR) RunTile<MR, NR>(a, w, r0, j);
-  for (; j < j_end; ++j) RunTile<MR, 1>(a, w, r0, j);
-}
 
 // Rows [r0, r0 + MR) of x against weight row j: four accumulators over k per x row, summed the
 // same way for every MR, so a row's result does not depend on the rows sharing the call.
@@ -139,25 +80,11 @@ HWY_INLINE void RunRowsStream(const MatMulArgs& a, const WT* w, int64_t j_begin,
   }
 }
 
+// Any number of rows of x streams the same way (CpuBackend::MatMul sends only up to
+// kGemvMaxRows here; more go to the tiled GEMM, gemm.h).
 template <typename WT>
 void MatMulTyped(const MatMulArgs& a, int64_t n_begin, int64_t n_end) {
-  const WT* w = static_cast<const WT*>(a.w);
-  if (a.m <= kGemvMaxRows) return RunRowsStream(a, w, n_begin, n_end);
-  // More rows (only through MatMulRange called directly, e.g. bench_ops --kernel gemv): weight
-  // rows are taken in blocks small enough to stay in L1/L2 while every tile of x rows passes
-  // over them.
-  const int64_t block = 16;
-  for (int64_t jb = n_begin; jb < n_end; jb += block) {
-    const int64_t je = std::min(n_end, jb + block);
-    int64_t r = 0;
-    for (; r + 4 <= a.m; r += 4) RunRows<4, 2>(a, w, r, jb, je);
-    switch (a.m - r) {
-      case 3: RunRows<3, 2>(a, w, r, jb, je); break;
-      case 2: RunRows<2, 4>(a, w, r, jb, je); break;
-      case 1: RunRows<1, 4>(a, w, r, jb, je); break;
-      default: break;
-    }
-  }
+  RunRowsStream(a, static_cast<const WT*>(a.w), n_begin, n_end);
 }
 
 void MatMulRange(const MatMulArgs& a, int64_t n_begin, int64_t n_end) {
