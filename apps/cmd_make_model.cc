@@ -1,7 +1,10 @@
 // `deepharness make-model --preset NAME --output DIR`: writes a random checkpoint of a known shape
 // (config.json + safetensors) for demos, tests and benchmarks.
+#include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "apps/command.h"
 #include "apps/model_options.h"  // ReportError
@@ -15,6 +18,7 @@ std::function<int()> SetupMakeModel(CLI::App* sub) {
     tools::RandomModelOptions options;
     std::string output;
     std::string dtype = "bf16";
+    std::vector<std::string> sets;
     bool quiet = false;
   };
   auto a = std::make_shared<Args>();
@@ -33,6 +37,9 @@ std::function<int()> SetupMakeModel(CLI::App* sub) {
   sub->add_option("--mtp-layers", a->options.mtp_layers,
                   "tiny-v3: multi-token-prediction layers to add, 0 (default) or 1 (for "
                   "--speculative mtp; docs/mtp.md)");
+  sub->add_option("--set", a->sets,
+                  "Replace an integer field of the preset's config.json before the tensors are "
+                  "made, KEY=N (repeatable; e.g. --set hidden_size=1024 --set n_routed_experts=128)");
   sub->add_flag("--quiet,-q", a->quiet, "Print nothing on success");
   return [a, layers]() -> int {
     if (a->dtype == "bf16" || a->dtype == "bfloat16") {
@@ -41,6 +48,16 @@ std::function<int()> SetupMakeModel(CLI::App* sub) {
       a->options.dtype = DType::kF32;
     } else {
       return ReportError(InvalidArgument("--dtype: expected bf16 or f32, got '{}'", a->dtype));
+    }
+    for (const std::string& kv : a->sets) {
+      const size_t eq = kv.find('=');
+      int64_t value = 0;
+      const char* end = kv.data() + kv.size();
+      if (eq == std::string::npos || eq == 0 ||
+          std::from_chars(kv.data() + eq + 1, end, value).ptr != end || eq + 1 == kv.size()) {
+        return ReportError(InvalidArgument("--set: expected KEY=N (an integer), got '{}'", kv));
+      }
+      a->options.overrides.emplace_back(kv.substr(0, eq), value);
     }
     if (layers->count() > 0 && a->options.layers < 1) {
       return ReportError(InvalidArgument("--layers: expected >= 1, got {}", a->options.layers));

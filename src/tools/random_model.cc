@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 
+#include "base/checked_math.h"
 #include "io/safetensors_writer.h"
 #include "tensor/tensor.h"
 
@@ -205,6 +206,10 @@ std::vector<std::string> RandomModelPresets() {
   return {"tiny-llama", "qwen2-1.5b", "llama-8b", "v2-lite", "tiny-v3"};
 }
 
+// Largest value `--set` takes: every dim of a tensor stays far from overflowing, and
+// WriteRandomModel checks the products.
+constexpr int64_t kMaxOverride = int64_t{1} << 24;
+
 Result<json> RandomModelConfig(const RandomModelOptions& options) {
   json c;
   if (options.preset == "tiny-llama") {
@@ -222,6 +227,19 @@ Result<json> RandomModelConfig(const RandomModelOptions& options) {
         "--preset: unknown preset '{}' (expected tiny-llama, qwen2-1.5b, "
         "llama-8b, v2-lite or tiny-v3)",
         options.preset);
+  }
+  for (const auto& [key, value] : options.overrides) {
+    if (key == "num_hidden_layers" || key == "vocab_size" || key == "num_nextn_predict_layers") {
+      return InvalidArgument("--set {}: use --layers, --vocab-size or --mtp-layers", key);
+    }
+    if (!c.contains(key) || !c[key].is_number_integer()) {
+      return InvalidArgument("--set {}: not an integer field of preset {}'s config.json", key,
+                             options.preset);
+    }
+    if (value < 0 || value > kMaxOverride) {
+      return InvalidArgument("--set {}={}: expected 0 to {}", key, value, kMaxOverride);
+    }
+    c[key] = value;
   }
   if (options.layers < 0) {
     return InvalidArgument("--layers: expected >= 1, got {}", options.layers);
@@ -394,31 +412,39 @@ void FillRandomNormal(uint64_t seed, double stddev, int64_t n, DType dtype, void
   }
 }
 
+constexpr uint64_t kMaxCheckpointBytes = uint64_t{1} << 40;
+
 Result<RandomModelSummary> WriteRandomModel(const RandomModelOptions& options,
                                             const std::string& dir) {
   DH_ASSIGN_OR_RETURN(json config, RandomModelConfig(options));
   DH_ASSIGN_OR_RETURN(std::vector<RandomTensorSpec> specs,
                       RandomModelTensors(config, options.dtype));
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return IoError("{}: cannot create directory: {}", dir, ec.message());
-
   // Plan shards: consecutive tensors up to shard_bytes each (a single larger tensor gets its own).
   std::vector<size_t> shard_start = {0};
   uint64_t in_shard = 0;
   RandomModelSummary summary;
   for (size_t i = 0; i < specs.size(); ++i) {
-    const uint64_t b = specs[i].nbytes();
+    // Shapes come from config values a user can set: sizes are checked before anything is
+    // written (a tensor or a checkpoint past 1 TiB is refused).
+    const auto elems = CheckedProduct(specs[i].shape);
+    const auto bytes = elems ? CheckedMul(*elems, DTypeSize(specs[i].dtype)) : std::nullopt;
+    const auto total = bytes ? CheckedAdd(summary.bytes, *bytes) : std::nullopt;
+    if (!total || *total > kMaxCheckpointBytes) {
+      return InvalidArgument("random model: tensor {} makes the checkpoint larger than 1 TiB",
+                             specs[i].name);
+    }
+    const uint64_t b = *bytes;
     if (in_shard > 0 && in_shard + b > options.shard_bytes) {
       shard_start.push_back(i);
       in_shard = 0;
     }
     in_shard += b;
     summary.bytes += b;
-    int64_t n = 1;
-    for (int64_t d : specs[i].shape) n *= d;
-    summary.num_parameters += n;
+    summary.num_parameters += static_cast<int64_t>(*elems);
   }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return IoError("{}: cannot create directory: {}", dir, ec.message());
   shard_start.push_back(specs.size());
   const int num_shards = static_cast<int>(shard_start.size()) - 1;
   summary.num_tensors = static_cast<int64_t>(specs.size());

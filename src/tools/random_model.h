@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -23,6 +24,11 @@ struct RandomModelOptions {
   // DeepSeek presets: multi-token-prediction layers (num_nextn_predict_layers; docs/mtp.md),
   // stored after the main layers like DeepSeek-V3's release.
   int mtp_layers = 0;
+  // Integer fields of the preset's config.json replaced before the tensors are derived from it
+  // (`make-model --set hidden_size=1024`): a shape the presets do not have, e.g. a V3 layout wide
+  // enough that decode is bound by reading weights. Layer count and vocabulary have their own
+  // options.
+  std::vector<std::pair<std::string, int64_t>> overrides;
   uint64_t shard_bytes = 1ull << 30;  // tensor bytes per shard before starting a new file
 };
 

@@ -61,6 +61,50 @@ TEST(RandomModel, RejectsUnknownPresetAndDtype) {
   EXPECT_FALSE(RandomModelConfig(o).ok());
 }
 
+TEST(RandomModel, SetReplacesIntegerConfigFields) {
+  RandomModelOptions o;
+  o.preset = "tiny-v3";
+  o.overrides = {{"hidden_size", 96}, {"n_routed_experts", 8}, {"first_k_dense_replace", 0}};
+  auto c = RandomModelConfig(o);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ((*c)["hidden_size"].get<int64_t>(), 96);
+  EXPECT_EQ((*c)["n_routed_experts"].get<int64_t>(), 8);
+  auto specs = RandomModelTensors(*c, DType::kBF16);
+  ASSERT_TRUE(specs.ok()) << specs.status().message();
+  bool saw_embed = false, saw_expert8 = false;
+  for (const RandomTensorSpec& s : *specs) {
+    if (s.name == "model.embed_tokens.weight") {
+      saw_embed = true;
+      EXPECT_EQ(s.shape[1], 96);
+    }
+    saw_expert8 = saw_expert8 || s.name.find("experts.8.") != std::string::npos;
+  }
+  EXPECT_TRUE(saw_embed);
+  EXPECT_FALSE(saw_expert8);  // experts 0..7 only
+  // Unknown, non-integer and dedicated-option fields, and out-of-range values, are refused.
+  for (const auto& bad : std::vector<std::pair<std::string, int64_t>>{
+           {"no_such_field", 1}, {"rms_norm_eps", 1}, {"vocab_size", 100},
+           {"num_hidden_layers", 2}, {"hidden_size", -1}, {"hidden_size", int64_t{1} << 30}}) {
+    RandomModelOptions b;
+    b.preset = "tiny-v3";
+    b.overrides = {bad};
+    auto r = RandomModelConfig(b);
+    EXPECT_FALSE(r.ok()) << bad.first << "=" << bad.second;
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find(bad.first), std::string::npos) << r.status().message();
+    }
+  }
+  // Within range per field, but the tensors would pass 1 TiB: refused before any file is made.
+  RandomModelOptions huge;
+  huge.preset = "tiny-v3";
+  huge.overrides = {{"hidden_size", int64_t{1} << 24}, {"intermediate_size", int64_t{1} << 24}};
+  const fs::path dir = TempDir("huge");
+  auto w = WriteRandomModel(huge, dir.string());
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("1 TiB"), std::string::npos) << w.status().message();
+  EXPECT_FALSE(fs::exists(dir));
+}
+
 TEST(RandomModel, CutVocabularyKeepsSpecialIdsInside) {
   // --vocab-size below a preset's BOS/EOS ids (Qwen2's 151643, Llama's 128000, DeepSeek's 100000)
   // moves them to 0 / 1; ids already inside the cut stay as the preset has them.
