@@ -4,7 +4,8 @@
 // (codes + scales + zero points) per second and their fraction of the measured read bandwidth.
 // Usage: bench_quant [--threads N] [--mb WORKING_SET_MB] [--seconds S] [--m 1,2,4,16]
 //                    [--n 8960] [--k 1536] [--cpu-time 1] [--formats
-//                    int8,int8-row,int4,int4-g128,fp8]
+//                    int8,int8-row,int4,int4-g128,fp8] [--packed-min-rows R]
+// --packed-min-rows R runs the integer kernels' packed tiles from M = R (default: the engine's).
 // --cpu-time 1 (with --threads 1, where the calling thread does all the work) times the calling
 // thread's CPU time instead of wall time: with a cache-resident working set (--mb 1 --n 256) it
 // measures the kernels' compute rate even on a busy machine.
@@ -32,6 +33,7 @@ struct Options {
   int64_t n = 8960, k = 1536;
   bool cpu_time = false;
   std::string formats = "int8,int8-row,int4,int4-g128,fp8";
+  int64_t packed_min_rows = 0;  // 0: the default (cpu::PackedMinRows)
 };
 
 double Now(bool cpu_time) {
@@ -117,18 +119,22 @@ int Main(int argc, char** argv) {
     else if (a == "--k") o.k = std::atoll(argv[i + 1]);
     else if (a == "--cpu-time") o.cpu_time = std::atoi(argv[i + 1]) != 0;
     else if (a == "--formats") o.formats = argv[i + 1];
+    else if (a == "--packed-min-rows") o.packed_min_rows = std::atoll(argv[i + 1]);
     else {
       std::fprintf(stderr, "bench_quant: unknown option %s\n", a.c_str());
       return 2;
     }
   }
+  cpu::SetPackedMinRowsForTest(o.packed_min_rows);
   CpuBackend cpu(BackendOptions{.num_threads = o.threads});
   const double bw = MeasureReadBandwidthGBs(cpu.pool(), o.working_set_mb << 20);
   std::printf("threads %d, N=%lld K=%lld, measured read bandwidth %.2f GB/s, best integer kernel %s\n",
               o.threads, static_cast<long long>(o.n), static_cast<long long>(o.k), bw,
               cpu::IntegerDotPathName(cpu::BestIntegerDotPath()));
-  std::printf("| format | path | M | us/call | weight GB/s | %% of bandwidth |\n");
-  std::printf("| --- | --- | ---: | ---: | ---: | ---: |\n");
+  std::printf("packed integer tiles from M = %lld\n",
+              static_cast<long long>(cpu::PackedMinRows()));
+  std::printf("| format | path | M | us/call | weight GB/s | %% of bandwidth | GOP/s |\n");
+  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
   const Format formats[] = {{"int8", WeightFormat::kInt8, 32},
                             {"int8-row", WeightFormat::kInt8, 0},
                             {"int4", WeightFormat::kInt4, 32},
@@ -167,9 +173,10 @@ int Main(int argc, char** argv) {
         } while (elapsed < o.seconds);
         const double per_call = elapsed / static_cast<double>(calls);
         const double gbs = static_cast<double>(bytes) / per_call / 1e9;
-        std::printf("| %s | %s | %lld | %.1f | %.2f | %.1f |\n", f.name,
+        const double gops = 2.0 * static_cast<double>(m * o.n * o.k) / per_call / 1e9;
+        std::printf("| %s | %s | %lld | %.1f | %.2f | %.1f | %.1f |\n", f.name,
                     integer ? cpu::IntegerDotPathName(path) : "f32",
-                    static_cast<long long>(m), per_call * 1e6, gbs, 100.0 * gbs / bw);
+                    static_cast<long long>(m), per_call * 1e6, gbs, 100.0 * gbs / bw, gops);
         std::fflush(stdout);
       }
     }

@@ -278,6 +278,7 @@ TEST_F(QuantMatMulTest, IntegerDotWithinQuantizationBound) {
 // is 128 / 0; the int4 group sums within 1e-6 of the sum of |x| over the group (f32 order).
 TEST_F(QuantMatMulTest, QuantizedActsFollowTheDefinition) {
   Rng rng(21);
+  cpu::SetPackedMinRowsForTest(int64_t{1} << 40);  // the by-rows layout at every M
   for (const Case& c : kCases) {
     RandomWeight rw(rng, c);
     Owned x(DType::kF32, {c.m, c.k + 3}), out(DType::kF32, {c.m, c.n});
@@ -337,6 +338,123 @@ TEST_F(QuantMatMulTest, QuantizedActsFollowTheDefinition) {
       }
     }
   }
+  cpu::SetPackedMinRowsForTest(0);
+}
+
+// The packed layout holds the same codes, block scales and group sums as the by-rows one, dealt
+// into quads of rows (quant_vnni.h): dword d of row r in block b at quad r / 4, position
+// (b * 8 + d) * 4 + r % 4; the padding rows of the last quad are zero (int8: code 128).
+TEST_F(QuantMatMulTest, PackedActsHoldTheRowsCodes) {
+  Rng rng(22);
+  int tested = 0;
+  for (const Case& c : kCases) {
+    if (!cpu::PackedTilesSupport(c.k, c.group)) continue;
+    ++tested;
+    RandomWeight rw(rng, c);
+    Owned x(DType::kF32, {c.m, c.k}), out(DType::kF32, {c.m, c.n});
+    rng.Fill(x, -2.0f, 2.0f);
+    const cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, false, out, c.n);
+    cpu::QuantizedActs rows, packed;
+    cpu::SetPackedMinRowsForTest(int64_t{1} << 40);
+    cpu::QuantizeActs(a, &rows);
+    cpu::SetPackedMinRowsForTest(1);
+    packed.codes.assign(static_cast<size_t>(4 * (c.m + 4) * (c.k + 64)), 0x5a);  // stale data
+    cpu::QuantizeActs(a, &packed);
+    cpu::SetPackedMinRowsForTest(0);
+    ASSERT_FALSE(rows.packed);
+    ASSERT_TRUE(packed.packed);
+    const int64_t nb = packed.blocks, half = rows.row_bytes / 2;
+    const int64_t lanes_per_block = 32 / (c.int4 ? 8 : 4);
+    for (int64_t r = 0; r < (c.m + 3) / 4 * 4; ++r) {
+      const int64_t quad = r / 4, lane = r % 4;
+      for (int64_t b = 0; b < nb; ++b) {
+        for (int64_t d = 0; d < 8; ++d) {
+          const uint8_t* got = packed.codes.data() + quad * nb * 128 + (b * 8 + d) * 16 + lane * 4;
+          for (int64_t i = 0; i < 4; ++i) {
+            int want = c.int4 ? 0 : 128;
+            if (r < c.m) {
+              const int64_t src = c.int4 ? (d & 1) * half + b * 16 + (d >> 1) * 4 + i
+                                         : b * 32 + d * 4 + i;
+              want = rows.codes[r * rows.row_bytes + src];
+            }
+            ASSERT_EQ(got[i], want) << Name(c) << " row " << r << " block " << b << " dword " << d;
+          }
+        }
+        const float want_scale =
+            r < c.m ? rows.lane_scales[r * rows.lanes + b * lanes_per_block] : 0.0f;
+        ASSERT_EQ(packed.lane_scales[(quad * nb + b) * 4 + lane], want_scale) << Name(c);
+      }
+      for (int64_t gi = 0; gi < rows.groups; ++gi) {
+        const float want_sum = r < c.m ? rows.group_sums[r * rows.groups + gi] : 0.0f;
+        ASSERT_EQ(packed.group_sums[(quad * rows.groups + gi) * 4 + lane], want_sum) << Name(c);
+      }
+    }
+  }
+  EXPECT_GT(tested, 15);
+}
+
+// The packed tiles (kLanes weight rows side by side, quant_int_dot-inl.h) on every integer
+// kernel, forced at every M: within the quantization bound of the reference, and within f32
+// summation order of the per-row kernel (both take exact i32 dots of the same codes; here the
+// tolerance is 1e-5 of sum |w| * max|x| + |min term| + |bias| per output). Ranges are split
+// inside a tile and at odd rows so partial tiles are packed too.
+TEST_F(QuantMatMulTest, PackedTilesMatchPerRowKernel) {
+  const auto paths = AvailablePaths();
+  if (paths.empty()) GTEST_SKIP() << "CPU has no integer-dot kernel (no AVX2)";
+  Rng rng(23);
+  std::vector<Case> cases(std::begin(kCases), std::end(kCases));
+  for (const Case& c : {Case{true, 13, 40, 1536, 32}, Case{false, 11, 35, 1536, 32},
+                        Case{true, 9, 33, 640, 128}, Case{false, 6, 48, 640, 640},
+                        Case{true, 5, 17, 1111, 1111}, Case{true, 20, 16, 256, 64},
+                        Case{false, 3, 50, 2048, 128}}) {
+    cases.push_back(c);
+  }
+  int tested = 0;
+  for (const Case& c : cases) {
+    if (!cpu::IntegerDotSupports(c.int4, c.k, c.group) ||
+        !cpu::PackedTilesSupport(c.k, c.group)) {
+      continue;
+    }
+    ++tested;
+    RandomWeight rw(rng, c);
+    Owned x(DType::kF32, {c.m, c.k}), per_row(DType::kF32, {c.m, c.n + 3}),
+        got(DType::kF32, {c.m, c.n + 3}), want(DType::kF32, {c.m, c.n});
+    rng.Fill(x, -2.0f, 2.0f);
+    ref_.MatMul(x.t, rw.w, rw.bias.t, want.t);
+    std::vector<float> row(c.k);
+    std::vector<double> mag(c.n);
+    for (int64_t j = 0; j < c.n; ++j) {
+      ref::DecodeWeightRow(rw.w, j, row.data());
+      for (float v : row) mag[j] += 2.0 * std::fabs(v) + 2.0;  // |x| <= 2; covers the min term
+      mag[j] += std::fabs(rw.bias.f32()[j]);
+    }
+    for (cpu::IntegerDotPath path : paths) {
+      const std::string what = std::string(cpu::IntegerDotPathName(path)) + " " + Name(c);
+      for (bool packed : {false, true}) {
+        cpu::SetPackedMinRowsForTest(packed ? 1 : int64_t{1} << 40);
+        const cpu::QuantMatMulArgs a =
+            ArgsFor(c, rw, x, c.k, true, packed ? got : per_row, c.n + 3);
+        cpu::QuantizedActs acts;
+        cpu::QuantizeActs(a, &acts);
+        ASSERT_EQ(acts.packed, packed);
+        const int64_t cut = std::min<int64_t>(c.n, 5), cut2 = std::max(cut, c.n - 3);
+        cpu::IntegerDotRangeOn(path, a, acts, 0, cut);
+        cpu::IntegerDotRangeOn(path, a, acts, cut, cut2);
+        cpu::IntegerDotRangeOn(path, a, acts, cut2, c.n);
+      }
+      cpu::SetPackedMinRowsForTest(0);
+      ExpectWithinQuantBound(c, rw.w, x, c.k, true, rw.bias, got.f32(), c.n + 3,
+                             want.ToVector(), "packed " + what);
+      for (int64_t r = 0; r < c.m; ++r) {
+        for (int64_t j = 0; j < c.n; ++j) {
+          const float g = got.f32()[r * (c.n + 3) + j], p = per_row.f32()[r * (c.n + 3) + j];
+          ASSERT_LE(std::fabs(g - p), 1e-5 * mag[j]) << "packed vs per-row " << what << " row "
+                                                     << r << " col " << j;
+        }
+      }
+    }
+  }
+  EXPECT_GT(tested, 20);
 }
 
 // All integer kernels compute the same exact i32 lane dots, so their outputs differ only by f32

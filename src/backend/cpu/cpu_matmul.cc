@@ -150,6 +150,15 @@ void QuantIntegerDot(const MatMulCall& c, ThreadPool& pool) {
   thread_local cpu::QuantizedActs tl_acts;
   cpu::QuantizedActs& acts = tl_acts;
   cpu::QuantizeActs(c.quant, &acts);
+  if (acts.packed) {  // whole packed tiles of 16 weight rows (8 on 256-bit kernels) per chunk
+    constexpr int64_t kTile = 16;
+    const int64_t n = c.n();
+    pool.ParallelFor((n + kTile - 1) / kTile, 1, [&](size_t b, size_t e) {
+      cpu::IntegerDotRange(c.quant, acts, static_cast<int64_t>(b) * kTile,
+                           std::min(n, static_cast<int64_t>(e) * kTile));
+    });
+    return;
+  }
   pool.ParallelFor(c.n(), cpu::GrainFor(c.m() * c.k()),
                    [&](size_t b, size_t e) { cpu::IntegerDotRange(c.quant, acts, b, e); });
 }

@@ -20,6 +20,7 @@ DH_IDOT_TARGET inline VecI SetI8(char c) { return _mm512_set1_epi8(c); }
 DH_IDOT_TARGET inline VecI AndI(VecI a, VecI b) { return _mm512_and_si512(a, b); }
 DH_IDOT_TARGET inline VecI Shr4(VecI a) { return _mm512_srli_epi16(a, 4); }
 DH_IDOT_TARGET inline VecI SubI32(VecI a, VecI b) { return _mm512_sub_epi32(a, b); }
+DH_IDOT_TARGET inline VecI AddI32(VecI a, VecI b) { return _mm512_add_epi32(a, b); }
 DH_IDOT_TARGET inline VecI Shl7I32(VecI a) { return _mm512_slli_epi32(a, 7); }
 DH_IDOT_TARGET inline VecI Dpbusd(VecI acc, VecI u8, VecI s8) {
   return _mm512_dpbusd_epi32(acc, u8, s8);
@@ -44,6 +45,39 @@ DH_IDOT_TARGET inline VecF WidenHalves8(__m128i h) {
 }
 // The low bytes of b (one per lane) widened to i32 lanes.
 DH_IDOT_TARGET inline VecI WidenBytes(__m128i b) { return _mm512_cvtepu8_epi32(b); }
+// The 4 bytes at p in every i32 lane.
+DH_IDOT_TARGET inline VecI BroadcastDword(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+DH_IDOT_TARGET inline void StoreI(void* p, VecI v) { _mm512_storeu_si512(p, v); }
+DH_IDOT_TARGET inline void StoreF(float* p, VecF v) { _mm512_storeu_ps(p, v); }
+// dst[c * 16 + i] = dword c of the 64 bytes at src + i * stride, for i, c < 16.
+DH_IDOT_TARGET inline void TransposeDwords(const uint8_t* src, int64_t stride, int32_t* dst) {
+  __m512i r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * stride);
+  for (int i = 0; i < 16; i += 2) {  // t: pairs of rows interleaved per 128-bit lane
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int q = 0; q < 16; q += 4) {  // r[q + c]: lane L holds column 4L + c of rows q..q+3
+    r[q] = _mm512_unpacklo_epi64(t[q], t[q + 2]);
+    r[q + 1] = _mm512_unpackhi_epi64(t[q], t[q + 2]);
+    r[q + 2] = _mm512_unpacklo_epi64(t[q + 1], t[q + 3]);
+    r[q + 3] = _mm512_unpackhi_epi64(t[q + 1], t[q + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {  // a 4 x 4 transpose of 128-bit lanes over the quads
+    const __m512i a = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44);
+    const __m512i b = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
+    const __m512i a2 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xee);
+    const __m512i b2 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xee);
+    _mm512_storeu_si512(dst + (0 + c) * 16, _mm512_shuffle_i32x4(a, b, 0x88));
+    _mm512_storeu_si512(dst + (4 + c) * 16, _mm512_shuffle_i32x4(a, b, 0xdd));
+    _mm512_storeu_si512(dst + (8 + c) * 16, _mm512_shuffle_i32x4(a2, b2, 0x88));
+    _mm512_storeu_si512(dst + (12 + c) * 16, _mm512_shuffle_i32x4(a2, b2, 0xdd));
+  }
+}
 #else
 using VecI = __m256i;
 using VecF = __m256;
@@ -55,6 +89,7 @@ DH_IDOT_TARGET inline VecI SetI8(char c) { return _mm256_set1_epi8(c); }
 DH_IDOT_TARGET inline VecI AndI(VecI a, VecI b) { return _mm256_and_si256(a, b); }
 DH_IDOT_TARGET inline VecI Shr4(VecI a) { return _mm256_srli_epi16(a, 4); }
 DH_IDOT_TARGET inline VecI SubI32(VecI a, VecI b) { return _mm256_sub_epi32(a, b); }
+DH_IDOT_TARGET inline VecI AddI32(VecI a, VecI b) { return _mm256_add_epi32(a, b); }
 DH_IDOT_TARGET inline VecI Shl7I32(VecI a) { return _mm256_slli_epi32(a, 7); }
 #if DH_IDOT_VNNI
 DH_IDOT_TARGET inline VecI Dpbusd(VecI acc, VecI u8, VecI s8) {
@@ -80,6 +115,34 @@ DH_IDOT_TARGET inline VecF WidenHalves(const uint16_t* p) {
 }
 DH_IDOT_TARGET inline VecF WidenHalves8(__m128i h) { return _mm256_cvtph_ps(h); }
 DH_IDOT_TARGET inline VecI WidenBytes(__m128i b) { return _mm256_cvtepu8_epi32(b); }
+DH_IDOT_TARGET inline VecI BroadcastDword(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+DH_IDOT_TARGET inline void StoreI(void* p, VecI v) {
+  _mm256_storeu_si256(static_cast<__m256i*>(p), v);
+}
+DH_IDOT_TARGET inline void StoreF(float* p, VecF v) { _mm256_storeu_ps(p, v); }
+// dst[c * 8 + i] = dword c of the 32 bytes at src + i * stride, for i, c < 8.
+DH_IDOT_TARGET inline void TransposeDwords(const uint8_t* src, int64_t stride, int32_t* dst) {
+  __m256i r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = LoadI(src + i * stride);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int q = 0; q < 8; q += 4) {
+    r[q] = _mm256_unpacklo_epi64(t[q], t[q + 2]);
+    r[q + 1] = _mm256_unpackhi_epi64(t[q], t[q + 2]);
+    r[q + 2] = _mm256_unpacklo_epi64(t[q + 1], t[q + 3]);
+    r[q + 3] = _mm256_unpackhi_epi64(t[q + 1], t[q + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    StoreI(dst + c * 8, _mm256_permute2x128_si256(r[c], r[4 + c], 0x20));
+    StoreI(dst + (4 + c) * 8, _mm256_permute2x128_si256(r[c], r[4 + c], 0x31));
+  }
+}
 #endif
 
 // Bytes of weight codes per vector; f32 lanes per vector.
@@ -339,11 +402,288 @@ void DotRowsAnyMode(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t r0
   }
 }
 
+// ---- Packed tiles: the integer GEMM for many rows of x (prefill, batches) ----
+// kLanes weight rows are packed side by side: step t of a tile is one vector whose lane i holds
+// bytes [4t, 4t + 4) of weight row j0 + i, so one vpdpbusd against the 4 x codes of those
+// columns (the same 4 bytes in every lane) advances kLanes dot products at once. An x block of
+// 32 columns (4 steps of int4 nibble pairs, 8 steps of int8) ends with its kLanes exact i32 dots
+// in one vector, so one conversion, one scale product and one FMA per x row and block serve
+// kLanes outputs (the per-row kernel above spends them per 4 or 8 columns), and the outputs come
+// out as a vector of kLanes adjacent columns: no horizontal sums. A tile is packed once per call
+// (in-register transposes) and used by every row of x.
+//
+// int4: step t's low nibbles are the even columns 8t', 8t'+2, .. of the block and match 4 bytes
+// of x's even half, the high nibbles its odd half (QuantizedActs keeps them apart), as above.
+// int8 (VNNI): x holds q + 128, so each block's sum starts from -128 * (the block's code sum)
+// per lane, kept with the tile. int8 (AVX2): |w| against x with w's sign, as in Chunk.
+// Numerics: each block's dot is exact in i32 and scaled once (x scale * weight scale); the
+// error bound of quant_vnni.h holds with fewer f32 roundings.
+
+constexpr int64_t kXBlock = 32;  // x columns per quantization block (QuantizeActs)
+
+// One packed tile of kLanes weight rows (lanes past the last row hold zeros).
+struct PackedTile {
+  std::vector<int32_t> codes;  // [steps][kLanes]
+  std::vector<float> scales;   // [groups][kLanes]
+  std::vector<float> zs;       // int4: [groups][kLanes], (zero + offset) * scale
+  std::vector<int32_t> corr;   // int8 with VNNI: [blocks][kLanes], -128 * the block's code sum
+};
+
+template <bool kInt4>
+constexpr int64_t StepsPerBlock() {
+  return kInt4 ? kXBlock / 8 : kXBlock / 4;
+}
+
+// Packs weight rows [j0, j0 + rows) (rows <= kLanes) into t: whole kLanes x kLanes blocks of
+// dwords by in-register transposes, the rest (a row's last bytes, a partial tile) byte by byte.
+// Scales (and int4 zero terms) are widened row by row into scratch and transposed the same way.
+template <bool kInt4>
+DH_IDOT_TARGET void PackTile(const QuantMatMulArgs& a, int64_t j0, int64_t rows, PackedTile* t) {
+  const int64_t k = a.k, g = a.group_size < k ? a.group_size : k;
+  const int64_t row_len = kInt4 ? (k + 1) / 2 : k;
+  const int64_t nblocks = (k + kXBlock - 1) / kXBlock;
+  const int64_t steps = nblocks * StepsPerBlock<kInt4>();
+  const int64_t ngroups = (k + g - 1) / g;
+  const int64_t groups_up = (ngroups + kLanes - 1) / kLanes * kLanes;
+  t->codes.resize(static_cast<size_t>(steps * kLanes));
+  t->scales.resize(static_cast<size_t>(groups_up * kLanes));
+  if (kInt4) t->zs.resize(static_cast<size_t>(groups_up * kLanes));
+  const uint8_t* q0 = static_cast<const uint8_t*>(a.q) + j0 * a.q_stride;
+  int32_t* codes = t->codes.data();
+  int64_t s = 0;
+  if (rows == kLanes) {
+    for (; 4 * (s + kLanes) <= row_len; s += kLanes) {
+      TransposeDwords(q0 + 4 * s, a.q_stride, codes + s * kLanes);
+    }
+  }
+  for (; s < steps; ++s) {  // zero past the row and past the last row
+    for (int i = 0; i < kLanes; ++i) {
+      uint8_t bytes[4] = {};
+      for (int64_t c = 4 * s; c < 4 * s + 4 && c < row_len && i < rows; ++c) {
+        bytes[c - 4 * s] = q0[i * a.q_stride + c];
+      }
+      std::memcpy(codes + s * kLanes + i, bytes, 4);
+    }
+  }
+  // Scales and zero terms, [row][group] in scratch (zero past the groups and rows), transposed.
+  thread_local std::vector<float> sc, zs;
+  sc.assign(static_cast<size_t>(kLanes * groups_up), 0.0f);
+  if (kInt4) zs.assign(static_cast<size_t>(kLanes * groups_up), 0.0f);
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  const VecF off = SetF(static_cast<float>(a.zero_offset));
+  for (int64_t i = 0; i < rows; ++i) {
+    const uint16_t* h = a.scales + (j0 + i) * a.scale_stride;
+    const uint8_t* z = kInt4 ? a.zeros + (j0 + i) * a.zero_stride : nullptr;
+    float* srow = sc.data() + i * groups_up;
+    float* zrow = kInt4 ? zs.data() + i * groups_up : nullptr;
+    int64_t gi = 0;
+    for (; gi + kLanes <= ngroups; gi += kLanes) {
+      const VecF v = WidenHalves(h + gi);
+      StoreF(srow + gi, v);
+      if constexpr (kInt4) {  // kLanes zero nibbles, low first, widened (exact small integers)
+        uint64_t zw = 0;
+        std::memcpy(&zw, z + gi / 2, kLanes / 2);
+        const __m128i zb = _mm_cvtsi64_si128(static_cast<int64_t>(zw));
+        const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(zb, low4),
+                                              _mm_and_si128(_mm_srli_epi16(zb, 4), low4));
+        StoreF(zrow + gi, MulF(AddF(ToF(WidenBytes(nib)), off), v));
+      }
+    }
+    for (; gi < ngroups; ++gi) {
+      srow[gi] = _cvtsh_ss(h[gi]);
+      if constexpr (kInt4) {
+        zrow[gi] = static_cast<float>(ZeroNibble(z, gi) + a.zero_offset) * srow[gi];
+      }
+    }
+  }
+  for (int64_t gi = 0; gi < groups_up; gi += kLanes) {
+    TransposeDwords(reinterpret_cast<const uint8_t*>(sc.data() + gi), groups_up * 4,
+                    reinterpret_cast<int32_t*>(t->scales.data() + gi * kLanes));
+    if constexpr (kInt4) {
+      TransposeDwords(reinterpret_cast<const uint8_t*>(zs.data() + gi), groups_up * 4,
+                      reinterpret_cast<int32_t*>(t->zs.data() + gi * kLanes));
+    }
+  }
+#if DH_IDOT_VNNI
+  if constexpr (!kInt4) {
+    t->corr.resize(static_cast<size_t>(nblocks * kLanes));
+    for (int64_t b = 0; b < nblocks; ++b) {
+      VecI sum = ZeroI();
+      for (int64_t st = 0; st < StepsPerBlock<false>(); ++st) {
+        sum = Dpbusd(sum, SetI8(1), LoadI(codes + (b * StepsPerBlock<false>() + st) * kLanes));
+      }
+      StoreI(t->corr.data() + b * kLanes, SubI32(ZeroI(), Shl7I32(sum)));
+    }
+  }
+#endif
+}
+
+// Outputs [j0, j0 + rows) of the x rows of quads [q0, q0 + kQuads) (packed QuantizedActs) from
+// a packed tile. All x addresses are fixed offsets from one pointer per quad.
+template <int kQuads, bool kInt4>
+DH_IDOT_TARGET void PackedRows(const QuantMatMulArgs& a, const QuantizedActs& x,
+                               const PackedTile& t, int64_t q0, int64_t j0, int64_t rows) {
+  constexpr int MR = 4 * kQuads;
+  const int64_t k = a.k, g = a.group_size < k ? a.group_size : k;
+  const int64_t nblocks = x.blocks;
+  const int64_t ngroups = (k + g - 1) / g;
+  const int64_t blocks_per_group = g >= k ? nblocks : g / kXBlock;
+  constexpr int64_t kSteps = StepsPerBlock<kInt4>();
+  const uint8_t* xc[kQuads];
+  const float* xs[kQuads];
+  const float* gs[kQuads];
+#pragma GCC unroll 4
+  for (int h = 0; h < kQuads; ++h) {
+    xc[h] = x.codes.data() + (q0 + h) * nblocks * 128;
+    xs[h] = x.lane_scales.data() + (q0 + h) * nblocks * 4;
+    gs[h] = kInt4 ? x.group_sums.data() + (q0 + h) * ngroups * 4 : nullptr;
+  }
+  VecF facc[MR];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) facc[r] = ZeroF();
+  const int32_t* codes = t.codes.data();
+#if !DH_IDOT_VNNI
+  const VecI ones16 = _mm256_set1_epi16(1);
+#endif
+  for (int64_t gi = 0; gi < ngroups; ++gi) {
+    const VecF ws = LoadF(t.scales.data() + gi * kLanes);
+    const int64_t b_end = (gi + 1) * blocks_per_group < nblocks ? (gi + 1) * blocks_per_group
+                                                                : nblocks;
+    for (int64_t b = gi * blocks_per_group; b < b_end; ++b) {
+      const int32_t* wb = codes + b * kSteps * kLanes;
+      VecI w[8];  // int4: low then high nibbles of each step (dword 2 * step + half); int8: steps
+      if constexpr (kInt4) {
+        const VecI low4 = SetI8(0x0f);
+#pragma GCC unroll 8
+        for (int st = 0; st < kSteps; ++st) {
+          const VecI v = LoadI(wb + st * kLanes);
+          w[2 * st] = AndI(v, low4);
+          w[2 * st + 1] = AndI(Shr4(v), low4);
+        }
+      } else {
+#pragma GCC unroll 8
+        for (int st = 0; st < kSteps; ++st) w[st] = LoadI(wb + st * kLanes);
+      }
+#if DH_IDOT_VNNI
+      VecI start = ZeroI();
+      if constexpr (!kInt4) start = LoadI(t.corr.data() + b * kLanes);
+#else
+      VecI absw[8];
+      if constexpr (!kInt4) {
+#pragma GCC unroll 8
+        for (int d = 0; d < 8; ++d) absw[d] = _mm256_abs_epi8(w[d]);
+      }
+      const VecI bias = SetI8(static_cast<char>(0x80));
+#endif
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        const uint8_t* xb = xc[r / 4] + b * 128 + (r % 4) * 4;  // dword d at xb + 16 * d
+#if DH_IDOT_VNNI
+        // Two chains of 4 (even and odd dwords) halve the dependent vpdpbusd latency.
+        VecI acc = start, acc2 = ZeroI();
+#pragma GCC unroll 8
+        for (int d = 0; d < 8; d += 2) {
+          if constexpr (kInt4) {
+            acc = Dpbusd(acc, w[d], BroadcastDword(xb + 16 * d));
+            acc2 = Dpbusd(acc2, w[d + 1], BroadcastDword(xb + 16 * (d + 1)));
+          } else {
+            acc = Dpbusd(acc, BroadcastDword(xb + 16 * d), w[d]);
+            acc2 = Dpbusd(acc2, BroadcastDword(xb + 16 * (d + 1)), w[d + 1]);
+          }
+        }
+        acc = AddI32(acc, acc2);
+#else
+        VecI acc;
+        if constexpr (kInt4) {
+          // i16 pair sums: 8 dwords x 2 * 15 * 127 = 30480 at most: exact.
+          VecI pairs = _mm256_maddubs_epi16(w[0], BroadcastDword(xb));
+#pragma GCC unroll 8
+          for (int d = 1; d < 8; ++d) {
+            pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[d], BroadcastDword(xb + 16 * d)));
+          }
+          acc = _mm256_madd_epi16(pairs, ones16);
+        } else {
+          acc = _mm256_setzero_si256();
+#pragma GCC unroll 8
+          for (int d = 0; d < 8; ++d) {
+            const VecI xq = _mm256_xor_si256(BroadcastDword(xb + 16 * d), bias);
+            acc = _mm256_add_epi32(
+                acc, _mm256_madd_epi16(_mm256_maddubs_epi16(absw[d], _mm256_sign_epi8(xq, w[d])),
+                                       ones16));
+          }
+        }
+#endif
+        facc[r] = FmaF(ToF(acc), MulF(ws, SetF(xs[r / 4][b * 4 + r % 4])), facc[r]);
+      }
+    }
+    if constexpr (kInt4) {
+      const VecF zs = LoadF(t.zs.data() + gi * kLanes);
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        facc[r] = FnmaF(zs, SetF(gs[r / 4][gi * 4 + r % 4]), facc[r]);
+      }
+    }
+  }
+  alignas(64) float bias[kLanes] = {};
+  if (a.bias != nullptr) {
+    for (int64_t i = 0; i < rows; ++i) bias[i] = a.bias[j0 + i];
+  }
+  const VecF vb = LoadF(bias);
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    const int64_t row = q0 * 4 + r;
+    if (row >= a.m) break;  // padding rows of the last quad
+    float* o = a.out + row * a.out_stride + j0;
+    if (rows == kLanes) {
+      StoreF(o, AddF(facc[r], vb));
+    } else {
+      alignas(64) float tmp[kLanes];
+      StoreF(tmp, AddF(facc[r], vb));
+      for (int64_t i = 0; i < rows; ++i) o[i] = tmp[i];
+    }
+  }
+}
+
+// Quads of x rows per pass over a packed tile: as many as the registers hold beside the tile's
+// block (8 rows on 512 bits, 4 on 256).
+constexpr int kPackedQuads = DH_IDOT_BITS == 512 ? 2 : 1;
+
+// Every row of x (packed) over weight rows [n_begin, n_end), one packed tile of kLanes rows at a
+// time.
+template <bool kInt4>
+DH_IDOT_TARGET void PackedAll(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t n_begin,
+                              int64_t n_end) {
+  thread_local PackedTile tile;  // grown once per thread
+  const int64_t quads = (a.m + 3) / 4;
+  for (int64_t j0 = n_begin; j0 < n_end; j0 += kLanes) {
+    const int64_t rows = n_end - j0 < kLanes ? n_end - j0 : kLanes;
+    PackTile<kInt4>(a, j0, rows, &tile);
+    // The next tile's rows, line by line in address order: the transposes read kLanes rows at
+    // once, a pattern the hardware prefetchers do not follow from memory.
+    if (j0 + kLanes < n_end) {
+      const int64_t next_rows = n_end - j0 - kLanes < kLanes ? n_end - j0 - kLanes : kLanes;
+      const uint8_t* p = static_cast<const uint8_t*>(a.q) + (j0 + kLanes) * a.q_stride;
+      const int64_t row_len = kInt4 ? (a.k + 1) / 2 : a.k;
+      for (int64_t i = 0; i < next_rows; ++i) {
+        for (int64_t c = 0; c < row_len; c += 64) {
+          __builtin_prefetch(p + i * a.q_stride + c, 0, 3);
+        }
+      }
+    }
+    int64_t q = 0;
+    for (; q + kPackedQuads <= quads; q += kPackedQuads) {
+      PackedRows<kPackedQuads, kInt4>(a, x, tile, q, j0, rows);
+    }
+    if (q < quads) PackedRows<1, kInt4>(a, x, tile, q, j0, rows);
+  }
+}
+
 // All rows of x over weight rows [n_begin, n_end), in tiles of ~32 KiB of weight codes that stay
 // in L1/L2 while every block of 4 x rows passes over them: a batch reads each weight byte from
 // memory once.
 template <bool kInt4>
 void DotAll(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t n_begin, int64_t n_end) {
+  if (x.packed) return PackedAll<kInt4>(a, x, n_begin, n_end);
   int64_t row_bytes = kInt4 ? (a.k + 1) / 2 : a.k;
   if (row_bytes < 1) row_bytes = 1;
   int64_t tile = a.m <= 4 ? n_end - n_begin : (32 << 10) / row_bytes;

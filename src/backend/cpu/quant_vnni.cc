@@ -65,6 +65,10 @@ const EnvChoice& StartChoice() {
 std::atomic<IntegerDot> g_mode{StartChoice().mode};
 std::atomic<IntegerDotPath> g_path{StartChoice().path};
 
+// Default of PackedMinRows (bench/README.md "Packed integer tiles").
+constexpr int64_t kPackedMinRowsDefault = 8;
+std::atomic<int64_t> g_packed_min_rows{kPackedMinRowsDefault};
+
 constexpr int64_t kBlock = 32;  // x columns per quantization block
 
 int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -95,6 +99,12 @@ float QuantizeBlock(const float* x, int64_t n, int8_t* q) {
 void SetIntegerDotForTest(IntegerDot mode) { g_mode.store(mode); }
 
 void SetIntegerDotPathForTest(IntegerDotPath path) { g_path.store(path); }
+
+int64_t PackedMinRows() { return g_packed_min_rows.load(std::memory_order_relaxed); }
+
+void SetPackedMinRowsForTest(int64_t rows) {
+  g_packed_min_rows.store(rows > 0 ? rows : kPackedMinRowsDefault);
+}
 
 bool IntegerDotPathAvailable(IntegerDotPath path) {
 #if defined(__x86_64__)
@@ -165,11 +175,9 @@ bool UseIntegerDot(const QuantMatMulArgs& a) {
   // kAuto, from bench_quant on a Zen 5 (bench/README.md "Quantized decode kernels"): the integer
   // kernel was faster for int4 (both group sizes) and grouped int8 at every M <= 16, and for
   // per-row int8 at M >= 2; per-row int8 at M = 1 was as fast or faster with f32 products (one
-  // scale per row leaves the f32 kernel little work), so it keeps them. Above M = 16 (prefill,
-  // `deepharness bench -p 128` on the Qwen2-1.5B shape, bench/README.md): int4 runs 2.1-2.5x
-  // faster on the integer kernel than dequantized into the dense GEMM, int8 about 15 % slower
-  // (its rows are cheap to decode), so only int8 is dequantized there.
-  if (a.m > 16 && !a.int4) return false;
+  // scale per row leaves the f32 kernel little work), so it keeps them. Above M = 16 (prefill)
+  // the packed tiles run int8 and int4 2-3x faster than the dense GEMM over dequantized rows
+  // (bench/README.md "Packed integer tiles").
   if (!a.int4 && a.group_size >= a.k && a.m == 1) return false;
   return true;
 }
@@ -273,16 +281,55 @@ DH_QA_TARGET void QuantizeRowAvx2(const float* x, int64_t k, int64_t g, bool int
 }  // namespace
 #endif  // __x86_64__
 
+namespace {
+
+// Row x of a in the by-rows layout: codes (row_bytes, padding included), one scale per block of
+// 32 columns into bs, int4 group sums into gs; q: k bytes of scratch.
+void QuantizeRow(const QuantMatMulArgs& a, const float* x, int64_t row_bytes, int64_t groups,
+                 uint8_t* codes, float* bs, float* gs, int8_t* q) {
+  const int64_t k = a.k, g = std::min(a.group_size, k);
+  const int64_t nblocks = (k + kBlock - 1) / kBlock;
+  const int64_t half = row_bytes / 2;
+  if (!a.int4) {
+    std::memset(codes + k, 128, static_cast<size_t>(row_bytes - k));
+  } else {  // even columns [0, k) take bytes [0, (k + 1) / 2), odd ones half + [0, k / 2)
+    std::memset(codes + (k + 1) / 2, 0, static_cast<size_t>(half - (k + 1) / 2));
+    std::memset(codes + half + k / 2, 0, static_cast<size_t>(half - k / 2));
+    std::fill(gs, gs + groups, 0.0f);
+  }
+#if defined(__x86_64__)
+  if (CpuHasAvx2()) return QuantizeRowAvx2(x, k, g, a.int4, half, codes, bs, gs, q);
+#endif
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const int64_t c0 = b * kBlock;
+    bs[b] = QuantizeBlock(x + c0, std::min(kBlock, k - c0), q + c0);
+  }
+  if (!a.int4) {
+    for (int64_t c = 0; c < k; ++c) codes[c] = static_cast<uint8_t>(q[c] + 128);
+  } else {
+    for (int64_t c = 0; c < k; ++c) codes[(c & 1) * half + c / 2] = static_cast<uint8_t>(q[c]);
+    for (int64_t c = 0; c < k; ++c) gs[c / g] += x[c];
+  }
+}
+
+}  // namespace
+
+bool PackedTilesSupport(int64_t k, int64_t group_size) {
+  return group_size >= k || group_size % kBlock == 0;
+}
+
 void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts) {
   const int64_t k = a.k, m = a.m;
   const int64_t g = std::min(a.group_size, k);
   acts->m = m;
+  acts->packed = m >= PackedMinRows() && PackedTilesSupport(k, a.group_size);
   // Per-thread scratch, grown once: no heap allocation per call once the shapes were seen.
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> bs;
   const int64_t nblocks = (k + kBlock - 1) / kBlock;
   q.resize(static_cast<size_t>(k));
   bs.resize(static_cast<size_t>(nblocks));
+  acts->blocks = nblocks;
   if (!a.int4) {
     acts->row_bytes = RoundUp(k, 64);
     acts->lanes = acts->row_bytes / 4;
@@ -292,42 +339,50 @@ void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts) {
     acts->lanes = acts->row_bytes / 2 / 4;
     acts->groups = (k + g - 1) / g;
   }
+  if (acts->packed) {
+    // Each row in the by-rows layout into scratch, then its dwords dealt into the quads.
+    thread_local std::vector<uint8_t> row;
+    thread_local std::vector<float> gs;
+    row.resize(static_cast<size_t>(acts->row_bytes));
+    gs.resize(static_cast<size_t>(acts->groups));
+    const int64_t quads = (m + 3) / 4, half = acts->row_bytes / 2;
+    acts->codes.resize(static_cast<size_t>(quads * nblocks * 128));
+    acts->lane_scales.resize(static_cast<size_t>(quads * nblocks * 4));
+    acts->group_sums.resize(static_cast<size_t>(quads * acts->groups * 4));
+    for (int64_t r = 0; r < quads * 4; ++r) {
+      if (r < m) {
+        QuantizeRow(a, a.x + r * a.x_stride, acts->row_bytes, acts->groups, row.data(), bs.data(),
+                    gs.data(), q.data());
+      } else {  // padding rows: zero codes and scales
+        std::memset(row.data(), a.int4 ? 0 : 128, row.size());
+        std::fill(bs.begin(), bs.end(), 0.0f);
+        std::fill(gs.begin(), gs.end(), 0.0f);
+      }
+      const int64_t quad = r / 4, lane = r % 4;
+      uint8_t* dst = acts->codes.data() + quad * nblocks * 128 + lane * 4;
+      for (int64_t b = 0; b < nblocks; ++b) {
+        for (int64_t d = 0; d < 8; ++d) {
+          const int64_t src = a.int4 ? (d & 1) * half + b * 16 + (d >> 1) * 4 : b * 32 + d * 4;
+          std::memcpy(dst + (b * 8 + d) * 16, row.data() + src, 4);
+        }
+        acts->lane_scales[(quad * nblocks + b) * 4 + lane] = bs[b];
+      }
+      for (int64_t gi = 0; gi < acts->groups; ++gi) {
+        acts->group_sums[(quad * acts->groups + gi) * 4 + lane] = gs[gi];
+      }
+    }
+    return;
+  }
   // resize() keeps the last call's contents: every element is written below (codes: columns
   // [0, k) by the quantizer, the padding here; lane scales and group sums in full).
   acts->codes.resize(static_cast<size_t>(m * acts->row_bytes));
   acts->lane_scales.resize(static_cast<size_t>(m * acts->lanes));
   acts->group_sums.resize(static_cast<size_t>(m * acts->groups));
-  const int64_t lc = LaneCols(a.int4);
-  const int64_t half = acts->row_bytes / 2;
-  const int64_t lanes_per_block = kBlock / lc;
+  const int64_t lanes_per_block = kBlock / LaneCols(a.int4);
   for (int64_t r = 0; r < m; ++r) {
-    const float* x = a.x + r * a.x_stride;
-    uint8_t* codes = acts->codes.data() + r * acts->row_bytes;
-    float* gs = acts->group_sums.data() + r * acts->groups;
-    if (!a.int4) {
-      std::memset(codes + k, 128, static_cast<size_t>(acts->row_bytes - k));
-    } else {  // even columns [0, k) take bytes [0, (k + 1) / 2), odd ones half + [0, k / 2)
-      std::memset(codes + (k + 1) / 2, 0, static_cast<size_t>(half - (k + 1) / 2));
-      std::memset(codes + half + k / 2, 0, static_cast<size_t>(half - k / 2));
-      std::fill(gs, gs + acts->groups, 0.0f);
-    }
-#if defined(__x86_64__)
-    if (CpuHasAvx2()) {
-      QuantizeRowAvx2(x, k, g, a.int4, half, codes, bs.data(), gs, q.data());
-    } else
-#endif
-    {
-      for (int64_t b = 0; b < nblocks; ++b) {
-        const int64_t c0 = b * kBlock;
-        bs[b] = QuantizeBlock(x + c0, std::min(kBlock, k - c0), q.data() + c0);
-      }
-      if (!a.int4) {
-        for (int64_t c = 0; c < k; ++c) codes[c] = static_cast<uint8_t>(q[c] + 128);
-      } else {
-        for (int64_t c = 0; c < k; ++c) codes[(c & 1) * half + c / 2] = static_cast<uint8_t>(q[c]);
-        for (int64_t c = 0; c < k; ++c) gs[c / g] += x[c];
-      }
-    }
+    QuantizeRow(a, a.x + r * a.x_stride, acts->row_bytes, acts->groups,
+                acts->codes.data() + r * acts->row_bytes, bs.data(),
+                acts->group_sums.data() + r * acts->groups, q.data());
     // Lane l holds block l / lanes_per_block's scale (4 or 8 lanes per block), 0 past the last.
     float* ls = acts->lane_scales.data() + r * acts->lanes;
     for (int64_t b = 0; b < nblocks; ++b) {

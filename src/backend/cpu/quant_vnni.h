@@ -47,6 +47,13 @@ void SetIntegerDotForTest(IntegerDot mode);
 // ignored (the best is used).
 void SetIntegerDotPathForTest(IntegerDotPath path);
 
+// From how many rows of x the integer kernels pack kLanes weight rows side by side and run the
+// tiled GEMM (quant_int_dot-inl.h, "Packed tiles") instead of the per-row kernel; layouts whose
+// x blocks of 32 columns do not each lie in one weight group always take the per-row kernel.
+// The setter overrides it for tests and microbenchmarks (0 restores the default).
+int64_t PackedMinRows();
+void SetPackedMinRowsForTest(int64_t rows);
+
 // Whether the CPU has `path`, and the best integer kernel it has.
 bool IntegerDotPathAvailable(IntegerDotPath path);
 IntegerDotPath BestIntegerDotPath();
@@ -64,19 +71,34 @@ bool IntegerDotSupports(bool int4, int64_t k, int64_t group_size);
 // The per-call choice (CPU, layout, m, override): true when the integer kernel serves `a`.
 bool UseIntegerDot(const QuantMatMulArgs& a);
 
-// x of one MatMul call, quantized once and shared by all threads.
+// x of one MatMul call, quantized once and shared by all threads. Two layouts:
+//  - by rows (the per-row kernels): codes [m][row_bytes], lane_scales [m][lanes],
+//    group_sums [m][groups];
+//  - packed (the packed tiles, from PackedMinRows rows when the layout allows): the rows in
+//    quads (the last one padded with zero rows), and per quad and 32-column block the 8 dwords
+//    of each of its 4 rows interleaved: codes [quad][block][8][4] dwords, where int8 dword d is
+//    columns 4d..4d+3 of the block and int4 dword d = 2 * step + half is the even (half 0) or odd
+//    (half 1) columns' codes 8 * step + {0, 2, 4, 6} (+1 for odd); lane_scales [quad][block][4]
+//    (one per block, not per lane), group_sums [quad][groups][4]. A kernel then finds the codes
+//    of all 4 rows at fixed offsets from one pointer.
 struct QuantizedActs {
   int64_t m = 0;
+  bool packed = false;
   int64_t row_bytes = 0;  // bytes per x row in `codes` (int4: even half then odd half)
   int64_t lanes = 0;      // i32 lanes per x row (one scale each)
   int64_t groups = 0;     // int4: weight groups per row
+  int64_t blocks = 0;     // blocks of 32 columns per row
   std::vector<uint8_t> codes;        // int8 weights: u8 (q + 128); int4 weights: s8 even | odd
-  std::vector<float> lane_scales;    // [m][lanes]: the x block scale of each lane
-  std::vector<float> group_sums;     // int4: [m][groups] f32 sum of x over each group
+  std::vector<float> lane_scales;    // by rows: [m][lanes], the x block scale of each lane
+  std::vector<float> group_sums;     // int4: by rows [m][groups], f32 sum of x over each group
 };
 
-// Quantizes a.x (m rows of k) for the integer kernel of a's format and group size.
+// Quantizes a.x (m rows of k) for the integer kernel of a's format and group size, packed when
+// a.m >= PackedMinRows() and PackedTilesSupport(k, group_size).
 void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts);
+
+// Whether the packed tiles take the layout: every x block of 32 columns inside one weight group.
+bool PackedTilesSupport(int64_t k, int64_t group_size);
 
 // Rows [n_begin, n_end) of the output of `a` with the active integer kernel (needs
 // UseIntegerDot(a) or IntegerDotAvailable() && IntegerDotSupports(...)).
