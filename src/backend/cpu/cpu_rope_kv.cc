@@ -66,7 +66,6 @@ void CpuBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& p) {
   // calls Rope with the same positions and frequencies for q and k of every layer, so it is
   // computed once per step and reused while its inputs are bitwise the same.
   RopeScratch& r = rope_;
-  const float* inv_freq = nullptr;
   bool same = r.factor_bits == std::bit_cast<uint32_t>(p.attention_factor) &&
               static_cast<int64_t>(r.positions.size()) == t_count &&
               static_cast<int64_t>(r.inv_freq.size()) == half;
@@ -82,15 +81,15 @@ void CpuBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& p) {
     r.cos.resize(t_count * half);
     r.sin.resize(t_count * half);
     for (int64_t t = 0; t < t_count; ++t) r.positions[t] = ref::GetI32(positions, t);
-    for (int64_t i = 0; i < half; ++i)
+    for (int64_t i = 0; i < half; ++i) {
       r.inv_freq[i] = ref::Get(p.inv_freq, i * p.inv_freq.stride[0]);
-    inv_freq = r.inv_freq.data();
-    // ~40 ns per pair (two double-precision calls): worth the threads for a prefill.
+    }
+    // Two double-precision calls per pair: worth the threads for a prefill.
     pool_->ParallelFor(t_count, cpu::GrainFor(half * 64), [&](size_t b, size_t e) {
       for (size_t t = b; t < e; ++t) {
         const float pos = static_cast<float>(r.positions[t]);
         for (int64_t i = 0; i < half; ++i) {
-          const float angle = pos * inv_freq[i];
+          const float angle = pos * r.inv_freq[i];
           r.cos[t * half + i] =
               static_cast<float>(std::cos(static_cast<double>(angle))) * p.attention_factor;
           r.sin[t * half + i] =
@@ -118,8 +117,8 @@ void CpuBackend::KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache, 
                          const Tensor& slot_mapping) {
   const int64_t t_count = k.shape[0];
   if (k.ndim != 3 || !KvSourceOk(k, k_cache) || (!v.empty() && !KvSourceOk(v, v_cache)) ||
-      (!v.empty() && v.shape[0] != t_count) || slot_mapping.dtype != DType::kI32 ||
-      slot_mapping.numel() != t_count) {
+      (!v.empty() && (v.shape[0] != t_count || v.shape[1] != k.shape[1])) ||
+      slot_mapping.dtype != DType::kI32 || slot_mapping.numel() != t_count) {
     Trace("kv_write reference");
     return ReferenceBackend::KvWrite(k, v, k_cache, v_cache, slot_mapping);
   }
