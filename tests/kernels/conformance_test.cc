@@ -413,7 +413,7 @@ TEST_F(ConformanceTest, SupportsMatchesAcceleratedOps) {
   EXPECT_FALSE(cpu_.Supports({OpKind::kMatMul, WeightFormat::kDense, DType::kI32}));
   EXPECT_TRUE(cpu_.Supports({OpKind::kAttention}));
   EXPECT_TRUE(cpu_.Supports({OpKind::kMoeGate}));
-  EXPECT_FALSE(cpu_.Supports({OpKind::kRope}));
+  EXPECT_TRUE(cpu_.Supports({OpKind::kRope}));
   EXPECT_TRUE(ref_.Supports({OpKind::kMoeGate}));
   EXPECT_EQ(cpu_.name(), "cpu");
   EXPECT_EQ(ref_.name(), "reference");

@@ -8,3 +8,6 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64)$" AND NOT DH_ARM_SVE)
   target_compile_definitions(dh_backend_cpu PUBLIC
                              "HWY_DISABLED_TARGETS=(HWY_SVE|HWY_SVE2|HWY_SVE_256|HWY_SVE2_128)")
 endif()
+# Rope and the KV cache formats match the reference bit for bit: no multiply-add may be fused.
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/rope_kv.cc PROPERTIES
+                            COMPILE_OPTIONS -ffp-contract=off)

@@ -1,6 +1,6 @@
 // CpuBackend: thread pool set-up, kernel tracing, and for each op the choice between the SIMD
 // kernels of cpu_kernels.cc (f32 activations with contiguous rows) and the reference fallback.
-// MatMul and BatchedMatMul are in cpu_matmul.cc.
+// MatMul and BatchedMatMul are in cpu_matmul.cc; Rope, KvWrite and KvGather in cpu_rope_kv.cc.
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
@@ -147,6 +147,11 @@ bool CpuBackend::Supports(const OpDesc& op) const {
     case OpKind::kAttention:
       return op.dtype == DType::kF32 || op.dtype == DType::kBF16 || op.dtype == DType::kF8E4M3 ||
              op.dtype == DType::kI8;
+    case OpKind::kKvWrite:
+    case OpKind::kKvGather:  // every cache format (rope_kv.cc)
+      return op.dtype == DType::kF32 || op.dtype == DType::kBF16 || op.dtype == DType::kF16 ||
+             op.dtype == DType::kF8E4M3 || op.dtype == DType::kI8;
+    case OpKind::kRope:
     case OpKind::kRmsNorm:
     case OpKind::kAddRmsNorm:
     case OpKind::kSiluMul:

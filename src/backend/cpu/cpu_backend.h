@@ -2,6 +2,7 @@
 // accelerate fall back to ReferenceBackend, and Supports() says false for them.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -47,8 +48,13 @@ class CpuBackend : public ReferenceBackend {
                Tensor topk_weights) override;
   void MoeExperts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                   std::span<const ExpertWeights> experts, Tensor out) override;
-  // Rope, KvWrite, KvGather, Copy and GatherRows are the reference backend's loops, inherited
-  // (traced as kernel "reference"; --trace-kernels logs only the ops with a CPU kernel).
+  // Rope, KvWrite and KvGather: the SIMD kernels of rope_kv.cc, bit-identical to the reference
+  // (cpu_rope_kv.cc). Copy and GatherRows are the reference backend's loops, inherited (traced as
+  // kernel "reference"; --trace-kernels logs only the ops with a CPU kernel).
+  void Rope(Tensor x, const Tensor& positions, const RopeParams& p) override;
+  void KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache, KvCacheView v_cache,
+               const Tensor& slot_mapping) override;
+  void KvGather(const KvCacheView& cache, const Tensor& slots, Tensor out) override;
 
  private:
   // With trace_kernels, logs `what` the first time it is seen.
@@ -96,6 +102,13 @@ class CpuBackend : public ReferenceBackend {
     std::vector<int32_t> row_seq;
   };
   AttentionScratch attn_;
+  // Rope's cos and sin [tokens, rot_dim / 2] and the inputs they were computed from.
+  struct RopeScratch {
+    std::vector<int32_t> positions;
+    std::vector<float> inv_freq, cos, sin;
+    uint32_t factor_bits = 0;  // attention_factor's bits
+  };
+  RopeScratch rope_;
   std::mutex trace_mu_;
   std::set<std::string> traced_;
 };
