@@ -149,7 +149,7 @@ void QuantIntegerDot(const MatMulCall& c, ThreadPool& pool) {
   // a reference: the pool's threads must read the caller's object, not their own.
   thread_local cpu::QuantizedActs tl_acts;
   cpu::QuantizedActs& acts = tl_acts;
-  cpu::QuantizeActs(c.quant, &acts);
+  cpu::QuantizeActs(c.quant, &acts, &pool);
   if (acts.packed) {  // whole packed tiles of 16 weight rows (8 on 256-bit kernels) per chunk
     constexpr int64_t kTile = 16;
     const int64_t n = c.n();

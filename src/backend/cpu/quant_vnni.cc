@@ -312,13 +312,46 @@ void QuantizeRow(const QuantMatMulArgs& a, const float* x, int64_t row_bytes, in
   }
 }
 
+// Row r (padding rows past a.m: zero) of the packed layout: quantized by rows into this
+// thread's scratch, then its dwords, block scales and group sums dealt into r's quad.
+void PackRow(const QuantMatMulArgs& a, int64_t r, QuantizedActs* acts) {
+  const int64_t nblocks = acts->blocks, half = acts->row_bytes / 2;
+  thread_local std::vector<uint8_t> row;
+  thread_local std::vector<float> bs, gs;
+  thread_local std::vector<int8_t> q;
+  row.resize(static_cast<size_t>(acts->row_bytes));
+  bs.resize(static_cast<size_t>(nblocks));
+  gs.resize(static_cast<size_t>(acts->groups));
+  q.resize(static_cast<size_t>(a.k));
+  if (r < a.m) {
+    QuantizeRow(a, a.x + r * a.x_stride, acts->row_bytes, acts->groups, row.data(), bs.data(),
+                gs.data(), q.data());
+  } else {
+    std::memset(row.data(), a.int4 ? 0 : 128, row.size());
+    std::fill(bs.begin(), bs.end(), 0.0f);
+    std::fill(gs.begin(), gs.end(), 0.0f);
+  }
+  const int64_t quad = r / 4, lane = r % 4;
+  uint8_t* dst = acts->codes.data() + quad * nblocks * 128 + lane * 4;
+  for (int64_t b = 0; b < nblocks; ++b) {
+    for (int64_t d = 0; d < 8; ++d) {
+      const int64_t src = a.int4 ? (d & 1) * half + b * 16 + (d >> 1) * 4 : b * 32 + d * 4;
+      std::memcpy(dst + (b * 8 + d) * 16, row.data() + src, 4);
+    }
+    acts->lane_scales[(quad * nblocks + b) * 4 + lane] = bs[b];
+  }
+  for (int64_t gi = 0; gi < acts->groups; ++gi) {
+    acts->group_sums[(quad * acts->groups + gi) * 4 + lane] = gs[gi];
+  }
+}
+
 }  // namespace
 
 bool PackedTilesSupport(int64_t k, int64_t group_size) {
   return group_size >= k || group_size % kBlock == 0;
 }
 
-void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts) {
+void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts, ThreadPool* pool) {
   const int64_t k = a.k, m = a.m;
   const int64_t g = std::min(a.group_size, k);
   acts->m = m;
@@ -340,36 +373,20 @@ void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts) {
     acts->groups = (k + g - 1) / g;
   }
   if (acts->packed) {
-    // Each row in the by-rows layout into scratch, then its dwords dealt into the quads.
-    thread_local std::vector<uint8_t> row;
-    thread_local std::vector<float> gs;
-    row.resize(static_cast<size_t>(acts->row_bytes));
-    gs.resize(static_cast<size_t>(acts->groups));
-    const int64_t quads = (m + 3) / 4, half = acts->row_bytes / 2;
+    const int64_t quads = (m + 3) / 4;
     acts->codes.resize(static_cast<size_t>(quads * nblocks * 128));
     acts->lane_scales.resize(static_cast<size_t>(quads * nblocks * 4));
     acts->group_sums.resize(static_cast<size_t>(quads * acts->groups * 4));
-    for (int64_t r = 0; r < quads * 4; ++r) {
-      if (r < m) {
-        QuantizeRow(a, a.x + r * a.x_stride, acts->row_bytes, acts->groups, row.data(), bs.data(),
-                    gs.data(), q.data());
-      } else {  // padding rows: zero codes and scales
-        std::memset(row.data(), a.int4 ? 0 : 128, row.size());
-        std::fill(bs.begin(), bs.end(), 0.0f);
-        std::fill(gs.begin(), gs.end(), 0.0f);
+    auto quantize_quads = [&](size_t q_begin, size_t q_end) {
+      for (int64_t r = static_cast<int64_t>(q_begin) * 4; r < static_cast<int64_t>(q_end) * 4;
+           ++r) {
+        PackRow(a, r, acts);
       }
-      const int64_t quad = r / 4, lane = r % 4;
-      uint8_t* dst = acts->codes.data() + quad * nblocks * 128 + lane * 4;
-      for (int64_t b = 0; b < nblocks; ++b) {
-        for (int64_t d = 0; d < 8; ++d) {
-          const int64_t src = a.int4 ? (d & 1) * half + b * 16 + (d >> 1) * 4 : b * 32 + d * 4;
-          std::memcpy(dst + (b * 8 + d) * 16, row.data() + src, 4);
-        }
-        acts->lane_scales[(quad * nblocks + b) * 4 + lane] = bs[b];
-      }
-      for (int64_t gi = 0; gi < acts->groups; ++gi) {
-        acts->group_sums[(quad * acts->groups + gi) * 4 + lane] = gs[gi];
-      }
+    };
+    if (pool != nullptr && m * k >= (int64_t{1} << 16)) {
+      pool->ParallelFor(static_cast<size_t>(quads), 1, quantize_quads);
+    } else {
+      quantize_quads(0, static_cast<size_t>(quads));
     }
     return;
   }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend/cpu/quant_matmul.h"
+#include "base/thread_pool.h"
 
 namespace dh::cpu {
 
@@ -95,7 +96,8 @@ struct QuantizedActs {
 
 // Quantizes a.x (m rows of k) for the integer kernel of a's format and group size, packed when
 // a.m >= PackedMinRows() and PackedTilesSupport(k, group_size).
-void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts);
+// With a pool, the rows of a packed layout are quantized on all its threads.
+void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts, ThreadPool* pool = nullptr);
 
 // Whether the packed tiles take the layout: every x block of 32 columns inside one weight group.
 bool PackedTilesSupport(int64_t k, int64_t group_size);
