@@ -65,9 +65,12 @@ const EnvChoice& StartChoice() {
 std::atomic<IntegerDot> g_mode{StartChoice().mode};
 std::atomic<IntegerDotPath> g_path{StartChoice().path};
 
-// Default of PackedMinRows (bench/README.md "Packed integer tiles").
-constexpr int64_t kPackedMinRowsDefault = 8;
-std::atomic<int64_t> g_packed_min_rows{kPackedMinRowsDefault};
+// Defaults of PackedMinRows (bench/README.md "Packed integer tiles"): on 512 bits the packed
+// tiles won from 8 rows of x in the whole model; the 256-bit ones (8 weight rows per vector)
+// lost to the per-row kernel at 8-16 rows and won from 64.
+constexpr int64_t kPackedMinRows512 = 8;
+constexpr int64_t kPackedMinRows256 = 32;
+std::atomic<int64_t> g_packed_min_rows{0};  // 0: the defaults
 
 constexpr int64_t kBlock = 32;  // x columns per quantization block
 
@@ -100,11 +103,14 @@ void SetIntegerDotForTest(IntegerDot mode) { g_mode.store(mode); }
 
 void SetIntegerDotPathForTest(IntegerDotPath path) { g_path.store(path); }
 
-int64_t PackedMinRows() { return g_packed_min_rows.load(std::memory_order_relaxed); }
-
-void SetPackedMinRowsForTest(int64_t rows) {
-  g_packed_min_rows.store(rows > 0 ? rows : kPackedMinRowsDefault);
+int64_t PackedMinRows() {
+  const int64_t forced = g_packed_min_rows.load(std::memory_order_relaxed);
+  if (forced > 0) return forced;
+  return ActiveIntegerDotPath() == IntegerDotPath::kVnni512 ? kPackedMinRows512
+                                                           : kPackedMinRows256;
 }
+
+void SetPackedMinRowsForTest(int64_t rows) { g_packed_min_rows.store(rows > 0 ? rows : 0); }
 
 bool IntegerDotPathAvailable(IntegerDotPath path) {
 #if defined(__x86_64__)

@@ -49,9 +49,10 @@ void SetIntegerDotForTest(IntegerDot mode);
 void SetIntegerDotPathForTest(IntegerDotPath path);
 
 // From how many rows of x the integer kernels pack kLanes weight rows side by side and run the
-// tiled GEMM (quant_int_dot-inl.h, "Packed tiles") instead of the per-row kernel; layouts whose
-// x blocks of 32 columns do not each lie in one weight group always take the per-row kernel.
-// The setter overrides it for tests and microbenchmarks (0 restores the default).
+// tiled GEMM (quant_int_dot-inl.h, "Packed tiles") instead of the per-row kernel: 8 when the
+// active kernel is vnni512, 32 on the 256-bit ones; layouts whose x blocks of 32 columns do not
+// each lie in one weight group always take the per-row kernel. The setter overrides it for
+// every kernel (tests and microbenchmarks; 0 restores the defaults).
 int64_t PackedMinRows();
 void SetPackedMinRowsForTest(int64_t rows);
 
