@@ -4,6 +4,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/cpu/attention.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/quant_vnni.h"
 #include "backend/cpu/row_view.h"
@@ -258,41 +260,71 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
   NoteKernel("attention", cpu::DispatchedTargetName);
   Trace("attention T={} Hq={} Hkv={} Dk={} Dv={} seqs={} kv={}", t_count, hq, hkv, dk, dv,
         meta.num_seqs, DTypeName(kc.dtype));
-  // Per sequence, the cache slot of every position (sequence s's from slot_start[s]); per query
-  // row, its sequence and position. Backend-owned scratch: a decode step allocates nothing.
+  // Per sequence, the cache slot of every position (sequence s's from slot_start[s]).
+  // Backend-owned scratch: a decode step allocates nothing.
   std::vector<int64_t>& slots = attn_.slots;
   std::vector<int64_t>& slot_start = attn_.slot_start;
-  std::vector<int32_t>& row_seq = attn_.row_seq;
-  std::vector<int64_t>& row_pos = attn_.row_pos;
+  std::vector<AttentionItem>& items = attn_.items;
   // Capacity grows by doubling from 256 entries, so a growing sequence reallocates rarely.
+  auto reserve = [](auto& v, size_t n) {
+    v.clear();
+    if (v.capacity() < n) v.reserve(std::max<size_t>(256, std::bit_ceil(n)));
+  };
   int64_t total_slots = 0;
   for (int s = 0; s < meta.num_seqs; ++s) total_slots += ref::GetSeqLayout(meta, s).seq_len;
-  slots.clear();
-  if (slots.capacity() < static_cast<size_t>(total_slots)) {
-    slots.reserve(std::max<size_t>(256, std::bit_ceil(static_cast<size_t>(total_slots))));
-  }
+  reserve(slots, static_cast<size_t>(total_slots));
   slot_start.assign(meta.num_seqs, 0);
-  row_seq.assign(t_count, -1);
-  row_pos.assign(t_count, 0);
-  int64_t max_len = 0;
+  const int64_t group = hq / hkv;
+  // Work items: blocks of up to kAttendMaxRows query rows of one sequence that share a kv head,
+  // row i of a sequence's block list being position i / group and query head kvh * group +
+  // i % group, so the rows of a block see each key row once. With fewer (sequence, kv head)
+  // pairs than threads (decode of an MLA or MQA model), the pairs' rows are cut into one block
+  // per thread instead, so every thread has work.
+  const int threads = pool_->num_threads();
+  int64_t pairs = 0;
   for (int s = 0; s < meta.num_seqs; ++s) {
     const ref::SeqLayout seq = ref::GetSeqLayout(meta, s);
-    DH_CHECK(seq.query_start >= 0 && seq.query_end <= t_count, "sequence {} rows [{}, {}) of {}",
-             s, seq.query_start, seq.query_end, t_count);
+    pairs += seq.query_end > seq.query_start ? hkv : 0;
+  }
+  const int64_t parts = pairs > 0 && pairs < threads ? (threads + pairs - 1) / pairs : 1;
+  int64_t total_items = 0;
+  for (int s = 0; s < meta.num_seqs; ++s) {
+    const ref::SeqLayout seq = ref::GetSeqLayout(meta, s);
+    const int64_t rows = (seq.query_end - seq.query_start) * group;
+    total_items += hkv * (rows + cpu::kAttendMaxRows - 1) / cpu::kAttendMaxRows * parts;
+  }
+  reserve(items, static_cast<size_t>(total_items));
+  int64_t total_cost = 0;
+  for (int s = 0; s < meta.num_seqs; ++s) {
+    const ref::SeqLayout seq = ref::GetSeqLayout(meta, s);
+    DH_CHECK(seq.query_start >= 0 && seq.query_end <= t_count &&
+                 seq.query_end - seq.query_start <= seq.seq_len,
+             "sequence {} rows [{}, {}) of {}, {} cached", s, seq.query_start, seq.query_end,
+             t_count, seq.seq_len);
     slot_start[s] = static_cast<int64_t>(slots.size());
     for (int64_t p = 0; p < seq.seq_len; ++p) {
       slots.push_back(ref::SlotOf(seq, meta.block_size, p));
       DH_CHECK(slots.back() >= 0 && slots.back() < kc.shape[0] && slots.back() < vc.shape[0],
                "slot {} of {}", slots.back(), kc.shape[0]);
     }
-    const int32_t num_queries = seq.query_end - seq.query_start;
-    for (int32_t t = seq.query_start; t < seq.query_end; ++t) {
-      row_seq[t] = s;
-      row_pos[t] = seq.seq_len - num_queries + (t - seq.query_start);
+    const int64_t num_queries = seq.query_end - seq.query_start;
+    const int64_t rows = num_queries * group;
+    const int64_t block = std::min<int64_t>(cpu::kAttendMaxRows, (rows + parts - 1) / parts);
+    for (int64_t kvh = 0; kvh < hkv; ++kvh) {
+      for (int64_t r0 = 0; r0 < rows; r0 += block) {
+        const int64_t n = std::min(block, rows - r0);
+        // The block's last row sees the most keys; the cost counts row vectors of up to 16.
+        const int64_t keys = seq.seq_len - num_queries + (r0 + n - 1) / group + 1;
+        const int64_t cost = keys * ((n + 15) / 16) * (dk + dv);
+        items.push_back({s, static_cast<int32_t>(kvh), static_cast<int32_t>(r0),
+                         static_cast<int32_t>(n), cost});
+        total_cost += cost;
+      }
     }
-    max_len = std::max<int64_t>(max_len, seq.seq_len);
   }
-  const int64_t group = hq / hkv;
+  // The costliest first (causal prefill: the last positions), handed out one at a time.
+  std::sort(items.begin(), items.end(),
+            [](const AttentionItem& x, const AttentionItem& y) { return x.cost > y.cost; });
   const float* qd = q.as<const float>();
   const char* kd = static_cast<const char*>(kc.data);
   const char* vd = static_cast<const char*>(vc.data);
@@ -300,42 +332,57 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
   const Tensor& ks = k_cache.scales;
   const Tensor& vs = v_cache.scales;
   float* od = out.as<float>();
-  // Items (row, head) are spread over the threads once a chunk holds ~64K multiply-adds of the
-  // longest row: a decode step of a small model at short context stays on one thread, where a
-  // dispatch per layer would cost more than the attention.
-  const size_t grain = static_cast<size_t>(
-      std::max<int64_t>(1, 65536 / std::max<int64_t>(1, max_len * (dk + dv))));
-  pool_->ParallelFor(t_count * hq, grain, [&](size_t b, size_t e) {
-    thread_local std::vector<float> scores;  // this thread's, grown by doubling
-    if (scores.size() < static_cast<size_t>(max_len)) {
-      scores.resize(std::max<size_t>(256, std::bit_ceil(static_cast<size_t>(max_len))));
+  const int64_t scratch_floats = cpu::AttendScratchLayout(dk, dv).total;
+  auto run = [&](const AttentionItem& item) {
+    thread_local std::vector<float> scratch;  // this thread's, grown by doubling
+    if (scratch.size() < static_cast<size_t>(scratch_floats + 16)) {
+      scratch.resize(std::max<size_t>(4096, std::bit_ceil(static_cast<size_t>(scratch_floats + 16))));
     }
-    for (size_t item = b; item < e; ++item) {
-      const int64_t t = item / hq, h = item % hq;
-      if (row_seq[t] < 0) continue;  // a row no sequence owns
-      const int64_t kvh = h / group;
-      cpu::AttendArgs a;
-      a.q = qd + t * q.stride[0] + h * q.stride[1];
-      a.kv_type = *kv_type;
-      a.k_base = kd + kvh * kc.stride[1] * esize;
-      a.k_slot_stride = kc.stride[0];
-      a.v_base = vd + kvh * vc.stride[1] * esize;
-      a.v_slot_stride = vc.stride[0];
-      if (k_cache.quantized()) {
-        a.k_scales = ks.as<const float>() + kvh * ks.stride[1];
-        a.k_scale_stride = ks.stride[0];
-        a.v_scales = vs.as<const float>() + kvh * vs.stride[1];
-        a.v_scale_stride = vs.stride[0];
-        a.group = k_cache.group_size;
-      }
-      a.dk = dk;
-      a.dv = dv;
-      a.slots = slots.data() + slot_start[row_seq[t]];
-      a.num_positions = row_pos[t] + 1;
-      a.scale = scale;
-      a.scores = scores.data();
-      a.out = od + t * out.stride[0] + h * out.stride[1];
-      cpu::Attend(a);
+    const ref::SeqLayout seq = ref::GetSeqLayout(meta, item.seq);
+    const int64_t num_queries = seq.query_end - seq.query_start;
+    const int64_t kvh = item.kvh;
+    cpu::AttendBlockArgs a;
+    a.kv_type = *kv_type;
+    a.k_base = kd + kvh * kc.stride[1] * esize;
+    a.k_slot_stride = kc.stride[0];
+    a.v_base = vd + kvh * vc.stride[1] * esize;
+    a.v_slot_stride = vc.stride[0];
+    if (k_cache.quantized()) {
+      a.k_scales = ks.as<const float>() + kvh * ks.stride[1];
+      a.k_scale_stride = ks.stride[0];
+      a.v_scales = vs.as<const float>() + kvh * vs.stride[1];
+      a.v_scale_stride = vs.stride[0];
+      a.group = k_cache.group_size;
+    }
+    a.dk = dk;
+    a.dv = dv;
+    a.slots = slots.data() + slot_start[item.seq];
+    a.scale = scale;
+    a.rows = item.rows;
+    for (int r = 0; r < item.rows; ++r) {
+      const int64_t i = item.row0 + r, p = i / group, h = kvh * group + i % group;
+      const int64_t t = seq.query_start + p;
+      a.q[r] = qd + t * q.stride[0] + h * q.stride[1];
+      a.out[r] = od + t * out.stride[0] + h * out.stride[1];
+      a.num_positions[r] = seq.seq_len - num_queries + p + 1;
+    }
+    const uintptr_t base = reinterpret_cast<uintptr_t>(scratch.data());
+    a.scratch = scratch.data() + ((64 - base % 64) % 64) / sizeof(float);
+    cpu::AttendBlock(a);
+  };
+  // Spread over the threads once there are ~64K multiply-adds (4096 vector ones): a decode step
+  // of a small model at short context stays on one thread, where a dispatch per layer would
+  // cost more than the attention.
+  const size_t num_items = items.size();
+  if (total_cost < 4096 || threads == 1) {
+    for (const AttentionItem& item : items) run(item);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  pool_->ParallelFor(static_cast<size_t>(threads), 1, [&](size_t, size_t) {
+    for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < num_items;
+         i = next.fetch_add(1, std::memory_order_relaxed)) {
+      run(items[i]);
     }
   });
 }

@@ -90,10 +90,14 @@ class CpuBackend : public ReferenceBackend {
     std::vector<int> chosen;
   };
   GateScratch gate_;
-  // Attention's slot lists and row maps.
+  // Attention's slot lists and work items (a block of query rows of one sequence and kv head).
+  struct AttentionItem {
+    int32_t seq, kvh, row0, rows;
+    int64_t cost;  // keys x row vectors x (dk + dv): the order items are handed out in
+  };
   struct AttentionScratch {
-    std::vector<int64_t> slots, slot_start, row_pos;
-    std::vector<int32_t> row_seq;
+    std::vector<int64_t> slots, slot_start;
+    std::vector<AttentionItem> items;
   };
   AttentionScratch attn_;
   std::mutex trace_mu_;

@@ -1,0 +1,339 @@
+// Per-SIMD-target blocked attention (attention.h), compiled once per target via foreach_target.h.
+// Vectors run along the block's query rows: the queries are kept transposed, [dk][rows], so a
+// score tile is a row vector times one broadcast key element per multiply-add, the running max,
+// sum and rescale of the online softmax are plain vector ops, and the value product accumulates
+// the output transposed, [dv][rows], the same way. All arithmetic is f32.
+#include "backend/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/attention.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+
+#include "backend/cpu/weight_load-inl.h"  // after highway.h: per-target code
+
+HWY_BEFORE_NAMESPACE();
+namespace dh::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// A score below every real one: masked keys, and the running max before the first key. It
+// stays finite (Highway's Exp is defined on finite inputs) and exp of it minus a real score is 0.
+constexpr float kMasked = -1e30f;
+// Keys per score tile, value columns per output tile (times up to two row vectors: 12
+// accumulators, within AVX2's 16 registers).
+constexpr int kKeyTile = 6;
+constexpr int kValueTile = 6;
+
+// One KV cache element type as f32 vectors and scalars (the quantized ones before their
+// scale). fp8 e4m3: its 7 exponent/mantissa bits placed at the top of an f32's, times 2^120,
+// give the value exactly (subnormals too: the f32 is subnormal then, and no build sets DAZ).
+template <class D>
+HWY_INLINE hn::Vec<D> LoadKv(D df, const hwy::bfloat16_t* HWY_RESTRICT p) {
+  return LoadW(df, p);
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadKv(D df, const float* HWY_RESTRICT p) {
+  return hn::LoadU(df, p);
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadKv(D df, const uint8_t* HWY_RESTRICT p) {
+  const hn::Rebind<uint8_t, D> d8;
+  const hn::RebindToUnsigned<D> du;
+  const auto b = hn::PromoteTo(du, hn::LoadU(d8, p));
+  const auto bits = hn::Or(hn::ShiftLeft<24>(hn::And(b, hn::Set(du, 0x80u))),
+                           hn::ShiftLeft<20>(hn::And(b, hn::Set(du, 0x7fu))));
+  return hn::Mul(hn::BitCast(df, bits), hn::Set(df, 0x1p120f));
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadKv(D df, const int8_t* HWY_RESTRICT p) {
+  const hn::Rebind<int8_t, D> d8;
+  const hn::RebindToSigned<D> di;
+  return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, p)));
+}
+HWY_INLINE float KvToF32(float v) { return v; }
+HWY_INLINE float KvToF32(hwy::bfloat16_t v) { return ToF32(v); }
+HWY_INLINE float KvToF32(uint8_t v) { return F8E4M3ToF32(v); }
+HWY_INLINE float KvToF32(int8_t v) { return static_cast<float>(v); }
+
+// dst[0, n) = src[0, n) as f32, each group of `group` elements times its scale (if scales).
+template <typename T>
+HWY_INLINE void WidenKvRow(const T* HWY_RESTRICT src, const float* HWY_RESTRICT scales,
+                           int64_t group, int64_t n, float* HWY_RESTRICT dst) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t step = scales ? group : n;
+  for (int64_t g0 = 0; g0 < n; g0 += step) {
+    const int64_t end = std::min(n, g0 + step);
+    const float s = scales ? scales[g0 / group] : 1.0f;
+    const VF sv = hn::Set(df, s);
+    int64_t i = g0;
+    for (; i + lanes <= end; i += lanes) {
+      const VF x = LoadKv(df, src + i);
+      hn::StoreU(scales ? hn::Mul(x, sv) : x, df, dst + i);
+    }
+    for (; i < end; ++i) dst[i] = scales ? KvToF32(src[i]) * s : KvToF32(src[i]);
+  }
+}
+
+// s[j][rows] = sum_d qt[d][rows] * k[j][d] for J keys and NV row vectors (pitch: floats
+// between the rows of qt and of s).
+template <int NV, int J>
+HWY_INLINE void ScoreTile(const float* HWY_RESTRICT qt, int64_t pitch, const float* const* k,
+                          int64_t dk, float* HWY_RESTRICT s) {
+  const DF df;
+  const size_t lanes = hn::Lanes(df);
+  const float* HWY_RESTRICT kr[J];
+  VF acc[J][NV];
+  HWY_UNROLL(6)
+  for (int j = 0; j < J; ++j) {
+    kr[j] = k[j];
+    HWY_UNROLL(2)
+    for (int v = 0; v < NV; ++v) acc[j][v] = hn::Zero(df);
+  }
+  for (int64_t d = 0; d < dk; ++d) {
+    VF qv[NV];
+    HWY_UNROLL(2)
+    for (int v = 0; v < NV; ++v) qv[v] = hn::LoadU(df, qt + d * pitch + v * lanes);
+    HWY_UNROLL(6)
+    for (int j = 0; j < J; ++j) {
+      const VF kb = hn::Set(df, kr[j][d]);
+      HWY_UNROLL(2)
+      for (int v = 0; v < NV; ++v) acc[j][v] = hn::MulAdd(qv[v], kb, acc[j][v]);
+    }
+  }
+  HWY_UNROLL(6)
+  for (int j = 0; j < J; ++j) {
+    HWY_UNROLL(2)
+    for (int v = 0; v < NV; ++v) hn::StoreU(acc[j][v], df, s + j * pitch + v * lanes);
+  }
+}
+
+// o[d][rows] = o[d][rows] * alpha[rows] + sum_j p[j][rows] * val[j][d] for the D value columns
+// from d0, over nk keys.
+template <int NV, int D>
+HWY_INLINE void ValueTile(const float* HWY_RESTRICT p, int64_t pitch, const float* const* val,
+                          int64_t nk, int64_t d0, const float* HWY_RESTRICT alpha,
+                          float* HWY_RESTRICT o) {
+  const DF df;
+  const size_t lanes = hn::Lanes(df);
+  VF acc[D][NV];
+  HWY_UNROLL(6)
+  for (int i = 0; i < D; ++i) {
+    HWY_UNROLL(2)
+    for (int v = 0; v < NV; ++v) {
+      acc[i][v] = hn::Mul(hn::LoadU(df, o + (d0 + i) * pitch + v * lanes),
+                          hn::LoadU(df, alpha + v * lanes));
+    }
+  }
+  for (int64_t j = 0; j < nk; ++j) {
+    const float* HWY_RESTRICT vr = val[j] + d0;
+    VF pv[NV];
+    HWY_UNROLL(2)
+    for (int v = 0; v < NV; ++v) pv[v] = hn::LoadU(df, p + j * pitch + v * lanes);
+    HWY_UNROLL(6)
+    for (int i = 0; i < D; ++i) {
+      const VF vb = hn::Set(df, vr[i]);
+      HWY_UNROLL(2)
+      for (int v = 0; v < NV; ++v) acc[i][v] = hn::MulAdd(pv[v], vb, acc[i][v]);
+    }
+  }
+  HWY_UNROLL(6)
+  for (int i = 0; i < D; ++i) {
+    HWY_UNROLL(2)
+    for (int v = 0; v < NV; ++v) hn::StoreU(acc[i][v], df, o + (d0 + i) * pitch + v * lanes);
+  }
+}
+
+// Scores of nk (<= kAttendKeyBlock) keys for NV row vectors, kKeyTile keys at a time.
+template <int NV>
+HWY_INLINE void Scores(const float* qt, int64_t pitch, const float* const* k, int64_t nk,
+                       int64_t dk, float* s) {
+  int64_t j = 0;
+  for (; j + kKeyTile <= nk; j += kKeyTile) {
+    ScoreTile<NV, kKeyTile>(qt, pitch, k + j, dk, s + j * pitch);
+  }
+  switch (nk - j) {
+    case 5: return ScoreTile<NV, 5>(qt, pitch, k + j, dk, s + j * pitch);
+    case 4: return ScoreTile<NV, 4>(qt, pitch, k + j, dk, s + j * pitch);
+    case 3: return ScoreTile<NV, 3>(qt, pitch, k + j, dk, s + j * pitch);
+    case 2: return ScoreTile<NV, 2>(qt, pitch, k + j, dk, s + j * pitch);
+    case 1: return ScoreTile<NV, 1>(qt, pitch, k + j, dk, s + j * pitch);
+    default: return;
+  }
+}
+
+template <int NV>
+HWY_INLINE void Values(const float* p, int64_t pitch, const float* const* val, int64_t nk,
+                       int64_t dv, const float* alpha, float* o) {
+  int64_t d = 0;
+  for (; d + kValueTile <= dv; d += kValueTile) {
+    ValueTile<NV, kValueTile>(p, pitch, val, nk, d, alpha, o);
+  }
+  switch (dv - d) {
+    case 5: return ValueTile<NV, 5>(p, pitch, val, nk, d, alpha, o);
+    case 4: return ValueTile<NV, 4>(p, pitch, val, nk, d, alpha, o);
+    case 3: return ValueTile<NV, 3>(p, pitch, val, nk, d, alpha, o);
+    case 2: return ValueTile<NV, 2>(p, pitch, val, nk, d, alpha, o);
+    case 1: return ValueTile<NV, 1>(p, pitch, val, nk, d, alpha, o);
+    default: return;
+  }
+}
+
+// One key block for the NV row vectors at offset `v0` (in floats) of every [rows] array:
+// scores, causal mask, online softmax update (max m, sum l, weights in place of the scores,
+// rescale factors in alpha), then the value product into o.
+template <int NV>
+void KeyBlock(const float* qt, int64_t pitch, const float* const* k, const float* const* val,
+              int64_t j0, int64_t nk, int64_t first_masked, int64_t dk, int64_t dv,
+              const float* npos, float* s, float* m, float* l, float* alpha, float* o) {
+  const DF df;
+  const size_t lanes = hn::Lanes(df);
+  Scores<NV>(qt, pitch, k, nk, dk, s);
+  // Causal mask: key j0 + j is past row r when j0 + j >= npos[r]; only keys from the block's
+  // smallest num_positions on can be.
+  for (int64_t j = std::max<int64_t>(0, first_masked - j0); j < nk; ++j) {
+    const VF pos = hn::Set(df, static_cast<float>(j0 + j));
+    for (int v = 0; v < NV; ++v) {
+      float* sj = s + j * pitch + v * lanes;
+      const auto live = hn::Lt(pos, hn::LoadU(df, npos + v * lanes));
+      hn::StoreU(hn::IfThenElse(live, hn::LoadU(df, sj), hn::Set(df, kMasked)), df, sj);
+    }
+  }
+  for (int v = 0; v < NV; ++v) {
+    const size_t off = v * lanes;
+    VF mx = hn::LoadU(df, m + off);
+    const VF m_old = mx;
+    for (int64_t j = 0; j < nk; ++j) mx = hn::Max(mx, hn::LoadU(df, s + j * pitch + off));
+    VF sum = hn::Zero(df);
+    for (int64_t j = 0; j < nk; ++j) {
+      float* sj = s + j * pitch + off;
+      const VF e = hn::Exp(df, hn::Sub(hn::LoadU(df, sj), mx));
+      hn::StoreU(e, df, sj);
+      sum = hn::Add(sum, e);
+    }
+    const VF a = hn::Exp(df, hn::Sub(m_old, mx));
+    hn::StoreU(a, df, alpha + off);
+    hn::StoreU(hn::MulAdd(hn::LoadU(df, l + off), a, sum), df, l + off);
+    hn::StoreU(mx, df, m + off);
+  }
+  Values<NV>(s, pitch, val, nk, dv, alpha, o);
+}
+
+template <typename T>
+void AttendBlockTyped(const AttendBlockArgs& a) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t nvec = (a.rows + lanes - 1) / lanes;
+  const int64_t pitch = nvec * lanes;
+  const int64_t kb = kAttendKeyBlock;
+  const AttendScratchLayout layout(a.dk, a.dv);
+  float* qt = a.scratch + layout.qt;
+  float* o = a.scratch + layout.o;
+  float* s = a.scratch + layout.s;
+  float* kf = a.scratch + layout.kf;
+  float* vf = a.scratch + layout.vf;
+  float* npos = a.scratch + layout.rows;
+  float* m = npos + AttendScratchLayout::kPitchMax;
+  float* l = m + AttendScratchLayout::kPitchMax;
+  float* alpha = l + AttendScratchLayout::kPitchMax;
+
+  // Positions: padding rows copy row 0's query and limit so they compute harmless values.
+  int64_t n_max = 0, n_min = std::numeric_limits<int64_t>::max();
+  for (int r = 0; r < a.rows; ++r) {
+    n_max = std::max(n_max, a.num_positions[r]);
+    n_min = std::min(n_min, a.num_positions[r]);
+  }
+  for (int64_t r = 0; r < pitch; ++r) {
+    const int64_t src = r < a.rows ? r : 0;
+    npos[r] = static_cast<float>(a.num_positions[src]);
+    m[r] = kMasked;
+    l[r] = 0.0f;
+    const float* q = a.q[src];
+    for (int64_t d = 0; d < a.dk; ++d) qt[d * pitch + r] = q[d] * a.scale;
+  }
+  std::fill(o, o + a.dv * pitch, 0.0f);
+
+  const T* kbase = static_cast<const T*>(a.k_base);
+  const T* vbase = static_cast<const T*>(a.v_base);
+  const bool quantized = a.k_scales != nullptr;
+  // f32 rows are read in place; other types are widened once per block of keys. MLA's values
+  // are the first dv elements of its key rows: then the widened keys serve as values too.
+  const bool widen = !std::is_same_v<T, float> || quantized;
+  const bool v_in_k = a.v_base == a.k_base && a.v_slot_stride == a.k_slot_stride &&
+                      a.v_scales == a.k_scales && a.v_scale_stride == a.k_scale_stride &&
+                      a.dv <= a.dk;
+  const float* krow[kAttendKeyBlock];
+  const float* vrow[kAttendKeyBlock];
+  for (int64_t j0 = 0; j0 < n_max; j0 += kb) {
+    const int64_t nk = std::min(kb, n_max - j0);
+    for (int64_t j = 0; j < nk; ++j) {
+      const int64_t slot = a.slots[j0 + j];
+      const T* kr = kbase + slot * a.k_slot_stride;
+      const T* vr = vbase + slot * a.v_slot_stride;
+      if (!widen) {
+        krow[j] = reinterpret_cast<const float*>(kr);
+        vrow[j] = reinterpret_cast<const float*>(vr);
+        continue;
+      }
+      const float* ks = quantized ? a.k_scales + slot * a.k_scale_stride : nullptr;
+      WidenKvRow(kr, ks, a.group, a.dk, kf + j * a.dk);
+      krow[j] = kf + j * a.dk;
+      if (v_in_k) {
+        vrow[j] = krow[j];
+        continue;
+      }
+      const float* vs = quantized ? a.v_scales + slot * a.v_scale_stride : nullptr;
+      WidenKvRow(vr, vs, a.group, a.dv, vf + j * a.dv);
+      vrow[j] = vf + j * a.dv;
+    }
+    int64_t v = 0;
+    for (; v + 2 <= nvec; v += 2) {
+      const int64_t off = v * lanes;
+      KeyBlock<2>(qt + off, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos + off, s + off,
+                  m + off, l + off, alpha + off, o + off);
+    }
+    if (v < nvec) {
+      const int64_t off = v * lanes;
+      KeyBlock<1>(qt + off, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos + off, s + off,
+                  m + off, l + off, alpha + off, o + off);
+    }
+  }
+  for (int r = 0; r < a.rows; ++r) {
+    const float inv = 1.0f / l[r];
+    float* out = a.out[r];
+    for (int64_t d = 0; d < a.dv; ++d) out[d] = o[d * pitch + r] * inv;
+  }
+}
+
+void AttendBlock(const AttendBlockArgs& a) {
+  switch (a.kv_type) {
+    case KvType::kF32: return AttendBlockTyped<float>(a);
+    case KvType::kBF16: return AttendBlockTyped<hwy::bfloat16_t>(a);
+    case KvType::kF8E4M3: return AttendBlockTyped<uint8_t>(a);
+    case KvType::kI8: return AttendBlockTyped<int8_t>(a);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dh::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace dh::cpu {
+
+HWY_EXPORT(AttendBlock);
+
+void AttendBlock(const AttendBlockArgs& a) { HWY_DYNAMIC_DISPATCH(AttendBlock)(a); }
+
+}  // namespace dh::cpu
+#endif  // HWY_ONCE
