@@ -2,7 +2,8 @@
 // --ctx tokens (every query row sees the keys up to its own position) and as a decode step of
 // --batch sequences of --ctx cached tokens each, against the machine's measured f32 FMA peak.
 // Usage: bench_attention [--threads N] [--hq 12] [--hkv 2] [--dk 128] [--dv 128] [--ctx 512]
-//                        [--batch 1] [--kv f32|bf16|f8e4m3|i8] [--seconds S]
+//                        [--batch 1] [--kv f32|bf16|f8e4m3|i8] [--mode both|prefill|decode]
+//                        [--seconds S]
 // GFLOP counts 2 flops per multiply-add of the scores and of the value sum over the keys each
 // row really sees (causal prefill: about half of ctx^2).
 #include <algorithm>
@@ -29,6 +30,7 @@ struct Options {
   int64_t hq = 12, hkv = 2, dk = 128, dv = 128;
   int ctx = 512, batch = 1;
   std::string kv = "f32";
+  std::string mode = "both";
   double seconds = 1.0;
 };
 
@@ -134,12 +136,16 @@ int Run(const Options& o, DType dtype) {
   std::printf("%-8s %6s %6s %10s %9s %9s\n", "mode", "ctx", "batch", "time_us", "GFLOP/s",
               "peak_frac");
   double gflop = 0;
-  const double prefill = TimeAttention(cpu, o, dtype, 1, o.ctx, &gflop);
-  std::printf("%-8s %6d %6d %10.1f %9.1f %9.2f\n", "prefill", o.ctx, 1, prefill * 1e6,
-              gflop / prefill, gflop / prefill / peak);
-  const double decode = TimeAttention(cpu, o, dtype, o.batch, 1, &gflop);
-  std::printf("%-8s %6d %6d %10.1f %9.1f %9.2f\n", "decode", o.ctx, o.batch, decode * 1e6,
-              gflop / decode, gflop / decode / peak);
+  if (o.mode != "decode") {
+    const double t = TimeAttention(cpu, o, dtype, 1, o.ctx, &gflop);
+    std::printf("%-8s %6d %6d %10.1f %9.1f %9.2f\n", "prefill", o.ctx, 1, t * 1e6, gflop / t,
+                gflop / t / peak);
+  }
+  if (o.mode != "prefill") {
+    const double t = TimeAttention(cpu, o, dtype, o.batch, 1, &gflop);
+    std::printf("%-8s %6d %6d %10.1f %9.1f %9.2f\n", "decode", o.ctx, o.batch, t * 1e6,
+                gflop / t, gflop / t / peak);
+  }
   return 0;
 }
 
@@ -149,7 +155,7 @@ int Run(const Options& o, DType dtype) {
 namespace {
 constexpr const char* kUsage =
     "usage: bench_attention [--threads N] [--hq N] [--hkv N] [--dk N] [--dv N] [--ctx N] "
-    "[--batch N] [--kv f32|bf16|f8e4m3|i8] [--seconds S]\n";
+    "[--batch N] [--kv f32|bf16|f8e4m3|i8] [--mode both|prefill|decode] [--seconds S]\n";
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -175,6 +181,8 @@ int main(int argc, char** argv) {
       o.batch = static_cast<int>(n);
     } else if (flag == "--kv") {
       o.kv = value;
+    } else if (flag == "--mode") {
+      o.mode = value;
     } else if (flag == "--seconds") {
       o.seconds = std::atof(value);
     } else {
@@ -188,7 +196,8 @@ int main(int argc, char** argv) {
   ok = ok && dtype != std::end(dtypes) && o.threads >= 1 && o.threads <= 256 && o.hq >= 1 &&
        o.hkv >= 1 && o.hq % o.hkv == 0 && o.hq <= 1024 && o.dk >= 1 && o.dk <= 4096 &&
        o.dv >= 1 && o.dv <= 4096 && o.ctx >= 1 && o.ctx <= 65536 && o.batch >= 1 &&
-       o.batch <= 256 && o.seconds > 0;
+       o.batch <= 256 && o.seconds > 0 &&
+       (o.mode == "both" || o.mode == "prefill" || o.mode == "decode");
   if (!ok) {
     std::fprintf(stderr, "%s", kUsage);
     return 2;

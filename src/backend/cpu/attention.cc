@@ -229,6 +229,32 @@ void KeyBlock(const float* qt, int64_t pitch, const float* const* k, const float
   Values<NV>(s, pitch, val, nk, dv, alpha, o);
 }
 
+// qt[d][r] = q[r][d] * scale for the block's rows, padding rows (up to pitch) copying row 0:
+// the rows are first copied, scaled, into `rows` ([a.rows][dk], read as sequential streams the
+// prefetchers follow), then each vector of qt is gathered from there (in L1).
+HWY_INLINE void TransposeQueries(const AttendBlockArgs& a, int64_t pitch, float* HWY_RESTRICT rows,
+                                 float* HWY_RESTRICT qt) {
+  const DF df;
+  const hn::RebindToSigned<DF> di;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const VF scale = hn::Set(df, a.scale);
+  for (int r = 0; r < a.rows; ++r) {
+    const float* HWY_RESTRICT q = a.q[r];
+    float* HWY_RESTRICT dst = rows + r * a.dk;
+    int64_t d = 0;
+    for (; d + lanes <= a.dk; d += lanes) hn::StoreU(hn::Mul(hn::LoadU(df, q + d), scale), df, dst + d);
+    for (; d < a.dk; ++d) dst[d] = q[d] * a.scale;
+  }
+  int32_t offset[AttendScratchLayout::kPitchMax];
+  for (int64_t r = 0; r < pitch; ++r) offset[r] = static_cast<int32_t>(r < a.rows ? r * a.dk : 0);
+  for (int64_t v = 0; v < pitch; v += lanes) {
+    const auto idx = hn::LoadU(di, offset + v);
+    for (int64_t d = 0; d < a.dk; ++d) {
+      hn::StoreU(hn::GatherIndex(df, rows + d, idx), df, qt + d * pitch + v);
+    }
+  }
+}
+
 template <typename T>
 void AttendBlockTyped(const AttendBlockArgs& a) {
   const DF df;
@@ -254,13 +280,11 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
     n_min = std::min(n_min, a.num_positions[r]);
   }
   for (int64_t r = 0; r < pitch; ++r) {
-    const int64_t src = r < a.rows ? r : 0;
-    npos[r] = static_cast<float>(a.num_positions[src]);
+    npos[r] = static_cast<float>(a.num_positions[r < a.rows ? r : 0]);
     m[r] = kMasked;
     l[r] = 0.0f;
-    const float* q = a.q[src];
-    for (int64_t d = 0; d < a.dk; ++d) qt[d * pitch + r] = q[d] * a.scale;
   }
+  TransposeQueries(a, pitch, kf, qt);  // kf is free until the first key block
   std::fill(o, o + a.dv * pitch, 0.0f);
 
   const T* kbase = static_cast<const T*>(a.k_base);
@@ -308,10 +332,18 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
                   m + off, l + off, alpha + off, o + off);
     }
   }
+  // Each row's output, gathered from its column of o, over its sum.
+  const hn::RebindToSigned<DF> di;
+  const auto column = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(pitch)));
   for (int r = 0; r < a.rows; ++r) {
     const float inv = 1.0f / l[r];
-    float* out = a.out[r];
-    for (int64_t d = 0; d < a.dv; ++d) out[d] = o[d * pitch + r] * inv;
+    const VF vinv = hn::Set(df, inv);
+    float* HWY_RESTRICT out = a.out[r];
+    int64_t d = 0;
+    for (; d + lanes <= a.dv; d += lanes) {
+      hn::StoreU(hn::Mul(hn::GatherIndex(df, o + d * pitch + r, column), vinv), df, out + d);
+    }
+    for (; d < a.dv; ++d) out[d] = o[d * pitch + r] * inv;
   }
 }
 

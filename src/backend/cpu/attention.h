@@ -14,8 +14,10 @@ namespace dh::cpu {
 
 // Query rows per block: two AVX-512 vectors of rows.
 inline constexpr int kAttendMaxRows = 32;
-// Keys per block of the online softmax (their f32 rows, scores and weights stay in L1/L2).
+// Keys per block of the online softmax (their f32 rows, scores and weights stay in L1/L2). The
+// widened keys' space [kAttendKeyBlock][dk] also stages the block's query rows.
 inline constexpr int64_t kAttendKeyBlock = 32;
+static_assert(kAttendMaxRows <= kAttendKeyBlock);
 
 struct AttendBlockArgs {
   KvType kv_type = KvType::kF32;
