@@ -13,6 +13,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
 
@@ -29,10 +30,11 @@ using VF = hn::Vec<DF>;
 // A score below every real one: masked keys, and the running max before the first key. It
 // stays finite (Highway's Exp is defined on finite inputs) and exp of it minus a real score is 0.
 constexpr float kMasked = -1e30f;
-// Keys per score tile, value columns per output tile (times up to two row vectors: 12
-// accumulators, within AVX2's 16 registers).
-constexpr int kKeyTile = 6;
-constexpr int kValueTile = 6;
+// Keys per score tile and value columns per output tile for NV row vectors: 12 accumulators
+// (within AVX2's 16 registers), enough independent multiply-add chains to cover the FMA
+// latency at two per cycle.
+template <int NV>
+constexpr int kTile = 12 / NV;
 
 // One KV cache element type as f32 vectors and scalars (the quantized ones before their
 // scale). fp8 e4m3: its 7 exponent/mantissa bits placed at the top of an f32's, times 2^120,
@@ -94,7 +96,7 @@ HWY_INLINE void ScoreTile(const float* HWY_RESTRICT qt, int64_t pitch, const flo
   const size_t lanes = hn::Lanes(df);
   const float* HWY_RESTRICT kr[J];
   VF acc[J][NV];
-  HWY_UNROLL(6)
+  HWY_UNROLL(12)
   for (int j = 0; j < J; ++j) {
     kr[j] = k[j];
     HWY_UNROLL(2)
@@ -104,14 +106,14 @@ HWY_INLINE void ScoreTile(const float* HWY_RESTRICT qt, int64_t pitch, const flo
     VF qv[NV];
     HWY_UNROLL(2)
     for (int v = 0; v < NV; ++v) qv[v] = hn::LoadU(df, qt + d * pitch + v * lanes);
-    HWY_UNROLL(6)
+    HWY_UNROLL(12)
     for (int j = 0; j < J; ++j) {
       const VF kb = hn::Set(df, kr[j][d]);
       HWY_UNROLL(2)
       for (int v = 0; v < NV; ++v) acc[j][v] = hn::MulAdd(qv[v], kb, acc[j][v]);
     }
   }
-  HWY_UNROLL(6)
+  HWY_UNROLL(12)
   for (int j = 0; j < J; ++j) {
     HWY_UNROLL(2)
     for (int v = 0; v < NV; ++v) hn::StoreU(acc[j][v], df, s + j * pitch + v * lanes);
@@ -127,7 +129,7 @@ HWY_INLINE void ValueTile(const float* HWY_RESTRICT p, int64_t pitch, const floa
   const DF df;
   const size_t lanes = hn::Lanes(df);
   VF acc[D][NV];
-  HWY_UNROLL(6)
+  HWY_UNROLL(12)
   for (int i = 0; i < D; ++i) {
     HWY_UNROLL(2)
     for (int v = 0; v < NV; ++v) {
@@ -140,53 +142,55 @@ HWY_INLINE void ValueTile(const float* HWY_RESTRICT p, int64_t pitch, const floa
     VF pv[NV];
     HWY_UNROLL(2)
     for (int v = 0; v < NV; ++v) pv[v] = hn::LoadU(df, p + j * pitch + v * lanes);
-    HWY_UNROLL(6)
+    HWY_UNROLL(12)
     for (int i = 0; i < D; ++i) {
       const VF vb = hn::Set(df, vr[i]);
       HWY_UNROLL(2)
       for (int v = 0; v < NV; ++v) acc[i][v] = hn::MulAdd(pv[v], vb, acc[i][v]);
     }
   }
-  HWY_UNROLL(6)
+  HWY_UNROLL(12)
   for (int i = 0; i < D; ++i) {
     HWY_UNROLL(2)
     for (int v = 0; v < NV; ++v) hn::StoreU(acc[i][v], df, o + (d0 + i) * pitch + v * lanes);
   }
 }
 
-// Scores of nk (<= kAttendKeyBlock) keys for NV row vectors, kKeyTile keys at a time.
+// The last n < J keys (value columns) of a pass, with a tile of exactly n.
+template <int NV, int J>
+HWY_INLINE void ScoreTail(int64_t n, const float* qt, int64_t pitch, const float* const* k,
+                          int64_t dk, float* s) {
+  if constexpr (J > 1) {
+    if (n == J - 1) return ScoreTile<NV, J - 1>(qt, pitch, k, dk, s);
+    ScoreTail<NV, J - 1>(n, qt, pitch, k, dk, s);
+  }
+}
+template <int NV, int D>
+HWY_INLINE void ValueTail(int64_t n, const float* p, int64_t pitch, const float* const* val,
+                          int64_t nk, int64_t d0, const float* alpha, float* o) {
+  if constexpr (D > 1) {
+    if (n == D - 1) return ValueTile<NV, D - 1>(p, pitch, val, nk, d0, alpha, o);
+    ValueTail<NV, D - 1>(n, p, pitch, val, nk, d0, alpha, o);
+  }
+}
+
+// Scores of nk (<= kAttendKeyBlock) keys for NV row vectors, kTile<NV> keys at a time.
 template <int NV>
 HWY_INLINE void Scores(const float* qt, int64_t pitch, const float* const* k, int64_t nk,
                        int64_t dk, float* s) {
+  constexpr int kJ = kTile<NV>;
   int64_t j = 0;
-  for (; j + kKeyTile <= nk; j += kKeyTile) {
-    ScoreTile<NV, kKeyTile>(qt, pitch, k + j, dk, s + j * pitch);
-  }
-  switch (nk - j) {
-    case 5: return ScoreTile<NV, 5>(qt, pitch, k + j, dk, s + j * pitch);
-    case 4: return ScoreTile<NV, 4>(qt, pitch, k + j, dk, s + j * pitch);
-    case 3: return ScoreTile<NV, 3>(qt, pitch, k + j, dk, s + j * pitch);
-    case 2: return ScoreTile<NV, 2>(qt, pitch, k + j, dk, s + j * pitch);
-    case 1: return ScoreTile<NV, 1>(qt, pitch, k + j, dk, s + j * pitch);
-    default: return;
-  }
+  for (; j + kJ <= nk; j += kJ) ScoreTile<NV, kJ>(qt, pitch, k + j, dk, s + j * pitch);
+  ScoreTail<NV, kJ>(nk - j, qt, pitch, k + j, dk, s + j * pitch);
 }
 
 template <int NV>
 HWY_INLINE void Values(const float* p, int64_t pitch, const float* const* val, int64_t nk,
                        int64_t dv, const float* alpha, float* o) {
+  constexpr int kD = kTile<NV>;
   int64_t d = 0;
-  for (; d + kValueTile <= dv; d += kValueTile) {
-    ValueTile<NV, kValueTile>(p, pitch, val, nk, d, alpha, o);
-  }
-  switch (dv - d) {
-    case 5: return ValueTile<NV, 5>(p, pitch, val, nk, d, alpha, o);
-    case 4: return ValueTile<NV, 4>(p, pitch, val, nk, d, alpha, o);
-    case 3: return ValueTile<NV, 3>(p, pitch, val, nk, d, alpha, o);
-    case 2: return ValueTile<NV, 2>(p, pitch, val, nk, d, alpha, o);
-    case 1: return ValueTile<NV, 1>(p, pitch, val, nk, d, alpha, o);
-    default: return;
-  }
+  for (; d + kD <= dv; d += kD) ValueTile<NV, kD>(p, pitch, val, nk, d, alpha, o);
+  ValueTail<NV, kD>(dv - d, p, pitch, val, nk, d, alpha, o);
 }
 
 // One key block for the NV row vectors at offset `v0` (in floats) of every [rows] array:
@@ -292,7 +296,7 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
   const bool quantized = a.k_scales != nullptr;
   // f32 rows are read in place; other types are widened once per block of keys. MLA's values
   // are the first dv elements of its key rows: then the widened keys serve as values too.
-  const bool widen = !std::is_same_v<T, float> || quantized;
+  const bool widen = !std::is_same_v<T, float> || quantized || nvec == 1;
   const bool v_in_k = a.v_base == a.k_base && a.v_slot_stride == a.k_slot_stride &&
                       a.v_scales == a.k_scales && a.v_scale_stride == a.k_scale_stride &&
                       a.dv <= a.dk;
@@ -304,6 +308,13 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
       const int64_t slot = a.slots[j0 + j];
       const T* kr = kbase + slot * a.k_slot_stride;
       const T* vr = vbase + slot * a.v_slot_stride;
+      if (j0 + kb + j < n_max) {
+        const int64_t next = a.slots[j0 + kb + j];
+        const char* kn = reinterpret_cast<const char*>(kbase + next * a.k_slot_stride);
+        const char* vn = reinterpret_cast<const char*>(vbase + next * a.v_slot_stride);
+        for (size_t b = 0; b < a.dk * sizeof(T); b += 64) hwy::Prefetch(kn + b);
+        for (size_t b = 0; b < a.dv * sizeof(T); b += 64) hwy::Prefetch(vn + b);
+      }
       if (!widen) {
         krow[j] = reinterpret_cast<const float*>(kr);
         vrow[j] = reinterpret_cast<const float*>(vr);
