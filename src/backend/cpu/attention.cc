@@ -121,7 +121,7 @@ HWY_INLINE void ScoreTile(const float* HWY_RESTRICT qt, int64_t pitch, const flo
 }
 
 // o[d][rows] = o[d][rows] * alpha[rows] + sum_j p[j][rows] * val[j][d] for the D value columns
-// from d0, over nk keys.
+// from d0, over nk keys (no alpha: the first key block, o starts from 0).
 template <int NV, int D>
 HWY_INLINE void ValueTile(const float* HWY_RESTRICT p, int64_t pitch, const float* const* val,
                           int64_t nk, int64_t d0, const float* HWY_RESTRICT alpha,
@@ -133,8 +133,9 @@ HWY_INLINE void ValueTile(const float* HWY_RESTRICT p, int64_t pitch, const floa
   for (int i = 0; i < D; ++i) {
     HWY_UNROLL(2)
     for (int v = 0; v < NV; ++v) {
-      acc[i][v] = hn::Mul(hn::LoadU(df, o + (d0 + i) * pitch + v * lanes),
-                          hn::LoadU(df, alpha + v * lanes));
+      acc[i][v] = alpha ? hn::Mul(hn::LoadU(df, o + (d0 + i) * pitch + v * lanes),
+                                  hn::LoadU(df, alpha + v * lanes))
+                        : hn::Zero(df);
     }
   }
   for (int64_t j = 0; j < nk; ++j) {
@@ -230,7 +231,7 @@ void KeyBlock(const float* qt, int64_t pitch, const float* const* k, const float
     hn::StoreU(hn::MulAdd(hn::LoadU(df, l + off), a, sum), df, l + off);
     hn::StoreU(mx, df, m + off);
   }
-  Values<NV>(s, pitch, val, nk, dv, alpha, o);
+  Values<NV>(s, pitch, val, nk, dv, j0 == 0 ? nullptr : alpha, o);
 }
 
 // qt[d][r] = q[r][d] * scale for the block's rows, padding rows (up to pitch) copying row 0:
@@ -289,14 +290,17 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
     l[r] = 0.0f;
   }
   TransposeQueries(a, pitch, kf, qt);  // kf is free until the first key block
-  std::fill(o, o + a.dv * pitch, 0.0f);
 
   const T* kbase = static_cast<const T*>(a.k_base);
   const T* vbase = static_cast<const T*>(a.v_base);
   const bool quantized = a.k_scales != nullptr;
-  // f32 rows are read in place; other types are widened once per block of keys. MLA's values
-  // are the first dv elements of its key rows: then the widened keys serve as values too.
-  const bool widen = !std::is_same_v<T, float> || quantized || nvec == 1;
+  // With many rows (prefill) the keys are in L2 and f32 rows are read in place; other types are
+  // widened once per block of keys. With one vector of rows (decode) the keys come from memory:
+  // every row is copied as one sequential read, and the next block's rows are prefetched while
+  // this one is computed (bench/README.md "Attention"). MLA's values are the first dv elements
+  // of its key rows: then the widened keys serve as values too.
+  const bool few_rows = nvec == 1;
+  const bool widen = !std::is_same_v<T, float> || quantized || few_rows;
   const bool v_in_k = a.v_base == a.k_base && a.v_slot_stride == a.k_slot_stride &&
                       a.v_scales == a.k_scales && a.v_scale_stride == a.k_scale_stride &&
                       a.dv <= a.dk;
@@ -308,7 +312,7 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
       const int64_t slot = a.slots[j0 + j];
       const T* kr = kbase + slot * a.k_slot_stride;
       const T* vr = vbase + slot * a.v_slot_stride;
-      if (j0 + kb + j < n_max) {
+      if (few_rows && j0 + kb + j < n_max) {
         const int64_t next = a.slots[j0 + kb + j];
         const char* kn = reinterpret_cast<const char*>(kbase + next * a.k_slot_stride);
         const char* vn = reinterpret_cast<const char*>(vbase + next * a.v_slot_stride);
