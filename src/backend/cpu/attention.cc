@@ -194,13 +194,87 @@ HWY_INLINE void Values(const float* p, int64_t pitch, const float* const* val, i
   ValueTail<NV, kD>(dv - d, p, pitch, val, nk, d, alpha, o);
 }
 
-// One key block for the NV row vectors at offset `v0` (in floats) of every [rows] array:
-// scores, causal mask, online softmax update (max m, sum l, weights in place of the scores,
-// rescale factors in alpha), then the value product into o.
+// For one vector of rows (decode: GQA's few query heads of a kv head), the output is kept row
+// by row, o[r][dv], with vectors along the value columns: a value vector then serves R rows and
+// each weight is one broadcast, R x dv / lanes multiply-adds per key instead of dv for the whole
+// (mostly empty) row vector.
+// o[r][d] = o[r][d] * alpha[r] + sum_j p[j][r] * val[j][d] for rows [r0, r0 + R) and C vectors
+// of columns from d0 (no alpha: the first key block).
+template <int R, int C>
+HWY_INLINE void ValueRowsTile(const float* HWY_RESTRICT p, int64_t pitch, const float* const* val,
+                              int64_t nk, int64_t r0, int64_t d0, int64_t dv,
+                              const float* HWY_RESTRICT alpha, float* HWY_RESTRICT o) {
+  const DF df;
+  const size_t lanes = hn::Lanes(df);
+  VF acc[R][C];
+  HWY_UNROLL(4)
+  for (int i = 0; i < R; ++i) {
+    HWY_UNROLL(4)
+    for (int c = 0; c < C; ++c) {
+      float* oc = o + (r0 + i) * dv + d0 + c * lanes;
+      acc[i][c] = alpha ? hn::Mul(hn::LoadU(df, oc), hn::Set(df, alpha[r0 + i])) : hn::Zero(df);
+    }
+  }
+  for (int64_t j = 0; j < nk; ++j) {
+    const float* HWY_RESTRICT vr = val[j] + d0;
+    VF vv[C];
+    HWY_UNROLL(4)
+    for (int c = 0; c < C; ++c) vv[c] = hn::LoadU(df, vr + c * lanes);
+    HWY_UNROLL(4)
+    for (int i = 0; i < R; ++i) {
+      const VF pb = hn::Set(df, p[j * pitch + r0 + i]);
+      HWY_UNROLL(4)
+      for (int c = 0; c < C; ++c) acc[i][c] = hn::MulAdd(vv[c], pb, acc[i][c]);
+    }
+  }
+  HWY_UNROLL(4)
+  for (int i = 0; i < R; ++i) {
+    HWY_UNROLL(4)
+    for (int c = 0; c < C; ++c) hn::StoreU(acc[i][c], df, o + (r0 + i) * dv + d0 + c * lanes);
+  }
+}
+
+// Rows [r0, r0 + R) over every column: tiles of 4 vectors, then 1-3, then the scalar columns.
+template <int R>
+HWY_INLINE void ValueRowsBand(const float* p, int64_t pitch, const float* const* val, int64_t nk,
+                              int64_t r0, int64_t dv, const float* alpha, float* o) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF()));
+  int64_t d = 0;
+  for (; d + 4 * lanes <= dv; d += 4 * lanes) ValueRowsTile<R, 4>(p, pitch, val, nk, r0, d, dv, alpha, o);
+  switch ((dv - d) / lanes) {
+    case 3: ValueRowsTile<R, 3>(p, pitch, val, nk, r0, d, dv, alpha, o); break;
+    case 2: ValueRowsTile<R, 2>(p, pitch, val, nk, r0, d, dv, alpha, o); break;
+    case 1: ValueRowsTile<R, 1>(p, pitch, val, nk, r0, d, dv, alpha, o); break;
+    default: break;
+  }
+  d += (dv - d) / lanes * lanes;
+  for (; d < dv; ++d) {
+    for (int64_t r = r0; r < r0 + R; ++r) {
+      float acc = alpha ? o[r * dv + d] * alpha[r] : 0.0f;
+      for (int64_t j = 0; j < nk; ++j) acc += p[j * pitch + r] * val[j][d];
+      o[r * dv + d] = acc;
+    }
+  }
+}
+
+// All `rows` rows, three at a time (3 x 4 vectors: 12 accumulators).
+HWY_INLINE void ValueRows(const float* p, int64_t pitch, const float* const* val, int64_t nk,
+                          int64_t rows, int64_t dv, const float* alpha, float* o) {
+  int64_t r = 0;
+  for (; r + 3 <= rows; r += 3) ValueRowsBand<3>(p, pitch, val, nk, r, dv, alpha, o);
+  if (rows - r == 2) ValueRowsBand<2>(p, pitch, val, nk, r, dv, alpha, o);
+  if (rows - r == 1) ValueRowsBand<1>(p, pitch, val, nk, r, dv, alpha, o);
+}
+
+// One key block for the NV row vectors at the start of every [rows] array passed: scores,
+// causal mask, online softmax update (max m, sum l, weights in place of the scores, rescale
+// factors in alpha), then the value product into o: transposed, o[dv][pitch], or with
+// rows_major > 0 (one row vector) row by row, o[rows_major][dv].
 template <int NV>
 void KeyBlock(const float* qt, int64_t pitch, const float* const* k, const float* const* val,
               int64_t j0, int64_t nk, int64_t first_masked, int64_t dk, int64_t dv,
-              const float* npos, float* s, float* m, float* l, float* alpha, float* o) {
+              const float* npos, float* s, float* m, float* l, float* alpha, float* o,
+              int64_t rows_major) {
   const DF df;
   const size_t lanes = hn::Lanes(df);
   Scores<NV>(qt, pitch, k, nk, dk, s);
@@ -231,7 +305,11 @@ void KeyBlock(const float* qt, int64_t pitch, const float* const* k, const float
     hn::StoreU(hn::MulAdd(hn::LoadU(df, l + off), a, sum), df, l + off);
     hn::StoreU(mx, df, m + off);
   }
-  Values<NV>(s, pitch, val, nk, dv, j0 == 0 ? nullptr : alpha, o);
+  if (rows_major > 0) {
+    ValueRows(s, pitch, val, nk, rows_major, dv, j0 == 0 ? nullptr : alpha, o);
+  } else {
+    Values<NV>(s, pitch, val, nk, dv, j0 == 0 ? nullptr : alpha, o);
+  }
 }
 
 // qt[d][r] = q[r][d] * scale for the block's rows, padding rows (up to pitch) copying row 0:
@@ -339,13 +417,27 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
     for (; v + 2 <= nvec; v += 2) {
       const int64_t off = v * lanes;
       KeyBlock<2>(qt + off, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos + off, s + off,
-                  m + off, l + off, alpha + off, o + off);
+                  m + off, l + off, alpha + off, o + off, 0);
     }
     if (v < nvec) {
       const int64_t off = v * lanes;
       KeyBlock<1>(qt + off, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos + off, s + off,
-                  m + off, l + off, alpha + off, o + off);
+                  m + off, l + off, alpha + off, o + off, few_rows ? a.rows : 0);
     }
+  }
+  if (few_rows) {
+    for (int r = 0; r < a.rows; ++r) {
+      const float inv = 1.0f / l[r];
+      const VF vinv = hn::Set(df, inv);
+      const float* HWY_RESTRICT orow = o + r * a.dv;
+      float* HWY_RESTRICT out = a.out[r];
+      int64_t d = 0;
+      for (; d + lanes <= a.dv; d += lanes) {
+        hn::StoreU(hn::Mul(hn::LoadU(df, orow + d), vinv), df, out + d);
+      }
+      for (; d < a.dv; ++d) out[d] = orow[d] * inv;
+    }
+    return;
   }
   // Each row's output, gathered from its column of o, over its sum.
   const hn::RebindToSigned<DF> di;
