@@ -3,7 +3,8 @@
 // --batch sequences of --ctx cached tokens each, against the machine's measured f32 FMA peak.
 // Usage: bench_attention [--threads N] [--hq 12] [--hkv 2] [--dk 128] [--dv 128] [--ctx 512]
 //                        [--batch 1] [--kv f32|bf16|f8e4m3|i8] [--mode both|prefill|decode]
-//                        [--seconds S]
+//                        [--v-in-k 0|1] [--seconds S]
+// --v-in-k 1 reads the values as the first dv elements of the key rows (MLA's latent cache).
 // GFLOP counts 2 flops per multiply-add of the scores and of the value sum over the keys each
 // row really sees (causal prefill: about half of ctx^2).
 #include <algorithm>
@@ -31,6 +32,7 @@ struct Options {
   int ctx = 512, batch = 1;
   std::string kv = "f32";
   std::string mode = "both";
+  bool v_in_k = false;
   double seconds = 1.0;
 };
 
@@ -80,6 +82,8 @@ double TimeAttention(CpuBackend& cpu, const Options& o, DType dtype, int seqs, i
                 Tensor(v.data(), DType::kF32, {slots, o.hkv, o.dv}), kc.view, vc.view,
                 Tensor(all.data(), DType::kI32, {slots}));
   }
+  // MLA: the values are the first dv elements of the key rows (one scale per row covers both).
+  const KvCacheView v_view = o.v_in_k ? kc.view.NarrowRow(0, o.dv) : vc.view;
   // Each sequence's blocks in reverse order, so the slot list is not one run.
   std::vector<int32_t> tables(static_cast<size_t>(seqs) * blocks_per_seq), lens(seqs, o.ctx),
       qs(seqs + 1);
@@ -111,15 +115,15 @@ double TimeAttention(CpuBackend& cpu, const Options& o, DType dtype, int seqs, i
   double macs = 0;
   for (int i = 0; i < queries; ++i) macs += o.ctx - queries + i + 1;
   *gflop = 2.0 * macs * seqs * o.hq * static_cast<double>(o.dk + o.dv) / 1e9;
-  cpu.Attention(qt, kc.view, vc.view, meta, scale, ot);  // warm-up
+  cpu.Attention(qt, kc.view, v_view, meta, scale, ot);  // warm-up
   double best = 1e30;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.seconds);
   int passes = 0;
   while (passes < 3 || std::chrono::steady_clock::now() < deadline) {
     const auto start = std::chrono::steady_clock::now();
-    cpu.Attention(qt, kc.view, vc.view, meta, scale, ot);
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    cpu.Attention(qt, kc.view, v_view, meta, scale, ot);
+    best = std::min(
+        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     ++passes;
   }
   return best;
@@ -128,11 +132,12 @@ double TimeAttention(CpuBackend& cpu, const Options& o, DType dtype, int seqs, i
 int Run(const Options& o, DType dtype) {
   CpuBackend cpu(BackendOptions{.num_threads = o.threads});
   const double peak = MeasureFmaPeakGflops(cpu.pool());
-  std::printf("threads=%d target=%s f32 FMA peak %.1f GFLOP/s; Hq=%lld Hkv=%lld Dk=%lld Dv=%lld "
-              "kv=%s\n",
-              o.threads, cpu::DispatchedTargetName(), peak, static_cast<long long>(o.hq),
-              static_cast<long long>(o.hkv), static_cast<long long>(o.dk),
-              static_cast<long long>(o.dv), o.kv.c_str());
+  std::printf(
+      "threads=%d target=%s f32 FMA peak %.1f GFLOP/s; Hq=%lld Hkv=%lld Dk=%lld Dv=%lld "
+      "kv=%s%s\n",
+      o.threads, cpu::DispatchedTargetName(), peak, static_cast<long long>(o.hq),
+      static_cast<long long>(o.hkv), static_cast<long long>(o.dk), static_cast<long long>(o.dv),
+      o.kv.c_str(), o.v_in_k ? " (values in the keys)" : "");
   std::printf("%-8s %6s %6s %10s %9s %9s\n", "mode", "ctx", "batch", "time_us", "GFLOP/s",
               "peak_frac");
   double gflop = 0;
@@ -143,8 +148,8 @@ int Run(const Options& o, DType dtype) {
   }
   if (o.mode != "prefill") {
     const double t = TimeAttention(cpu, o, dtype, o.batch, 1, &gflop);
-    std::printf("%-8s %6d %6d %10.1f %9.1f %9.2f\n", "decode", o.ctx, o.batch, t * 1e6,
-                gflop / t, gflop / t / peak);
+    std::printf("%-8s %6d %6d %10.1f %9.1f %9.2f\n", "decode", o.ctx, o.batch, t * 1e6, gflop / t,
+                gflop / t / peak);
   }
   return 0;
 }
@@ -155,7 +160,8 @@ int Run(const Options& o, DType dtype) {
 namespace {
 constexpr const char* kUsage =
     "usage: bench_attention [--threads N] [--hq N] [--hkv N] [--dk N] [--dv N] [--ctx N] "
-    "[--batch N] [--kv f32|bf16|f8e4m3|i8] [--mode both|prefill|decode] [--seconds S]\n";
+    "[--batch N] [--kv f32|bf16|f8e4m3|i8] [--mode both|prefill|decode] [--v-in-k 0|1] "
+    "[--seconds S]\n";
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,6 +187,8 @@ int main(int argc, char** argv) {
       o.batch = static_cast<int>(n);
     } else if (flag == "--kv") {
       o.kv = value;
+    } else if (flag == "--v-in-k") {
+      o.v_in_k = n != 0;
     } else if (flag == "--mode") {
       o.mode = value;
     } else if (flag == "--seconds") {
@@ -194,9 +202,9 @@ int main(int argc, char** argv) {
   const dh::DType* dtype = std::find_if(std::begin(dtypes), std::end(dtypes),
                                         [&](dh::DType t) { return dh::DTypeName(t) == o.kv; });
   ok = ok && dtype != std::end(dtypes) && o.threads >= 1 && o.threads <= 256 && o.hq >= 1 &&
-       o.hkv >= 1 && o.hq % o.hkv == 0 && o.hq <= 1024 && o.dk >= 1 && o.dk <= 4096 &&
-       o.dv >= 1 && o.dv <= 4096 && o.ctx >= 1 && o.ctx <= 65536 && o.batch >= 1 &&
-       o.batch <= 256 && o.seconds > 0 &&
+       o.hkv >= 1 && o.hq % o.hkv == 0 && o.hq <= 1024 && o.dk >= 1 && o.dk <= 4096 && o.dv >= 1 &&
+       o.dv <= 4096 && (!o.v_in_k || o.dv <= o.dk) && o.ctx >= 1 && o.ctx <= 65536 &&
+       o.batch >= 1 && o.batch <= 256 && o.seconds > 0 &&
        (o.mode == "both" || o.mode == "prefill" || o.mode == "decode");
   if (!ok) {
     std::fprintf(stderr, "%s", kUsage);

@@ -10,15 +10,15 @@
 // Tolerance: |cpu - ref| <= 2e-5 * max(1, max |ref|) per element, as the other attention tests
 // (both read identical dequantized cache values; f32 dots, Highway's Exp and an online softmax
 // against the reference's double sums).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <gtest/gtest.h>
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/cpu_backend.h"
@@ -68,14 +68,17 @@ int RunBlockCase(CpuBackend& cpu, ReferenceBackend& ref, DType dtype, const Bloc
   for (int s = 0; s < num_seqs; ++s) {
     lens.push_back(c.seqs[s].first);
     qs.push_back(qs.back() + c.seqs[s].second);
-    for (int b = 0; b < max_blocks; ++b) tables[s * max_blocks + b] = order[2 * (s * max_blocks + b)];
+    for (int b = 0; b < max_blocks; ++b)
+      tables[s * max_blocks + b] = order[2 * (s * max_blocks + b)];
   }
   const int64_t group = c.v_is_k_prefix ? c.dv : c.dk;  // one scale per row, MLA: two
   const int64_t k_groups = Quantized(dtype) ? (c.dk + group - 1) / group : 1;
   const int64_t v_groups = Quantized(dtype) ? (c.dv + c.dv - 1) / c.dv : 1;
   Owned kdata(dtype, {slots, c.hkv, c.dk}), vdata(dtype, {slots, c.hkv, c.dv});
-  Owned kscales(DType::kF32, {slots, c.hkv, k_groups}), vscales(DType::kF32, {slots, c.hkv, v_groups});
-  KvCacheView k_view = Quantized(dtype) ? KvCacheView(kdata.t, kscales.t, group) : KvCacheView(kdata.t);
+  Owned kscales(DType::kF32, {slots, c.hkv, k_groups}),
+      vscales(DType::kF32, {slots, c.hkv, v_groups});
+  KvCacheView k_view =
+      Quantized(dtype) ? KvCacheView(kdata.t, kscales.t, group) : KvCacheView(kdata.t);
   KvCacheView v_view =
       Quantized(dtype) ? KvCacheView(vdata.t, vscales.t, c.dv) : KvCacheView(vdata.t);
   Owned k(DType::kF32, {slots, c.hkv, c.dk}), v(DType::kF32, {slots, c.hkv, c.dv});
@@ -157,7 +160,8 @@ TEST(AttentionBlocking, MatchesReferenceOnEveryShapeFormatAndTarget) {
   Rng rng(23);
   ReferenceBackend ref({});
   std::vector<std::unique_ptr<CpuBackend>> cpus;  // [threads - 1]
-  for (int n = 1; n <= 3; ++n) cpus.push_back(std::make_unique<CpuBackend>(BackendOptions{.num_threads = n}));
+  for (int n = 1; n <= 3; ++n)
+    cpus.push_back(std::make_unique<CpuBackend>(BackendOptions{.num_threads = n}));
   for (int64_t target : targets) {
     hwy::SetSupportedTargetsForTest(target);
     SCOPED_TRACE(hwy::TargetName(target));

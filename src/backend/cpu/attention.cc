@@ -240,7 +240,9 @@ HWY_INLINE void ValueRowsBand(const float* p, int64_t pitch, const float* const*
                               int64_t r0, int64_t dv, const float* alpha, float* o) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF()));
   int64_t d = 0;
-  for (; d + 4 * lanes <= dv; d += 4 * lanes) ValueRowsTile<R, 4>(p, pitch, val, nk, r0, d, dv, alpha, o);
+  for (; d + 4 * lanes <= dv; d += 4 * lanes) {
+    ValueRowsTile<R, 4>(p, pitch, val, nk, r0, d, dv, alpha, o);
+  }
   switch ((dv - d) / lanes) {
     case 3: ValueRowsTile<R, 3>(p, pitch, val, nk, r0, d, dv, alpha, o); break;
     case 2: ValueRowsTile<R, 2>(p, pitch, val, nk, r0, d, dv, alpha, o); break;
@@ -315,8 +317,8 @@ void KeyBlock(const float* qt, int64_t pitch, const float* const* k, const float
 // qt[d][r] = q[r][d] * scale for the block's rows, padding rows (up to pitch) copying row 0:
 // the rows are first copied, scaled, into `rows` ([a.rows][dk], read as sequential streams the
 // prefetchers follow), then each vector of qt is gathered from there (in L1).
-HWY_INLINE void TransposeQueries(const AttendBlockArgs& a, int64_t pitch, float* HWY_RESTRICT rows,
-                                 float* HWY_RESTRICT qt) {
+HWY_INLINE void TransposeQueries(const AttendBlockArgs& a, int64_t pitch,
+                                 float* HWY_RESTRICT rows, float* HWY_RESTRICT qt) {
   const DF df;
   const hn::RebindToSigned<DF> di;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
@@ -325,7 +327,9 @@ HWY_INLINE void TransposeQueries(const AttendBlockArgs& a, int64_t pitch, float*
     const float* HWY_RESTRICT q = a.q[r];
     float* HWY_RESTRICT dst = rows + r * a.dk;
     int64_t d = 0;
-    for (; d + lanes <= a.dk; d += lanes) hn::StoreU(hn::Mul(hn::LoadU(df, q + d), scale), df, dst + d);
+    for (; d + lanes <= a.dk; d += lanes) {
+      hn::StoreU(hn::Mul(hn::LoadU(df, q + d), scale), df, dst + d);
+    }
     for (; d < a.dk; ++d) dst[d] = q[d] * a.scale;
   }
   int32_t offset[AttendScratchLayout::kPitchMax];

@@ -291,7 +291,7 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
   for (int s = 0; s < meta.num_seqs; ++s) {
     const ref::SeqLayout seq = ref::GetSeqLayout(meta, s);
     const int64_t rows = (seq.query_end - seq.query_start) * group;
-    total_items += hkv * (rows + cpu::kAttendMaxRows - 1) / cpu::kAttendMaxRows * parts;
+    total_items += hkv * ((rows + cpu::kAttendMaxRows - 1) / cpu::kAttendMaxRows) * parts;
   }
   reserve(items, static_cast<size_t>(total_items));
   int64_t total_cost = 0;
@@ -332,11 +332,12 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
   const Tensor& ks = k_cache.scales;
   const Tensor& vs = v_cache.scales;
   float* od = out.as<float>();
-  const int64_t scratch_floats = cpu::AttendScratchLayout(dk, dv).total;
+  // Per thread, grown by doubling: the kernel's scratch and 16 floats to align it to 64 bytes.
+  const size_t scratch_floats = static_cast<size_t>(cpu::AttendScratchLayout(dk, dv).total) + 16;
   auto run = [&](const AttentionItem& item) {
-    thread_local std::vector<float> scratch;  // this thread's, grown by doubling
-    if (scratch.size() < static_cast<size_t>(scratch_floats + 16)) {
-      scratch.resize(std::max<size_t>(4096, std::bit_ceil(static_cast<size_t>(scratch_floats + 16))));
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < scratch_floats) {
+      scratch.resize(std::max<size_t>(4096, std::bit_ceil(scratch_floats)));
     }
     const ref::SeqLayout seq = ref::GetSeqLayout(meta, item.seq);
     const int64_t num_queries = seq.query_end - seq.query_start;
