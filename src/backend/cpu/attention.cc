@@ -275,18 +275,19 @@ HWY_INLINE void ValueRows(const float* p, int64_t pitch, const float* const* val
 template <int NV>
 void KeyBlock(const float* qt, int64_t pitch, const float* const* k, const float* const* val,
               int64_t j0, int64_t nk, int64_t first_masked, int64_t dk, int64_t dv,
-              const float* npos, float* s, float* m, float* l, float* alpha, float* o,
+              const int32_t* npos, float* s, float* m, float* l, float* alpha, float* o,
               int64_t rows_major) {
   const DF df;
   const size_t lanes = hn::Lanes(df);
   Scores<NV>(qt, pitch, k, nk, dk, s);
   // Causal mask: key j0 + j is past row r when j0 + j >= npos[r]; only keys from the block's
   // smallest num_positions on can be.
+  const hn::RebindToSigned<DF> di;
   for (int64_t j = std::max<int64_t>(0, first_masked - j0); j < nk; ++j) {
-    const VF pos = hn::Set(df, static_cast<float>(j0 + j));
+    const auto pos = hn::Set(di, static_cast<int32_t>(j0 + j));
     for (int v = 0; v < NV; ++v) {
       float* sj = s + j * pitch + v * lanes;
-      const auto live = hn::Lt(pos, hn::LoadU(df, npos + v * lanes));
+      const auto live = hn::RebindMask(df, hn::Lt(pos, hn::LoadU(di, npos + v * lanes)));
       hn::StoreU(hn::IfThenElse(live, hn::LoadU(df, sj), hn::Set(df, kMasked)), df, sj);
     }
   }
@@ -355,8 +356,8 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
   float* s = a.scratch + layout.s;
   float* kf = a.scratch + layout.kf;
   float* vf = a.scratch + layout.vf;
-  float* npos = a.scratch + layout.rows;
-  float* m = npos + AttendScratchLayout::kPitchMax;
+  HWY_ALIGN int32_t npos[AttendScratchLayout::kPitchMax];  // keys each row sees
+  float* m = a.scratch + layout.rows;
   float* l = m + AttendScratchLayout::kPitchMax;
   float* alpha = l + AttendScratchLayout::kPitchMax;
 
@@ -367,7 +368,7 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
     n_min = std::min(n_min, a.num_positions[r]);
   }
   for (int64_t r = 0; r < pitch; ++r) {
-    npos[r] = static_cast<float>(a.num_positions[r < a.rows ? r : 0]);
+    npos[r] = static_cast<int32_t>(a.num_positions[r < a.rows ? r : 0]);
     m[r] = kMasked;
     l[r] = 0.0f;
   }

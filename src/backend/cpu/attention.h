@@ -47,7 +47,7 @@ struct AttendBlockArgs {
 // AttendBlock's scratch, in floats from its start, each part a multiple of 16 floats: the
 // queries transposed [dk][pitch], the output transposed [dv][pitch], the scores of a key block
 // [kAttendKeyBlock][pitch], its widened keys [kAttendKeyBlock][dk] and values
-// [kAttendKeyBlock][dv], and four per-row arrays [pitch]. The pitch is the rows rounded up to
+// [kAttendKeyBlock][dv], and three per-row arrays [pitch]. The pitch is the rows rounded up to
 // whole vectors: at most kAttendMaxRows, or one vector where a vector holds more (SVE at 2048
 // bits: 64 floats).
 struct AttendScratchLayout {
@@ -60,7 +60,7 @@ struct AttendScratchLayout {
         kf(s + Round(kAttendKeyBlock * kPitchMax)),
         vf(kf + Round(kAttendKeyBlock * dk)),
         rows(vf + Round(kAttendKeyBlock * dv)),
-        total(rows + 4 * kPitchMax) {}
+        total(rows + 3 * kPitchMax) {}
 };
 
 void AttendBlock(const AttendBlockArgs& a);
