@@ -1,6 +1,6 @@
 // CpuBackend::Attention's blocking (backend/cpu/attention.h: blocks of up to kAttendMaxRows query
-// rows of one sequence and kv head, keys in blocks of kAttendKeyBlock, rows cut per thread when
-// there are fewer (sequence, kv head) pairs than threads) against the reference, on every KV
+// rows of one sequence and kv head, keys in blocks of kAttendKeyBlock, keys cut into ranges when
+// there are fewer row blocks than threads, merged after) against the reference, on every KV
 // cache dtype and every SIMD target compiled in: row counts that are not a multiple of the block
 // nor of a vector, GQA ratios 1, 4, 6 and 16, head dims 33, 64, 128, 192 (values 128) and MLA's
 // 576 / 512 (values inside the keys), key counts around the key block, several sequences of
@@ -151,8 +151,12 @@ TEST(AttentionBlocking, MatchesReferenceOnEveryShapeFormatAndTarget) {
       {3, 3, 192, 128, false, 4, {{37, 37}, {5, 2}}, 2, 8},
       // MLA absorbed: 16 heads on one latent kv head, 3 queries = 48 rows = 32 + 16.
       {16, 1, 576, 512, true, 16, {{40, 3}, {65, 1}}, 2},
-      // MLA decode alone: one (sequence, kv head) pair, rows cut into one block per thread.
+      // Fewer row blocks than threads: keys cut into ranges of whole key blocks, merged after.
+      // MLA decode alone (ranges 32 + 18), MLA two queries (64 + 6, rows seeing 69 and 70
+      // keys), GQA 6 decode over 3 threads (64 + 36).
       {16, 1, 576, 512, true, 16, {{50, 1}}, 3},
+      {16, 1, 576, 512, true, 16, {{70, 2}}, 2},
+      {12, 2, 128, 128, false, 16, {{100, 1}}, 3},
       // Odd head dims (tails of every vector and tile), tiny pages, one thread.
       {6, 1, 33, 33, false, 4, {{9, 9}, {1, 1}, {64, 2}}, 1},
   };

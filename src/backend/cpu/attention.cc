@@ -276,7 +276,7 @@ template <int NV>
 void KeyBlock(const float* qt, int64_t pitch, const float* const* k, const float* const* val,
               int64_t j0, int64_t nk, int64_t first_masked, int64_t dk, int64_t dv,
               const int32_t* npos, float* s, float* m, float* l, float* alpha, float* o,
-              int64_t rows_major) {
+              int64_t rows_major, bool first) {
   const DF df;
   const size_t lanes = hn::Lanes(df);
   Scores<NV>(qt, pitch, k, nk, dk, s);
@@ -309,9 +309,9 @@ void KeyBlock(const float* qt, int64_t pitch, const float* const* k, const float
     hn::StoreU(mx, df, m + off);
   }
   if (rows_major > 0) {
-    ValueRows(s, pitch, val, nk, rows_major, dv, j0 == 0 ? nullptr : alpha, o);
+    ValueRows(s, pitch, val, nk, rows_major, dv, first ? nullptr : alpha, o);
   } else {
-    Values<NV>(s, pitch, val, nk, dv, j0 == 0 ? nullptr : alpha, o);
+    Values<NV>(s, pitch, val, nk, dv, first ? nullptr : alpha, o);
   }
 }
 
@@ -389,13 +389,15 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
                       a.dv <= a.dk;
   const float* krow[kAttendKeyBlock];
   const float* vrow[kAttendKeyBlock];
-  for (int64_t j0 = 0; j0 < n_max; j0 += kb) {
-    const int64_t nk = std::min(kb, n_max - j0);
+  const int64_t key_end = std::min(n_max, a.key_end);
+  for (int64_t j0 = a.key_begin; j0 < key_end; j0 += kb) {
+    const int64_t nk = std::min(kb, key_end - j0);
+    const bool first = j0 == a.key_begin;
     for (int64_t j = 0; j < nk; ++j) {
       const int64_t slot = a.slots[j0 + j];
       const T* kr = kbase + slot * a.k_slot_stride;
       const T* vr = vbase + slot * a.v_slot_stride;
-      if (few_rows && j0 + kb + j < n_max) {
+      if (few_rows && j0 + kb + j < key_end) {
         const int64_t next = a.slots[j0 + kb + j];
         const char* kn = reinterpret_cast<const char*>(kbase + next * a.k_slot_stride);
         const char* vn = reinterpret_cast<const char*>(vbase + next * a.v_slot_stride);
@@ -422,17 +424,29 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
     for (; v + 2 <= nvec; v += 2) {
       const int64_t off = v * lanes;
       KeyBlock<2>(qt + off, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos + off, s + off,
-                  m + off, l + off, alpha + off, o + off, 0);
+                  m + off, l + off, alpha + off, o + off, 0, first);
     }
     if (v < nvec) {
       const int64_t off = v * lanes;
       KeyBlock<1>(qt + off, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos + off, s + off,
-                  m + off, l + off, alpha + off, o + off, few_rows ? a.rows : 0);
+                  m + off, l + off, alpha + off, o + off, few_rows ? a.rows : 0, first);
     }
   }
+  if (a.key_begin >= key_end) {  // an empty key range: nothing seen, weight 0 in a merge
+    for (int r = 0; r < a.rows; ++r) std::fill(a.out[r], a.out[r] + a.dv, 0.0f);
+  }
+  // A part of a key range: the sums as they are, with each row's max and sum for the merge.
+  const bool partial = a.row_max != nullptr;
+  if (partial) {
+    for (int r = 0; r < a.rows; ++r) {
+      a.row_max[r] = m[r];
+      a.row_sum[r] = l[r];
+    }
+  }
+  if (a.key_begin >= key_end) return;
   if (few_rows) {
     for (int r = 0; r < a.rows; ++r) {
-      const float inv = 1.0f / l[r];
+      const float inv = partial ? 1.0f : 1.0f / l[r];
       const VF vinv = hn::Set(df, inv);
       const float* HWY_RESTRICT orow = o + r * a.dv;
       float* HWY_RESTRICT out = a.out[r];
@@ -448,7 +462,7 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
   const hn::RebindToSigned<DF> di;
   const auto column = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(pitch)));
   for (int r = 0; r < a.rows; ++r) {
-    const float inv = 1.0f / l[r];
+    const float inv = partial ? 1.0f : 1.0f / l[r];
     const VF vinv = hn::Set(df, inv);
     float* HWY_RESTRICT out = a.out[r];
     int64_t d = 0;

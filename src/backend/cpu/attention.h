@@ -36,11 +36,21 @@ struct AttendBlockArgs {
   int64_t dv = 0;
   const int64_t* slots = nullptr;  // cache slot of each position of the sequence
   float scale = 1.0f;
-  // Row r (r < rows <= kAttendMaxRows) attends to positions [0, num_positions[r]), >= 1.
+  // Row r (r < rows <= kAttendMaxRows) attends to positions [0, num_positions[r]), >= 1, of
+  // which this call sees those in [key_begin, key_end) (key_begin a multiple of
+  // kAttendKeyBlock).
   int rows = 0;
   const float* q[kAttendMaxRows] = {};  // [dk] each
   float* out[kAttendMaxRows] = {};      // [dv] each
   int64_t num_positions[kAttendMaxRows] = {};
+  int64_t key_begin = 0;
+  int64_t key_end = INT64_MAX;
+  // With row_max and row_sum ([rows] each), out gets the weighted sum of the values before the
+  // division by the weights' sum, with each row's max score and weights' sum, so that parts of
+  // a key range can be merged: out = sum_i e^(max_i - M) out_i / sum_i e^(max_i - M) sum_i.
+  // A row that saw no key of the range has a max below every real score (weight 0).
+  float* row_max = nullptr;
+  float* row_sum = nullptr;
   float* scratch = nullptr;  // AttendScratchLayout(dk, dv).total floats, 64-byte aligned
 };
 

@@ -265,6 +265,7 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
   std::vector<int64_t>& slots = attn_.slots;
   std::vector<int64_t>& slot_start = attn_.slot_start;
   std::vector<AttentionItem>& items = attn_.items;
+  std::vector<AttentionSplit>& splits = attn_.splits;
   // Capacity grows by doubling from 256 entries, so a growing sequence reallocates rarely.
   auto reserve = [](auto& v, size_t n) {
     v.clear();
@@ -277,24 +278,21 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
   const int64_t group = hq / hkv;
   // Work items: blocks of up to kAttendMaxRows query rows of one sequence that share a kv head,
   // row i of a sequence's block list being position i / group and query head kvh * group +
-  // i % group, so the rows of a block see each key row once. With fewer (sequence, kv head)
-  // pairs than threads (decode of an MLA or MQA model), the pairs' rows are cut into one block
-  // per thread instead, so every thread has work.
+  // i % group, so the rows of a block see each key row once. With fewer blocks than threads (a
+  // decode of few sequences, MLA's single kv head above all), each block's keys are cut into
+  // one range per thread, whole key blocks each; the ranges' partial sums go to attn_.partial
+  // and are merged after (attention.h AttendBlockArgs::row_max).
   const int threads = pool_->num_threads();
-  int64_t pairs = 0;
-  for (int s = 0; s < meta.num_seqs; ++s) {
-    const ref::SeqLayout seq = ref::GetSeqLayout(meta, s);
-    pairs += seq.query_end > seq.query_start ? hkv : 0;
-  }
-  const int64_t parts = pairs > 0 && pairs < threads ? (threads + pairs - 1) / pairs : 1;
-  int64_t total_items = 0;
-  for (int s = 0; s < meta.num_seqs; ++s) {
-    const ref::SeqLayout seq = ref::GetSeqLayout(meta, s);
+  auto row_blocks = [&](const ref::SeqLayout& seq) {
     const int64_t rows = (seq.query_end - seq.query_start) * group;
-    total_items += hkv * ((rows + cpu::kAttendMaxRows - 1) / cpu::kAttendMaxRows) * parts;
-  }
-  reserve(items, static_cast<size_t>(total_items));
-  int64_t total_cost = 0;
+    return hkv * ((rows + cpu::kAttendMaxRows - 1) / cpu::kAttendMaxRows);
+  };
+  int64_t blocks = 0;
+  for (int s = 0; s < meta.num_seqs; ++s) blocks += row_blocks(ref::GetSeqLayout(meta, s));
+  const int64_t key_parts = blocks > 0 && blocks < threads ? (threads + blocks - 1) / blocks : 1;
+  reserve(items, static_cast<size_t>(blocks * key_parts));
+  reserve(splits, static_cast<size_t>(key_parts > 1 ? blocks : 0));
+  int64_t total_cost = 0, partial_floats = 0;
   for (int s = 0; s < meta.num_seqs; ++s) {
     const ref::SeqLayout seq = ref::GetSeqLayout(meta, s);
     DH_CHECK(seq.query_start >= 0 && seq.query_end <= t_count &&
@@ -309,18 +307,34 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
     }
     const int64_t num_queries = seq.query_end - seq.query_start;
     const int64_t rows = num_queries * group;
-    const int64_t block = std::min<int64_t>(cpu::kAttendMaxRows, (rows + parts - 1) / parts);
     for (int64_t kvh = 0; kvh < hkv; ++kvh) {
-      for (int64_t r0 = 0; r0 < rows; r0 += block) {
-        const int64_t n = std::min(block, rows - r0);
+      for (int64_t r0 = 0; r0 < rows; r0 += cpu::kAttendMaxRows) {
+        const int64_t n = std::min<int64_t>(cpu::kAttendMaxRows, rows - r0);
         // The block's last row sees the most keys; the cost counts row vectors of up to 16.
         const int64_t keys = seq.seq_len - num_queries + (r0 + n - 1) / group + 1;
-        const int64_t cost = keys * ((n + 15) / 16) * (dk + dv);
-        items.push_back({s, static_cast<int32_t>(kvh), static_cast<int32_t>(r0),
-                         static_cast<int32_t>(n), cost});
-        total_cost += cost;
+        const int64_t per_part = (keys + key_parts - 1) / key_parts;
+        const int64_t range = (per_part + cpu::kAttendKeyBlock - 1) / cpu::kAttendKeyBlock *
+                              cpu::kAttendKeyBlock;
+        const bool split = range < keys;
+        if (split) {
+          splits.push_back({s, static_cast<int32_t>(kvh), static_cast<int32_t>(r0),
+                            static_cast<int32_t>(n), partial_floats,
+                            static_cast<int32_t>((keys + range - 1) / range)});
+        }
+        for (int64_t k0 = 0; k0 < keys; k0 += range) {
+          const int64_t k1 = std::min(keys, k0 + range);
+          const int64_t cost = (k1 - k0) * ((n + 15) / 16) * (dk + dv);
+          items.push_back({s, static_cast<int32_t>(kvh), static_cast<int32_t>(r0),
+                           static_cast<int32_t>(n), k0, k1, split ? partial_floats : -1, cost});
+          if (split) partial_floats += n * (dv + 2);
+          total_cost += cost;
+        }
       }
     }
+  }
+  std::vector<float>& partial = attn_.partial;
+  if (partial.size() < static_cast<size_t>(partial_floats)) {
+    partial.resize(std::max<size_t>(4096, std::bit_ceil(static_cast<size_t>(partial_floats))));
   }
   // The costliest first (causal prefill: the last positions), handed out one at a time.
   std::sort(items.begin(), items.end(),
@@ -360,12 +374,19 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
     a.slots = slots.data() + slot_start[item.seq];
     a.scale = scale;
     a.rows = item.rows;
+    a.key_begin = item.key_begin;
+    a.key_end = item.key_end;
+    float* part = item.partial >= 0 ? partial.data() + item.partial : nullptr;
     for (int r = 0; r < item.rows; ++r) {
       const int64_t i = item.row0 + r, p = i / group, h = kvh * group + i % group;
       const int64_t t = seq.query_start + p;
       a.q[r] = qd + t * q.stride[0] + h * q.stride[1];
-      a.out[r] = od + t * out.stride[0] + h * out.stride[1];
+      a.out[r] = part ? part + r * dv : od + t * out.stride[0] + h * out.stride[1];
       a.num_positions[r] = seq.seq_len - num_queries + p + 1;
+    }
+    if (part) {
+      a.row_max = part + item.rows * dv;
+      a.row_sum = a.row_max + item.rows;
     }
     const uintptr_t base = reinterpret_cast<uintptr_t>(scratch.data());
     a.scratch = scratch.data() + ((64 - base % 64) % 64) / sizeof(float);
@@ -377,15 +398,38 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
   const size_t num_items = items.size();
   if (total_cost < 4096 || threads == 1) {
     for (const AttentionItem& item : items) run(item);
-    return;
+  } else {
+    std::atomic<size_t> next{0};
+    pool_->ParallelFor(static_cast<size_t>(threads), 1, [&](size_t, size_t) {
+      for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < num_items;
+           i = next.fetch_add(1, std::memory_order_relaxed)) {
+        run(items[i]);
+      }
+    });
   }
-  std::atomic<size_t> next{0};
-  pool_->ParallelFor(static_cast<size_t>(threads), 1, [&](size_t, size_t) {
-    for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < num_items;
-         i = next.fetch_add(1, std::memory_order_relaxed)) {
-      run(items[i]);
+  // Each split block's ranges merged: out = sum_i e^(max_i - M) out_i / sum_i e^(max_i - M) sum_i.
+  for (const AttentionSplit& sp : splits) {
+    const ref::SeqLayout seq = ref::GetSeqLayout(meta, sp.seq);
+    const int64_t stride = static_cast<int64_t>(sp.rows) * (dv + 2);
+    for (int r = 0; r < sp.rows; ++r) {
+      const int64_t i = sp.row0 + r, h = sp.kvh * group + i % group;
+      const int64_t t = seq.query_start + i / group;
+      float* o = od + t * out.stride[0] + h * out.stride[1];
+      const float* first = partial.data() + sp.partial;
+      float mx = first[sp.rows * dv + r];
+      for (int p = 1; p < sp.parts; ++p) mx = std::max(mx, first[p * stride + sp.rows * dv + r]);
+      float den = 0.0f;
+      std::fill(o, o + dv, 0.0f);
+      for (int p = 0; p < sp.parts; ++p) {
+        const float* part = first + p * stride;
+        const float w = std::exp(part[sp.rows * dv + r] - mx);
+        den += w * part[sp.rows * dv + sp.rows + r];
+        for (int64_t d = 0; d < dv; ++d) o[d] += w * part[r * dv + d];
+      }
+      const float inv = 1.0f / den;
+      for (int64_t d = 0; d < dv; ++d) o[d] *= inv;
     }
-  });
+  }
 }
 
 void CpuBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor out) {
