@@ -4,6 +4,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/cpu/attention.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/quant_vnni.h"
 #include "backend/cpu/row_view.h"
@@ -263,41 +265,85 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
   NoteKernel("attention", cpu::DispatchedTargetName);
   Trace("attention T={} Hq={} Hkv={} Dk={} Dv={} seqs={} kv={}", t_count, hq, hkv, dk, dv,
         meta.num_seqs, DTypeName(kc.dtype));
-  // Per sequence, the cache slot of every position (sequence s's from slot_start[s]); per query
-  // row, its sequence and position. Backend-owned scratch: a decode step allocates nothing.
+  // Per sequence, the cache slot of every position (sequence s's from slot_start[s]).
+  // Backend-owned scratch: a decode step allocates nothing.
   std::vector<int64_t>& slots = attn_.slots;
   std::vector<int64_t>& slot_start = attn_.slot_start;
-  std::vector<int32_t>& row_seq = attn_.row_seq;
-  std::vector<int64_t>& row_pos = attn_.row_pos;
+  std::vector<AttentionItem>& items = attn_.items;
+  std::vector<AttentionSplit>& splits = attn_.splits;
   // Capacity grows by doubling from 256 entries, so a growing sequence reallocates rarely.
+  auto reserve = [](auto& v, size_t n) {
+    v.clear();
+    if (v.capacity() < n) v.reserve(std::max<size_t>(256, std::bit_ceil(n)));
+  };
   int64_t total_slots = 0;
   for (int s = 0; s < meta.num_seqs; ++s) total_slots += ref::GetSeqLayout(meta, s).seq_len;
-  slots.clear();
-  if (slots.capacity() < static_cast<size_t>(total_slots)) {
-    slots.reserve(std::max<size_t>(256, std::bit_ceil(static_cast<size_t>(total_slots))));
-  }
+  reserve(slots, static_cast<size_t>(total_slots));
   slot_start.assign(meta.num_seqs, 0);
-  row_seq.assign(t_count, -1);
-  row_pos.assign(t_count, 0);
-  int64_t max_len = 0;
+  const int64_t group = hq / hkv;
+  // Work items: blocks of up to kAttendMaxRows query rows of one sequence that share a kv head,
+  // row i of a sequence's block list being position i / group and query head kvh * group +
+  // i % group, so the rows of a block see each key row once. With fewer blocks than threads (a
+  // decode of few sequences, MLA's single kv head above all), each block's keys are cut into
+  // one range per thread, whole key blocks each; the ranges' partial sums go to attn_.partial
+  // and are merged after (attention.h AttendBlockArgs::row_max).
+  const int threads = pool_->num_threads();
+  auto row_blocks = [&](const ref::SeqLayout& seq) {
+    const int64_t rows = (seq.query_end - seq.query_start) * group;
+    return hkv * ((rows + cpu::kAttendMaxRows - 1) / cpu::kAttendMaxRows);
+  };
+  int64_t blocks = 0;
+  for (int s = 0; s < meta.num_seqs; ++s) blocks += row_blocks(ref::GetSeqLayout(meta, s));
+  const int64_t key_parts = blocks > 0 && blocks < threads ? (threads + blocks - 1) / blocks : 1;
+  reserve(items, static_cast<size_t>(blocks * key_parts));
+  reserve(splits, static_cast<size_t>(key_parts > 1 ? blocks : 0));
+  int64_t total_cost = 0, partial_floats = 0;
   for (int s = 0; s < meta.num_seqs; ++s) {
     const ref::SeqLayout seq = ref::GetSeqLayout(meta, s);
-    DH_CHECK(seq.query_start >= 0 && seq.query_end <= t_count, "sequence {} rows [{}, {}) of {}",
-             s, seq.query_start, seq.query_end, t_count);
+    DH_CHECK(seq.query_start >= 0 && seq.query_end <= t_count &&
+                 seq.query_end - seq.query_start <= seq.seq_len,
+             "sequence {} rows [{}, {}) of {}, {} cached", s, seq.query_start, seq.query_end,
+             t_count, seq.seq_len);
     slot_start[s] = static_cast<int64_t>(slots.size());
     for (int64_t p = 0; p < seq.seq_len; ++p) {
       slots.push_back(ref::SlotOf(seq, meta.block_size, p));
       DH_CHECK(slots.back() >= 0 && slots.back() < kc.shape[0] && slots.back() < vc.shape[0],
                "slot {} of {}", slots.back(), kc.shape[0]);
     }
-    const int32_t num_queries = seq.query_end - seq.query_start;
-    for (int32_t t = seq.query_start; t < seq.query_end; ++t) {
-      row_seq[t] = s;
-      row_pos[t] = seq.seq_len - num_queries + (t - seq.query_start);
+    const int64_t num_queries = seq.query_end - seq.query_start;
+    const int64_t rows = num_queries * group;
+    for (int64_t kvh = 0; kvh < hkv; ++kvh) {
+      for (int64_t r0 = 0; r0 < rows; r0 += cpu::kAttendMaxRows) {
+        const int64_t n = std::min<int64_t>(cpu::kAttendMaxRows, rows - r0);
+        // The block's last row sees the most keys; the cost counts row vectors of up to 16.
+        const int64_t keys = seq.seq_len - num_queries + (r0 + n - 1) / group + 1;
+        const int64_t per_part = (keys + key_parts - 1) / key_parts;
+        const int64_t range = (per_part + cpu::kAttendKeyBlock - 1) / cpu::kAttendKeyBlock *
+                              cpu::kAttendKeyBlock;
+        const bool split = range < keys;
+        if (split) {
+          splits.push_back({s, static_cast<int32_t>(kvh), static_cast<int32_t>(r0),
+                            static_cast<int32_t>(n), partial_floats,
+                            static_cast<int32_t>((keys + range - 1) / range)});
+        }
+        for (int64_t k0 = 0; k0 < keys; k0 += range) {
+          const int64_t k1 = std::min(keys, k0 + range);
+          const int64_t cost = (k1 - k0) * ((n + 15) / 16) * (dk + dv);
+          items.push_back({s, static_cast<int32_t>(kvh), static_cast<int32_t>(r0),
+                           static_cast<int32_t>(n), k0, k1, split ? partial_floats : -1, cost});
+          if (split) partial_floats += n * (dv + 2);
+          total_cost += cost;
+        }
+      }
     }
-    max_len = std::max<int64_t>(max_len, seq.seq_len);
   }
-  const int64_t group = hq / hkv;
+  std::vector<float>& partial = attn_.partial;
+  if (partial.size() < static_cast<size_t>(partial_floats)) {
+    partial.resize(std::max<size_t>(4096, std::bit_ceil(static_cast<size_t>(partial_floats))));
+  }
+  // The costliest first (causal prefill: the last positions), handed out one at a time.
+  std::sort(items.begin(), items.end(),
+            [](const AttentionItem& x, const AttentionItem& y) { return x.cost > y.cost; });
   const float* qd = q.as<const float>();
   const char* kd = static_cast<const char*>(kc.data);
   const char* vd = static_cast<const char*>(vc.data);
@@ -305,44 +351,90 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
   const Tensor& ks = k_cache.scales;
   const Tensor& vs = v_cache.scales;
   float* od = out.as<float>();
-  // Items (row, head) are spread over the threads once a chunk holds ~64K multiply-adds of the
-  // longest row: a decode step of a small model at short context stays on one thread, where a
-  // dispatch per layer would cost more than the attention.
-  const size_t grain = static_cast<size_t>(
-      std::max<int64_t>(1, 65536 / std::max<int64_t>(1, max_len * (dk + dv))));
-  pool_->ParallelFor(t_count * hq, grain, [&](size_t b, size_t e) {
-    thread_local std::vector<float> scores;  // this thread's, grown by doubling
-    if (scores.size() < static_cast<size_t>(max_len)) {
-      scores.resize(std::max<size_t>(256, std::bit_ceil(static_cast<size_t>(max_len))));
+  // Per thread, grown by doubling: the kernel's scratch and 16 floats to align it to 64 bytes.
+  const size_t scratch_floats = static_cast<size_t>(cpu::AttendScratchLayout(dk, dv).total) + 16;
+  auto run = [&](const AttentionItem& item) {
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < scratch_floats) {
+      scratch.resize(std::max<size_t>(4096, std::bit_ceil(scratch_floats)));
     }
-    for (size_t item = b; item < e; ++item) {
-      const int64_t t = item / hq, h = item % hq;
-      if (row_seq[t] < 0) continue;  // a row no sequence owns
-      const int64_t kvh = h / group;
-      cpu::AttendArgs a;
-      a.q = qd + t * q.stride[0] + h * q.stride[1];
-      a.kv_type = *kv_type;
-      a.k_base = kd + kvh * kc.stride[1] * esize;
-      a.k_slot_stride = kc.stride[0];
-      a.v_base = vd + kvh * vc.stride[1] * esize;
-      a.v_slot_stride = vc.stride[0];
-      if (k_cache.quantized()) {
-        a.k_scales = ks.as<const float>() + kvh * ks.stride[1];
-        a.k_scale_stride = ks.stride[0];
-        a.v_scales = vs.as<const float>() + kvh * vs.stride[1];
-        a.v_scale_stride = vs.stride[0];
-        a.group = k_cache.group_size;
+    const ref::SeqLayout seq = ref::GetSeqLayout(meta, item.seq);
+    const int64_t num_queries = seq.query_end - seq.query_start;
+    const int64_t kvh = item.kvh;
+    cpu::AttendBlockArgs a;
+    a.kv_type = *kv_type;
+    a.k_base = kd + kvh * kc.stride[1] * esize;
+    a.k_slot_stride = kc.stride[0];
+    a.v_base = vd + kvh * vc.stride[1] * esize;
+    a.v_slot_stride = vc.stride[0];
+    if (k_cache.quantized()) {
+      a.k_scales = ks.as<const float>() + kvh * ks.stride[1];
+      a.k_scale_stride = ks.stride[0];
+      a.v_scales = vs.as<const float>() + kvh * vs.stride[1];
+      a.v_scale_stride = vs.stride[0];
+      a.group = k_cache.group_size;
+    }
+    a.dk = dk;
+    a.dv = dv;
+    a.slots = slots.data() + slot_start[item.seq];
+    a.scale = scale;
+    a.rows = item.rows;
+    a.key_begin = item.key_begin;
+    a.key_end = item.key_end;
+    float* part = item.partial >= 0 ? partial.data() + item.partial : nullptr;
+    for (int r = 0; r < item.rows; ++r) {
+      const int64_t i = item.row0 + r, p = i / group, h = kvh * group + i % group;
+      const int64_t t = seq.query_start + p;
+      a.q[r] = qd + t * q.stride[0] + h * q.stride[1];
+      a.out[r] = part ? part + r * dv : od + t * out.stride[0] + h * out.stride[1];
+      a.num_positions[r] = seq.seq_len - num_queries + p + 1;
+    }
+    if (part) {
+      a.row_max = part + item.rows * dv;
+      a.row_sum = a.row_max + item.rows;
+    }
+    const uintptr_t base = reinterpret_cast<uintptr_t>(scratch.data());
+    a.scratch = scratch.data() + ((64 - base % 64) % 64) / sizeof(float);
+    cpu::AttendBlock(a);
+  };
+  // Spread over the threads once there are ~64K multiply-adds (4096 vector ones): a decode step
+  // of a small model at short context stays on one thread, where a dispatch per layer would
+  // cost more than the attention.
+  const size_t num_items = items.size();
+  if (total_cost < 4096 || threads == 1) {
+    for (const AttentionItem& item : items) run(item);
+  } else {
+    std::atomic<size_t> next{0};
+    pool_->ParallelFor(static_cast<size_t>(threads), 1, [&](size_t, size_t) {
+      for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < num_items;
+           i = next.fetch_add(1, std::memory_order_relaxed)) {
+        run(items[i]);
       }
-      a.dk = dk;
-      a.dv = dv;
-      a.slots = slots.data() + slot_start[row_seq[t]];
-      a.num_positions = row_pos[t] + 1;
-      a.scale = scale;
-      a.scores = scores.data();
-      a.out = od + t * out.stride[0] + h * out.stride[1];
-      cpu::Attend(a);
+    });
+  }
+  // Each split block's ranges merged: out = sum_i e^(max_i - M) out_i / sum_i e^(max_i - M) sum_i.
+  for (const AttentionSplit& sp : splits) {
+    const ref::SeqLayout seq = ref::GetSeqLayout(meta, sp.seq);
+    const int64_t stride = static_cast<int64_t>(sp.rows) * (dv + 2);
+    for (int r = 0; r < sp.rows; ++r) {
+      const int64_t i = sp.row0 + r, h = sp.kvh * group + i % group;
+      const int64_t t = seq.query_start + i / group;
+      float* o = od + t * out.stride[0] + h * out.stride[1];
+      const float* first = partial.data() + sp.partial;
+      float mx = first[sp.rows * dv + r];
+      for (int p = 1; p < sp.parts; ++p) mx = std::max(mx, first[p * stride + sp.rows * dv + r]);
+      float den = 0.0f;
+      std::fill(o, o + dv, 0.0f);
+      for (int p = 0; p < sp.parts; ++p) {
+        const float* part = first + p * stride;
+        const float w = std::exp(part[sp.rows * dv + r] - mx);
+        den += w * part[sp.rows * dv + sp.rows + r];
+        for (int64_t d = 0; d < dv; ++d) o[d] += w * part[r * dv + d];
+      }
+      const float inv = 1.0f / den;
+      for (int64_t d = 0; d < dv; ++d) o[d] *= inv;
     }
-  });
+  }
 }
 
 void CpuBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor out) {

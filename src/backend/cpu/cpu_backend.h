@@ -96,10 +96,25 @@ class CpuBackend : public ReferenceBackend {
     std::vector<int> chosen;
   };
   GateScratch gate_;
-  // Attention's slot lists and row maps.
+  // Attention's slot lists and work items (a block of query rows of one sequence and kv head).
+  struct AttentionItem {
+    int32_t seq, kvh, row0, rows;
+    int64_t key_begin, key_end;  // the part of the keys this item sees
+    int64_t partial;             // offset of its partial sums in partial, or -1: none
+    int64_t cost;  // keys x row vectors x (dk + dv): the order items are handed out in
+  };
+  // A row block whose keys were cut into `parts` ranges, their partial sums from `partial` on,
+  // each [rows][dv] outputs, [rows] maxima, [rows] sums.
+  struct AttentionSplit {
+    int32_t seq, kvh, row0, rows;
+    int64_t partial;
+    int32_t parts;
+  };
   struct AttentionScratch {
-    std::vector<int64_t> slots, slot_start, row_pos;
-    std::vector<int32_t> row_seq;
+    std::vector<int64_t> slots, slot_start;
+    std::vector<AttentionItem> items;
+    std::vector<AttentionSplit> splits;
+    std::vector<float> partial;
   };
   AttentionScratch attn_;
   // Rope's cos and sin [tokens, rot_dim / 2] and the inputs they were computed from.

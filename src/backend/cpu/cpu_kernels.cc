@@ -95,128 +95,6 @@ void MatMulRange(const MatMulArgs& a, int64_t n_begin, int64_t n_end) {
   }
 }
 
-// One KV cache element type as f32 vectors and scalars (the quantized ones before their
-// scale). fp8 e4m3: its 7 exponent/mantissa bits placed at the top of an f32's, times 2^120,
-// give the value exactly (subnormals too: the f32 is subnormal then, and no build sets DAZ).
-template <class D>
-HWY_INLINE hn::Vec<D> LoadKv(D df, const float* HWY_RESTRICT p) {
-  return hn::LoadU(df, p);
-}
-template <class D>
-HWY_INLINE hn::Vec<D> LoadKv(D df, const hwy::bfloat16_t* HWY_RESTRICT p) {
-  return LoadW(df, p);
-}
-template <class D>
-HWY_INLINE hn::Vec<D> LoadKv(D df, const uint8_t* HWY_RESTRICT p) {
-  const hn::Rebind<uint8_t, D> d8;
-  const hn::RebindToUnsigned<D> du;
-  const auto b = hn::PromoteTo(du, hn::LoadU(d8, p));
-  const auto bits = hn::Or(hn::ShiftLeft<24>(hn::And(b, hn::Set(du, 0x80u))),
-                           hn::ShiftLeft<20>(hn::And(b, hn::Set(du, 0x7fu))));
-  return hn::Mul(hn::BitCast(df, bits), hn::Set(df, 0x1p120f));
-}
-template <class D>
-HWY_INLINE hn::Vec<D> LoadKv(D df, const int8_t* HWY_RESTRICT p) {
-  const hn::Rebind<int8_t, D> d8;
-  const hn::RebindToSigned<D> di;
-  return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, p)));
-}
-HWY_INLINE float KvToF32(float v) { return v; }
-HWY_INLINE float KvToF32(hwy::bfloat16_t v) { return ToF32(v); }
-HWY_INLINE float KvToF32(uint8_t v) { return F8E4M3ToF32(v); }
-HWY_INLINE float KvToF32(int8_t v) { return static_cast<float>(v); }
-
-// dot(q[0, n), k[0, n)) in f32 with one vector accumulator.
-template <typename T>
-HWY_INLINE float DotKv(const float* HWY_RESTRICT q, const T* HWY_RESTRICT k, int64_t n) {
-  const DF df;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  VF acc = hn::Zero(df);
-  int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) acc = hn::MulAdd(hn::LoadU(df, q + i), LoadKv(df, k + i), acc);
-  float s = Sum(df, acc);
-  for (; i < n; ++i) s += q[i] * KvToF32(k[i]);
-  return s;
-}
-
-// out[0, n) += w * v[0, n).
-template <typename T>
-HWY_INLINE void AxpyKv(float w, const T* HWY_RESTRICT v, float* HWY_RESTRICT out, int64_t n) {
-  const DF df;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  const VF wv = hn::Set(df, w);
-  int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    hn::StoreU(hn::MulAdd(wv, LoadKv(df, v + i), hn::LoadU(df, out + i)), df, out + i);
-  }
-  for (; i < n; ++i) out[i] += w * KvToF32(v[i]);
-}
-
-// Scores in f32 (a quantized row's dot is summed per group, each group's part times its
-// scale), softmax with the max subtracted, then the weighted sum of the value rows.
-template <typename T>
-void AttendTyped(const AttendArgs& a) {
-  const DF df;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  const T* kb = static_cast<const T*>(a.k_base);
-  const T* vb = static_cast<const T*>(a.v_base);
-  const bool quantized = a.k_scales != nullptr;
-  float max_score = -INFINITY;
-  for (int64_t j = 0; j < a.num_positions; ++j) {
-    const T* k = kb + a.slots[j] * a.k_slot_stride;
-    float dot;
-    if (quantized) {
-      const float* sc = a.k_scales + a.slots[j] * a.k_scale_stride;
-      dot = 0;
-      for (int64_t g0 = 0; g0 < a.dk; g0 += a.group) {
-        dot += DotKv(a.q + g0, k + g0, std::min(a.group, a.dk - g0)) * sc[g0 / a.group];
-      }
-    } else {
-      dot = DotKv(a.q, k, a.dk);
-    }
-    const float s = dot * a.scale;
-    a.scores[j] = s;
-    max_score = std::max(max_score, s);
-  }
-  const VF vmax = hn::Set(df, max_score);
-  VF vsum = hn::Zero(df);
-  int64_t j = 0;
-  for (; j + lanes <= a.num_positions; j += lanes) {
-    const VF e = hn::Exp(df, hn::Sub(hn::LoadU(df, a.scores + j), vmax));
-    hn::StoreU(e, df, a.scores + j);
-    vsum = hn::Add(vsum, e);
-  }
-  float denom = Sum(df, vsum);
-  for (; j < a.num_positions; ++j) {
-    a.scores[j] = std::exp(a.scores[j] - max_score);
-    denom += a.scores[j];
-  }
-  std::fill(a.out, a.out + a.dv, 0.0f);
-  for (int64_t p = 0; p < a.num_positions; ++p) {
-    const T* v = vb + a.slots[p] * a.v_slot_stride;
-    if (quantized) {
-      const float* sc = a.v_scales + a.slots[p] * a.v_scale_stride;
-      for (int64_t g0 = 0; g0 < a.dv; g0 += a.group) {
-        AxpyKv(a.scores[p] * sc[g0 / a.group], v + g0, a.out + g0,
-               std::min(a.group, a.dv - g0));
-      }
-    } else {
-      AxpyKv(a.scores[p], v, a.out, a.dv);
-    }
-  }
-  const float inv = 1.0f / denom;
-  for (int64_t i = 0; i < a.dv; ++i) a.out[i] *= inv;
-}
-
-void Attend(const AttendArgs& a) {
-  switch (a.kv_type) {
-    case KvType::kF32: return AttendTyped<float>(a);
-    case KvType::kBF16: return AttendTyped<hwy::bfloat16_t>(a);
-    case KvType::kF8E4M3: return AttendTyped<uint8_t>(a);
-    case KvType::kI8: return AttendTyped<int8_t>(a);
-  }
-}
-
 float SumOfSquares(const float* HWY_RESTRICT x, int64_t n) {
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
@@ -344,7 +222,6 @@ HWY_AFTER_NAMESPACE();
 namespace dh::cpu {
 
 HWY_EXPORT(MatMulRange);
-HWY_EXPORT(Attend);
 HWY_EXPORT(SumOfSquares);
 HWY_EXPORT(ScaleByWeight);
 HWY_EXPORT(AddRow);
@@ -357,7 +234,6 @@ HWY_EXPORT(TargetNameHere);
 void MatMulRange(const MatMulArgs& a, int64_t n_begin, int64_t n_end) {
   HWY_DYNAMIC_DISPATCH(MatMulRange)(a, n_begin, n_end);
 }
-void Attend(const AttendArgs& a) { HWY_DYNAMIC_DISPATCH(Attend)(a); }
 float SumOfSquares(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(SumOfSquares)(x, n); }
 void ScaleByWeight(const float* x, float inv, const void* w, WType wtype, float* out, int64_t n) {
   HWY_DYNAMIC_DISPATCH(ScaleByWeight)(x, inv, w, wtype, out, n);

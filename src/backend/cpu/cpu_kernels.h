@@ -21,33 +21,8 @@ struct MatMulArgs : ActivationArgs {
 void MatMulRange(const MatMulArgs& a, int64_t n_begin, int64_t n_end);
 
 // Element type of a KV cache (backend.h KvCacheView); the quantized ones carry one f32 scale
-// per `group` elements of a head row.
+// per `group` elements of a head row. Attention over it: attention.h.
 enum class KvType : int { kF32 = 0, kBF16 = 1, kF8E4M3 = 2, kI8 = 3 };
-
-// One query row of one head against positions [0, num_positions) of its sequence. K and V
-// share the element type and group size (they are one cache dtype).
-struct AttendArgs {
-  const float* q = nullptr;        // [dk]
-  KvType kv_type = KvType::kF32;
-  const void* k_base = nullptr;    // k_cache data, offset to this kv head
-  int64_t k_slot_stride = 0;       // elements between cache slots
-  const void* v_base = nullptr;    // v_cache data, offset to this kv head
-  int64_t v_slot_stride = 0;
-  // Quantized types: scales of this kv head, scales between slots, elements per scale.
-  const float* k_scales = nullptr;
-  int64_t k_scale_stride = 0;
-  const float* v_scales = nullptr;
-  int64_t v_scale_stride = 0;
-  int64_t group = 0;
-  int64_t dk = 0;
-  int64_t dv = 0;
-  const int64_t* slots = nullptr;  // cache slot of each position
-  int64_t num_positions = 0;
-  float scale = 1.0f;
-  float* scores = nullptr;  // scratch, num_positions floats
-  float* out = nullptr;     // [dv]
-};
-void Attend(const AttendArgs& a);
 
 float SumOfSquares(const float* x, int64_t n);
 // out = x * inv * w (w of type wtype).

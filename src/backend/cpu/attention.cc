@@ -1,0 +1,497 @@
+// Per-SIMD-target blocked attention (attention.h), compiled once per target via foreach_target.h.
+// Vectors run along the block's query rows: the queries are kept transposed, [dk][rows], so a
+// score tile is a row vector times one broadcast key element per multiply-add, the running max,
+// sum and rescale of the online softmax are plain vector ops, and the value product accumulates
+// the output transposed, [dv][rows], the same way. All arithmetic is f32.
+#include "backend/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/attention.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+
+#include "backend/cpu/weight_load-inl.h"  // after highway.h: per-target code
+
+HWY_BEFORE_NAMESPACE();
+namespace dh::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// A score below every real one: masked keys, and the running max before the first key. It
+// stays finite (Highway's Exp is defined on finite inputs) and exp of it minus a real score is 0.
+constexpr float kMasked = -1e30f;
+// Keys per score tile and value columns per output tile for NV row vectors: 12 accumulators
+// (within AVX2's 16 registers), enough independent multiply-add chains to cover the FMA
+// latency at two per cycle.
+template <int NV>
+constexpr int kTile = 12 / NV;
+
+// One KV cache element type as f32 vectors and scalars (the quantized ones before their
+// scale). fp8 e4m3: its 7 exponent/mantissa bits placed at the top of an f32's, times 2^120,
+// give the value exactly (subnormals too: the f32 is subnormal then, and no build sets DAZ).
+template <class D>
+HWY_INLINE hn::Vec<D> LoadKv(D df, const hwy::bfloat16_t* HWY_RESTRICT p) {
+  return LoadW(df, p);
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadKv(D df, const float* HWY_RESTRICT p) {
+  return hn::LoadU(df, p);
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadKv(D df, const uint8_t* HWY_RESTRICT p) {
+  const hn::Rebind<uint8_t, D> d8;
+  const hn::RebindToUnsigned<D> du;
+  const auto b = hn::PromoteTo(du, hn::LoadU(d8, p));
+  const auto bits = hn::Or(hn::ShiftLeft<24>(hn::And(b, hn::Set(du, 0x80u))),
+                           hn::ShiftLeft<20>(hn::And(b, hn::Set(du, 0x7fu))));
+  return hn::Mul(hn::BitCast(df, bits), hn::Set(df, 0x1p120f));
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadKv(D df, const int8_t* HWY_RESTRICT p) {
+  const hn::Rebind<int8_t, D> d8;
+  const hn::RebindToSigned<D> di;
+  return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, p)));
+}
+HWY_INLINE float KvToF32(float v) { return v; }
+HWY_INLINE float KvToF32(hwy::bfloat16_t v) { return ToF32(v); }
+HWY_INLINE float KvToF32(uint8_t v) { return F8E4M3ToF32(v); }
+HWY_INLINE float KvToF32(int8_t v) { return static_cast<float>(v); }
+
+// dst[0, n) = src[0, n) as f32, each group of `group` elements times its scale (if scales).
+template <typename T>
+HWY_INLINE void WidenKvRow(const T* HWY_RESTRICT src, const float* HWY_RESTRICT scales,
+                           int64_t group, int64_t n, float* HWY_RESTRICT dst) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t step = scales ? group : n;
+  for (int64_t g0 = 0; g0 < n; g0 += step) {
+    const int64_t end = std::min(n, g0 + step);
+    const float s = scales ? scales[g0 / group] : 1.0f;
+    const VF sv = hn::Set(df, s);
+    int64_t i = g0;
+    for (; i + lanes <= end; i += lanes) {
+      const VF x = LoadKv(df, src + i);
+      hn::StoreU(scales ? hn::Mul(x, sv) : x, df, dst + i);
+    }
+    for (; i < end; ++i) dst[i] = scales ? KvToF32(src[i]) * s : KvToF32(src[i]);
+  }
+}
+
+// s[j][rows] = sum_d qt[d][rows] * k[j][d] for J keys and NV row vectors (pitch: floats
+// between the rows of qt and of s).
+template <int NV, int J>
+HWY_INLINE void ScoreTile(const float* HWY_RESTRICT qt, int64_t pitch, const float* const* k,
+                          int64_t dk, float* HWY_RESTRICT s) {
+  const DF df;
+  const size_t lanes = hn::Lanes(df);
+  const float* HWY_RESTRICT kr[J];
+  VF acc[J][NV];
+  HWY_UNROLL(12)
+  for (int j = 0; j < J; ++j) {
+    kr[j] = k[j];
+    HWY_UNROLL(2)
+    for (int v = 0; v < NV; ++v) acc[j][v] = hn::Zero(df);
+  }
+  for (int64_t d = 0; d < dk; ++d) {
+    VF qv[NV];
+    HWY_UNROLL(2)
+    for (int v = 0; v < NV; ++v) qv[v] = hn::LoadU(df, qt + d * pitch + v * lanes);
+    HWY_UNROLL(12)
+    for (int j = 0; j < J; ++j) {
+      const VF kb = hn::Set(df, kr[j][d]);
+      HWY_UNROLL(2)
+      for (int v = 0; v < NV; ++v) acc[j][v] = hn::MulAdd(qv[v], kb, acc[j][v]);
+    }
+  }
+  HWY_UNROLL(12)
+  for (int j = 0; j < J; ++j) {
+    HWY_UNROLL(2)
+    for (int v = 0; v < NV; ++v) hn::StoreU(acc[j][v], df, s + j * pitch + v * lanes);
+  }
+}
+
+// o[d][rows] = o[d][rows] * alpha[rows] + sum_j p[j][rows] * val[j][d] for the D value columns
+// from d0, over nk keys (no alpha: the first key block, o starts from 0).
+template <int NV, int D>
+HWY_INLINE void ValueTile(const float* HWY_RESTRICT p, int64_t pitch, const float* const* val,
+                          int64_t nk, int64_t d0, const float* HWY_RESTRICT alpha,
+                          float* HWY_RESTRICT o) {
+  const DF df;
+  const size_t lanes = hn::Lanes(df);
+  VF acc[D][NV];
+  HWY_UNROLL(12)
+  for (int i = 0; i < D; ++i) {
+    HWY_UNROLL(2)
+    for (int v = 0; v < NV; ++v) {
+      acc[i][v] = alpha ? hn::Mul(hn::LoadU(df, o + (d0 + i) * pitch + v * lanes),
+                                  hn::LoadU(df, alpha + v * lanes))
+                        : hn::Zero(df);
+    }
+  }
+  for (int64_t j = 0; j < nk; ++j) {
+    const float* HWY_RESTRICT vr = val[j] + d0;
+    VF pv[NV];
+    HWY_UNROLL(2)
+    for (int v = 0; v < NV; ++v) pv[v] = hn::LoadU(df, p + j * pitch + v * lanes);
+    HWY_UNROLL(12)
+    for (int i = 0; i < D; ++i) {
+      const VF vb = hn::Set(df, vr[i]);
+      HWY_UNROLL(2)
+      for (int v = 0; v < NV; ++v) acc[i][v] = hn::MulAdd(pv[v], vb, acc[i][v]);
+    }
+  }
+  HWY_UNROLL(12)
+  for (int i = 0; i < D; ++i) {
+    HWY_UNROLL(2)
+    for (int v = 0; v < NV; ++v) hn::StoreU(acc[i][v], df, o + (d0 + i) * pitch + v * lanes);
+  }
+}
+
+// The last n < J keys (value columns) of a pass, with a tile of exactly n.
+template <int NV, int J>
+HWY_INLINE void ScoreTail(int64_t n, const float* qt, int64_t pitch, const float* const* k,
+                          int64_t dk, float* s) {
+  if constexpr (J > 1) {
+    if (n == J - 1) return ScoreTile<NV, J - 1>(qt, pitch, k, dk, s);
+    ScoreTail<NV, J - 1>(n, qt, pitch, k, dk, s);
+  }
+}
+template <int NV, int D>
+HWY_INLINE void ValueTail(int64_t n, const float* p, int64_t pitch, const float* const* val,
+                          int64_t nk, int64_t d0, const float* alpha, float* o) {
+  if constexpr (D > 1) {
+    if (n == D - 1) return ValueTile<NV, D - 1>(p, pitch, val, nk, d0, alpha, o);
+    ValueTail<NV, D - 1>(n, p, pitch, val, nk, d0, alpha, o);
+  }
+}
+
+// Scores of nk (<= kAttendKeyBlock) keys for NV row vectors, kTile<NV> keys at a time.
+template <int NV>
+HWY_INLINE void Scores(const float* qt, int64_t pitch, const float* const* k, int64_t nk,
+                       int64_t dk, float* s) {
+  constexpr int kJ = kTile<NV>;
+  int64_t j = 0;
+  for (; j + kJ <= nk; j += kJ) ScoreTile<NV, kJ>(qt, pitch, k + j, dk, s + j * pitch);
+  ScoreTail<NV, kJ>(nk - j, qt, pitch, k + j, dk, s + j * pitch);
+}
+
+template <int NV>
+HWY_INLINE void Values(const float* p, int64_t pitch, const float* const* val, int64_t nk,
+                       int64_t dv, const float* alpha, float* o) {
+  constexpr int kD = kTile<NV>;
+  int64_t d = 0;
+  for (; d + kD <= dv; d += kD) ValueTile<NV, kD>(p, pitch, val, nk, d, alpha, o);
+  ValueTail<NV, kD>(dv - d, p, pitch, val, nk, d, alpha, o);
+}
+
+// For one vector of rows (decode: GQA's few query heads of a kv head), the output is kept row
+// by row, o[r][dv], with vectors along the value columns: a value vector then serves R rows and
+// each weight is one broadcast, R x dv / lanes multiply-adds per key instead of dv for the whole
+// (mostly empty) row vector.
+// o[r][d] = o[r][d] * alpha[r] + sum_j p[j][r] * val[j][d] for rows [r0, r0 + R) and C vectors
+// of columns from d0 (no alpha: the first key block).
+template <int R, int C>
+HWY_INLINE void ValueRowsTile(const float* HWY_RESTRICT p, int64_t pitch, const float* const* val,
+                              int64_t nk, int64_t r0, int64_t d0, int64_t dv,
+                              const float* HWY_RESTRICT alpha, float* HWY_RESTRICT o) {
+  const DF df;
+  const size_t lanes = hn::Lanes(df);
+  VF acc[R][C];
+  HWY_UNROLL(4)
+  for (int i = 0; i < R; ++i) {
+    HWY_UNROLL(4)
+    for (int c = 0; c < C; ++c) {
+      float* oc = o + (r0 + i) * dv + d0 + c * lanes;
+      acc[i][c] = alpha ? hn::Mul(hn::LoadU(df, oc), hn::Set(df, alpha[r0 + i])) : hn::Zero(df);
+    }
+  }
+  for (int64_t j = 0; j < nk; ++j) {
+    const float* HWY_RESTRICT vr = val[j] + d0;
+    VF vv[C];
+    HWY_UNROLL(4)
+    for (int c = 0; c < C; ++c) vv[c] = hn::LoadU(df, vr + c * lanes);
+    HWY_UNROLL(4)
+    for (int i = 0; i < R; ++i) {
+      const VF pb = hn::Set(df, p[j * pitch + r0 + i]);
+      HWY_UNROLL(4)
+      for (int c = 0; c < C; ++c) acc[i][c] = hn::MulAdd(vv[c], pb, acc[i][c]);
+    }
+  }
+  HWY_UNROLL(4)
+  for (int i = 0; i < R; ++i) {
+    HWY_UNROLL(4)
+    for (int c = 0; c < C; ++c) hn::StoreU(acc[i][c], df, o + (r0 + i) * dv + d0 + c * lanes);
+  }
+}
+
+// Rows [r0, r0 + R) over every column: tiles of 4 vectors, then 1-3, then the scalar columns.
+template <int R>
+HWY_INLINE void ValueRowsBand(const float* p, int64_t pitch, const float* const* val, int64_t nk,
+                              int64_t r0, int64_t dv, const float* alpha, float* o) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF()));
+  int64_t d = 0;
+  for (; d + 4 * lanes <= dv; d += 4 * lanes) {
+    ValueRowsTile<R, 4>(p, pitch, val, nk, r0, d, dv, alpha, o);
+  }
+  switch ((dv - d) / lanes) {
+    case 3: ValueRowsTile<R, 3>(p, pitch, val, nk, r0, d, dv, alpha, o); break;
+    case 2: ValueRowsTile<R, 2>(p, pitch, val, nk, r0, d, dv, alpha, o); break;
+    case 1: ValueRowsTile<R, 1>(p, pitch, val, nk, r0, d, dv, alpha, o); break;
+    default: break;
+  }
+  d += (dv - d) / lanes * lanes;
+  for (; d < dv; ++d) {
+    for (int64_t r = r0; r < r0 + R; ++r) {
+      float acc = alpha ? o[r * dv + d] * alpha[r] : 0.0f;
+      for (int64_t j = 0; j < nk; ++j) acc += p[j * pitch + r] * val[j][d];
+      o[r * dv + d] = acc;
+    }
+  }
+}
+
+// All `rows` rows, three at a time (3 x 4 vectors: 12 accumulators).
+HWY_INLINE void ValueRows(const float* p, int64_t pitch, const float* const* val, int64_t nk,
+                          int64_t rows, int64_t dv, const float* alpha, float* o) {
+  int64_t r = 0;
+  for (; r + 3 <= rows; r += 3) ValueRowsBand<3>(p, pitch, val, nk, r, dv, alpha, o);
+  if (rows - r == 2) ValueRowsBand<2>(p, pitch, val, nk, r, dv, alpha, o);
+  if (rows - r == 1) ValueRowsBand<1>(p, pitch, val, nk, r, dv, alpha, o);
+}
+
+// One key block for the NV row vectors at the start of every [rows] array passed: scores,
+// causal mask, online softmax update (max m, sum l, weights in place of the scores, rescale
+// factors in alpha), then the value product into o: transposed, o[dv][pitch], or with
+// rows_major > 0 (one row vector) row by row, o[rows_major][dv].
+template <int NV>
+void KeyBlock(const float* qt, int64_t pitch, const float* const* k, const float* const* val,
+              int64_t j0, int64_t nk, int64_t first_masked, int64_t dk, int64_t dv,
+              const int32_t* npos, float* s, float* m, float* l, float* alpha, float* o,
+              int64_t rows_major, bool first) {
+  const DF df;
+  const size_t lanes = hn::Lanes(df);
+  Scores<NV>(qt, pitch, k, nk, dk, s);
+  // Causal mask: key j0 + j is past row r when j0 + j >= npos[r]; only keys from the block's
+  // smallest num_positions on can be.
+  const hn::RebindToSigned<DF> di;
+  for (int64_t j = std::max<int64_t>(0, first_masked - j0); j < nk; ++j) {
+    const auto pos = hn::Set(di, static_cast<int32_t>(j0 + j));
+    for (int v = 0; v < NV; ++v) {
+      float* sj = s + j * pitch + v * lanes;
+      const auto live = hn::RebindMask(df, hn::Lt(pos, hn::LoadU(di, npos + v * lanes)));
+      hn::StoreU(hn::IfThenElse(live, hn::LoadU(df, sj), hn::Set(df, kMasked)), df, sj);
+    }
+  }
+  for (int v = 0; v < NV; ++v) {
+    const size_t off = v * lanes;
+    VF mx = hn::LoadU(df, m + off);
+    const VF m_old = mx;
+    for (int64_t j = 0; j < nk; ++j) mx = hn::Max(mx, hn::LoadU(df, s + j * pitch + off));
+    VF sum = hn::Zero(df);
+    for (int64_t j = 0; j < nk; ++j) {
+      float* sj = s + j * pitch + off;
+      const VF e = hn::Exp(df, hn::Sub(hn::LoadU(df, sj), mx));
+      hn::StoreU(e, df, sj);
+      sum = hn::Add(sum, e);
+    }
+    const VF a = hn::Exp(df, hn::Sub(m_old, mx));
+    hn::StoreU(a, df, alpha + off);
+    hn::StoreU(hn::MulAdd(hn::LoadU(df, l + off), a, sum), df, l + off);
+    hn::StoreU(mx, df, m + off);
+  }
+  if (rows_major > 0) {
+    ValueRows(s, pitch, val, nk, rows_major, dv, first ? nullptr : alpha, o);
+  } else {
+    Values<NV>(s, pitch, val, nk, dv, first ? nullptr : alpha, o);
+  }
+}
+
+// qt[d][r] = q[r][d] * scale for the block's rows, padding rows (up to pitch) copying row 0:
+// the rows are first copied, scaled, into `rows` ([a.rows][dk], read as sequential streams the
+// prefetchers follow), then each vector of qt is gathered from there (in L1).
+HWY_INLINE void TransposeQueries(const AttendBlockArgs& a, int64_t pitch,
+                                 float* HWY_RESTRICT rows, float* HWY_RESTRICT qt) {
+  const DF df;
+  const hn::RebindToSigned<DF> di;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const VF scale = hn::Set(df, a.scale);
+  for (int r = 0; r < a.rows; ++r) {
+    const float* HWY_RESTRICT q = a.q[r];
+    float* HWY_RESTRICT dst = rows + r * a.dk;
+    int64_t d = 0;
+    for (; d + lanes <= a.dk; d += lanes) {
+      hn::StoreU(hn::Mul(hn::LoadU(df, q + d), scale), df, dst + d);
+    }
+    for (; d < a.dk; ++d) dst[d] = q[d] * a.scale;
+  }
+  int32_t offset[AttendScratchLayout::kPitchMax];
+  for (int64_t r = 0; r < pitch; ++r) offset[r] = static_cast<int32_t>(r < a.rows ? r * a.dk : 0);
+  for (int64_t v = 0; v < pitch; v += lanes) {
+    const auto idx = hn::LoadU(di, offset + v);
+    for (int64_t d = 0; d < a.dk; ++d) {
+      hn::StoreU(hn::GatherIndex(df, rows + d, idx), df, qt + d * pitch + v);
+    }
+  }
+}
+
+template <typename T>
+void AttendBlockTyped(const AttendBlockArgs& a) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t nvec = (a.rows + lanes - 1) / lanes;
+  const int64_t pitch = nvec * lanes;
+  const int64_t kb = kAttendKeyBlock;
+  const AttendScratchLayout layout(a.dk, a.dv);
+  float* qt = a.scratch + layout.qt;
+  float* o = a.scratch + layout.o;
+  float* s = a.scratch + layout.s;
+  float* kf = a.scratch + layout.kf;
+  float* vf = a.scratch + layout.vf;
+  HWY_ALIGN int32_t npos[AttendScratchLayout::kPitchMax];  // keys each row sees
+  float* m = a.scratch + layout.rows;
+  float* l = m + AttendScratchLayout::kPitchMax;
+  float* alpha = l + AttendScratchLayout::kPitchMax;
+
+  // Positions: padding rows copy row 0's query and limit so they compute harmless values.
+  int64_t n_max = 0, n_min = std::numeric_limits<int64_t>::max();
+  for (int r = 0; r < a.rows; ++r) {
+    n_max = std::max(n_max, a.num_positions[r]);
+    n_min = std::min(n_min, a.num_positions[r]);
+  }
+  for (int64_t r = 0; r < pitch; ++r) {
+    npos[r] = static_cast<int32_t>(a.num_positions[r < a.rows ? r : 0]);
+    m[r] = kMasked;
+    l[r] = 0.0f;
+  }
+  TransposeQueries(a, pitch, kf, qt);  // kf is free until the first key block
+
+  const T* kbase = static_cast<const T*>(a.k_base);
+  const T* vbase = static_cast<const T*>(a.v_base);
+  const bool quantized = a.k_scales != nullptr;
+  // With many rows (prefill) the keys are in L2 and f32 rows are read in place; other types are
+  // widened once per block of keys. With one vector of rows (decode) the keys come from memory:
+  // every row is copied as one sequential read, and the next block's rows are prefetched while
+  // this one is computed (bench/README.md "Attention"). MLA's values are the first dv elements
+  // of its key rows: then the widened keys serve as values too.
+  const bool few_rows = nvec == 1;
+  const bool widen = !std::is_same_v<T, float> || quantized || few_rows;
+  const bool v_in_k = a.v_base == a.k_base && a.v_slot_stride == a.k_slot_stride &&
+                      a.v_scales == a.k_scales && a.v_scale_stride == a.k_scale_stride &&
+                      a.dv <= a.dk;
+  const float* krow[kAttendKeyBlock];
+  const float* vrow[kAttendKeyBlock];
+  const int64_t key_end = std::min(n_max, a.key_end);
+  for (int64_t j0 = a.key_begin; j0 < key_end; j0 += kb) {
+    const int64_t nk = std::min(kb, key_end - j0);
+    const bool first = j0 == a.key_begin;
+    for (int64_t j = 0; j < nk; ++j) {
+      const int64_t slot = a.slots[j0 + j];
+      const T* kr = kbase + slot * a.k_slot_stride;
+      const T* vr = vbase + slot * a.v_slot_stride;
+      if (few_rows && j0 + kb + j < key_end) {
+        const int64_t next = a.slots[j0 + kb + j];
+        const char* kn = reinterpret_cast<const char*>(kbase + next * a.k_slot_stride);
+        const char* vn = reinterpret_cast<const char*>(vbase + next * a.v_slot_stride);
+        for (size_t b = 0; b < a.dk * sizeof(T); b += 64) hwy::Prefetch(kn + b);
+        for (size_t b = 0; b < a.dv * sizeof(T); b += 64) hwy::Prefetch(vn + b);
+      }
+      if (!widen) {
+        krow[j] = reinterpret_cast<const float*>(kr);
+        vrow[j] = reinterpret_cast<const float*>(vr);
+        continue;
+      }
+      const float* ks = quantized ? a.k_scales + slot * a.k_scale_stride : nullptr;
+      WidenKvRow(kr, ks, a.group, a.dk, kf + j * a.dk);
+      krow[j] = kf + j * a.dk;
+      if (v_in_k) {
+        vrow[j] = krow[j];
+        continue;
+      }
+      const float* vs = quantized ? a.v_scales + slot * a.v_scale_stride : nullptr;
+      WidenKvRow(vr, vs, a.group, a.dv, vf + j * a.dv);
+      vrow[j] = vf + j * a.dv;
+    }
+    int64_t v = 0;
+    for (; v + 2 <= nvec; v += 2) {
+      const int64_t off = v * lanes;
+      KeyBlock<2>(qt + off, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos + off, s + off,
+                  m + off, l + off, alpha + off, o + off, 0, first);
+    }
+    if (v < nvec) {
+      const int64_t off = v * lanes;
+      KeyBlock<1>(qt + off, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos + off, s + off,
+                  m + off, l + off, alpha + off, o + off, few_rows ? a.rows : 0, first);
+    }
+  }
+  if (a.key_begin >= key_end) {  // an empty key range: nothing seen, weight 0 in a merge
+    for (int r = 0; r < a.rows; ++r) std::fill(a.out[r], a.out[r] + a.dv, 0.0f);
+  }
+  // A part of a key range: the sums as they are, with each row's max and sum for the merge.
+  const bool partial = a.row_max != nullptr;
+  if (partial) {
+    for (int r = 0; r < a.rows; ++r) {
+      a.row_max[r] = m[r];
+      a.row_sum[r] = l[r];
+    }
+  }
+  if (a.key_begin >= key_end) return;
+  if (few_rows) {
+    for (int r = 0; r < a.rows; ++r) {
+      const float inv = partial ? 1.0f : 1.0f / l[r];
+      const VF vinv = hn::Set(df, inv);
+      const float* HWY_RESTRICT orow = o + r * a.dv;
+      float* HWY_RESTRICT out = a.out[r];
+      int64_t d = 0;
+      for (; d + lanes <= a.dv; d += lanes) {
+        hn::StoreU(hn::Mul(hn::LoadU(df, orow + d), vinv), df, out + d);
+      }
+      for (; d < a.dv; ++d) out[d] = orow[d] * inv;
+    }
+    return;
+  }
+  // Each row's output, gathered from its column of o, over its sum.
+  const hn::RebindToSigned<DF> di;
+  const auto column = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(pitch)));
+  for (int r = 0; r < a.rows; ++r) {
+    const float inv = partial ? 1.0f : 1.0f / l[r];
+    const VF vinv = hn::Set(df, inv);
+    float* HWY_RESTRICT out = a.out[r];
+    int64_t d = 0;
+    for (; d + lanes <= a.dv; d += lanes) {
+      hn::StoreU(hn::Mul(hn::GatherIndex(df, o + d * pitch + r, column), vinv), df, out + d);
+    }
+    for (; d < a.dv; ++d) out[d] = o[d * pitch + r] * inv;
+  }
+}
+
+void AttendBlock(const AttendBlockArgs& a) {
+  switch (a.kv_type) {
+    case KvType::kF32: return AttendBlockTyped<float>(a);
+    case KvType::kBF16: return AttendBlockTyped<hwy::bfloat16_t>(a);
+    case KvType::kF8E4M3: return AttendBlockTyped<uint8_t>(a);
+    case KvType::kI8: return AttendBlockTyped<int8_t>(a);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dh::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace dh::cpu {
+
+HWY_EXPORT(AttendBlock);
+
+void AttendBlock(const AttendBlockArgs& a) { HWY_DYNAMIC_DISPATCH(AttendBlock)(a); }
+
+}  // namespace dh::cpu
+#endif  // HWY_ONCE
