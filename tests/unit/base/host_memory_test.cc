@@ -25,7 +25,8 @@ TEST(HostMemoryTest, ReservationRoundsSmallTo64AndLargeToHugePagesWithinAnEighth
   EXPECT_EQ(HostMemoryReservation(2 * kMiB), 2 * kMiB);
   // 2 MiB + 1 would need 2 MiB more (nearly double): only 4 KiB rounding, the tail stays small.
   EXPECT_EQ(HostMemoryReservation(2 * kMiB + 1), 2 * kMiB + 4096);
-  EXPECT_EQ(HostMemoryReservation(9 * kMiB), 9 * kMiB + 4096 - (9 * kMiB) % 4096);
+  EXPECT_EQ(HostMemoryReservation(5 * kMiB + 1), 5 * kMiB + 4096);  // 6 MiB would add > 1/8
+  EXPECT_EQ(HostMemoryReservation(9 * kMiB), 10 * kMiB);             // adds exactly 1/9
   EXPECT_EQ(HostMemoryReservation(15 * kMiB + 1), 16 * kMiB);  // adds < 1/8
   EXPECT_EQ(HostMemoryReservation(16 * kMiB + 1), 18 * kMiB);
   EXPECT_EQ(HostMemoryReservation(SIZE_MAX), 0u);  // out of range, no overflow

@@ -53,7 +53,7 @@ TEST(KvStorageTest, EveryLayerInOneBufferDisjointAndAligned) {
     spec.dtype = dtype;
     spec.k_group = spec.quantized() ? 8 : 0;
     auto kv = KvStorage::Allocate(backend, spec, 5, 3);  // 15 slots: odd sizes, padding needed
-    ASSERT_TRUE(kv.ok()) << kv.status().ToString();
+    ASSERT_TRUE(kv.ok()) << kv.status().message();
     for (int l = 0; l < spec.num_layers; ++l) {
       const KvCacheView k = (*kv)->k(l), v = (*kv)->v(l);
       EXPECT_EQ(k.data.dtype, dtype);
@@ -114,8 +114,8 @@ TEST(KvStorageTest, OverflowingSizeIsRefused) {
   spec.k_dim = int64_t{1} << 30;
   auto kv = KvStorage::Allocate(backend, spec, 1 << 20, 16);
   ASSERT_FALSE(kv.ok());
-  EXPECT_NE(kv.status().ToString().find("overflows"), std::string::npos)
-      << kv.status().ToString();
+  EXPECT_NE(kv.status().message().find("overflows"), std::string::npos)
+      << kv.status().message();
 }
 
 }  // namespace
