@@ -1,6 +1,8 @@
 // KvStorage allocation with checked sizes, and the --kv-cache-dtype names.
 #include "model/kv_storage.h"
 
+#include <cstdint>
+
 #include "base/checked_math.h"
 
 namespace dh {
@@ -37,32 +39,59 @@ Result<std::unique_ptr<KvStorage>> KvStorage::Allocate(Backend& backend, const K
   storage->num_blocks_ = num_blocks;
   storage->block_size_ = block_size;
   const int64_t slots = static_cast<int64_t>(num_blocks) * block_size;
-  auto alloc = [&](int64_t heads, int64_t dim, DType dtype) -> Result<Tensor> {
+  // One allocation holds every layer's tensors (each 64-byte aligned): a host backend then
+  // backs it with 2 MiB pages even when one layer's share is smaller than that, and rounds the
+  // whole cache, not each of its tensors, up to a huge page (base/host_memory.h).
+  struct Part {
+    int64_t heads, dim;
+    DType dtype;
+    uint64_t offset;
+  };
+  std::vector<Part> parts;
+  uint64_t total = 0;
+  auto add = [&](int64_t heads, int64_t dim, DType dtype) -> Status {
     const int64_t dims[] = {slots, heads, dim};
     auto elems = CheckedProduct(dims);
-    auto bytes = elems ? CheckedMul(*elems, DTypeSize(dtype)) : std::nullopt;
-    if (!bytes) return ResourceExhausted("KV cache size overflows ({} slots)", slots);
-    auto buf = backend.Allocate(*bytes);
-    if (!buf) return ResourceExhausted("cannot allocate {} bytes of KV cache", *bytes);
-    Tensor t(buf->data(), dtype, {slots, heads, dim});
-    storage->buffers_.push_back(std::move(buf));
-    return t;
+    auto bytes = elems ? CheckedMul(static_cast<uint64_t>(*elems), DTypeSize(dtype)) : std::nullopt;
+    auto end = bytes ? CheckedAdd(total, *bytes) : std::nullopt;
+    auto aligned = end ? CheckedAdd(*end, uint64_t{63}) : std::nullopt;
+    if (!aligned || *aligned > static_cast<uint64_t>(SIZE_MAX)) {
+      return ResourceExhausted("KV cache size overflows ({} slots)", slots);
+    }
+    parts.push_back(Part{heads, dim, dtype, total});
+    total = *aligned / 64 * 64;
+    return Status::Ok();
   };
-  auto view = [&](int64_t heads, int64_t dim, int64_t group) -> Result<KvCacheView> {
-    DH_ASSIGN_OR_RETURN(Tensor data, alloc(heads, dim, spec.dtype));
+  auto add_view = [&](int64_t heads, int64_t dim, int64_t group) -> Status {
+    DH_RETURN_IF_ERROR(add(heads, dim, spec.dtype));
+    if (spec.quantized()) DH_RETURN_IF_ERROR(add(heads, spec.NumGroups(dim, group), DType::kF32));
+    return Status::Ok();
+  };
+  for (int l = 0; l < spec.num_layers; ++l) {
+    DH_RETURN_IF_ERROR(add_view(spec.k_heads, spec.k_dim, spec.k_group));
+    if (spec.v_dim > 0) DH_RETURN_IF_ERROR(add_view(spec.v_heads, spec.v_dim, spec.v_group));
+  }
+  uint8_t* base = nullptr;
+  if (total > 0) {
+    auto buf = backend.Allocate(static_cast<size_t>(total));
+    if (!buf) return ResourceExhausted("cannot allocate {} bytes of KV cache", total);
+    base = static_cast<uint8_t*>(buf->data());
+    storage->buffers_.push_back(std::move(buf));
+  }
+  size_t next = 0;
+  auto tensor = [&]() {
+    const Part& p = parts[next++];
+    return Tensor(base + p.offset, p.dtype, {slots, p.heads, p.dim});
+  };
+  auto view = [&](int64_t group, int64_t dim) {
+    Tensor data = tensor();
     if (!spec.quantized()) return KvCacheView(data);
-    DH_ASSIGN_OR_RETURN(Tensor scales, alloc(heads, spec.NumGroups(dim, group), DType::kF32));
+    Tensor scales = tensor();
     return KvCacheView(data, scales, group > 0 ? group : dim);
   };
   for (int l = 0; l < spec.num_layers; ++l) {
-    DH_ASSIGN_OR_RETURN(KvCacheView k, view(spec.k_heads, spec.k_dim, spec.k_group));
-    storage->k_.push_back(k);
-    if (spec.v_dim > 0) {
-      DH_ASSIGN_OR_RETURN(KvCacheView v, view(spec.v_heads, spec.v_dim, spec.v_group));
-      storage->v_.push_back(v);
-    } else {
-      storage->v_.push_back(KvCacheView());
-    }
+    storage->k_.push_back(view(spec.k_group, spec.k_dim));
+    storage->v_.push_back(spec.v_dim > 0 ? view(spec.v_group, spec.v_dim) : KvCacheView());
   }
   return storage;
 }

@@ -1,7 +1,8 @@
 // KvStorage: the device memory of the paged KV cache — per layer, one tensor of
 // [num_blocks * block_size, heads, dim] for keys and one for values (MLA layers keep a single
 // latent tensor and leave values empty), in the cache dtype (--kv-cache-dtype); the quantized
-// dtypes add f32 scales [slots, heads, groups] (backend.h KvCacheView). Allocated once at start.
+// dtypes add f32 scales [slots, heads, groups] (backend.h KvCacheView). Allocated once at start,
+// as one backend buffer holding every layer's tensors (on a host backend: 2 MiB pages).
 // It lives in the model layer because the attention layers read and write it; the block
 // bookkeeping (src/kvcache) never touches device memory.
 #pragma once

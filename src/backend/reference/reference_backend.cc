@@ -9,18 +9,17 @@
 #include "backend/kernel_note.h"
 #include "backend/reference/reference_ops.h"
 #include "base/check.h"
+#include "base/host_memory.h"
 
 namespace dh {
 
 HostBuffer::HostBuffer(size_t bytes) : size_(bytes) {
   if (bytes == 0) return;
-  const size_t rounded = (bytes + 63) / 64 * 64;
-  DH_CHECK(rounded >= bytes, "allocation of {} bytes overflows", bytes);
-  data_ = std::aligned_alloc(64, rounded);
+  data_ = AllocateHostMemory(bytes);
   DH_CHECK(data_ != nullptr, "out of host memory allocating {} bytes", bytes);
 }
 
-HostBuffer::~HostBuffer() { std::free(data_); }
+HostBuffer::~HostBuffer() { FreeHostMemory(data_, size_); }
 
 ReferenceBackend::ReferenceBackend(const BackendOptions& options) : options_(options) {}
 
