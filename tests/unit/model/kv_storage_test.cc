@@ -37,7 +37,9 @@ void ExpectDisjointAligned(std::vector<std::pair<uintptr_t, uintptr_t>> r) {
   std::sort(r.begin(), r.end());
   for (size_t i = 0; i < r.size(); ++i) {
     EXPECT_EQ(r[i].first % 64, 0u) << i;
-    if (i > 0) EXPECT_LE(r[i - 1].second, r[i].first) << i;
+    if (i > 0) {
+      EXPECT_LE(r[i - 1].second, r[i].first) << i;
+    }
   }
 }
 
