@@ -160,16 +160,12 @@ TEST(AttentionBlocking, MatchesReferenceOnEveryShapeFormatAndTarget) {
       // Odd head dims (tails of every vector and tile), tiny pages, one thread.
       {6, 1, 33, 33, false, 4, {{9, 9}, {1, 1}, {64, 2}}, 1},
   };
-  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
-  ASSERT_FALSE(targets.empty());
   Rng rng(23);
   ReferenceBackend ref({});
   std::vector<std::unique_ptr<CpuBackend>> cpus;  // [threads - 1]
   for (int n = 1; n <= 3; ++n)
     cpus.push_back(std::make_unique<CpuBackend>(BackendOptions{.num_threads = n}));
-  for (int64_t target : targets) {
-    hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
+  test::ForEachTarget([&](int64_t target) {
     ASSERT_STREQ(cpu::DispatchedTargetName(), hwy::TargetName(target));
     for (DType dtype : kCacheTypes) {
       for (const BlockCase& c : cases) {
@@ -180,9 +176,7 @@ TEST(AttentionBlocking, MatchesReferenceOnEveryShapeFormatAndTarget) {
             << ": bit-identical to the reference";
       }
     }
-    if (::testing::Test::HasFatalFailure()) break;
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  });
 }
 
 }  // namespace

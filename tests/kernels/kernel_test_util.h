@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "hwy/targets.h"
+
 #include "tensor/tensor.h"
 
 namespace dh::test {
@@ -86,6 +88,22 @@ inline void ExpectClose(const std::vector<float>& got, const std::vector<float>&
     }
   }
   EXPECT_EQ(bad, 0) << what;
+}
+
+// Runs body once per SIMD target compiled in that the CPU supports, with Highway's dispatch
+// forced onto it (a SCOPED_TRACE names it; body gets its id); stops after a fatal failure;
+// restores dispatch.
+template <typename Body>
+void ForEachTarget(Body body) {
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  ASSERT_FALSE(targets.empty());
+  for (int64_t target : targets) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    body(target);
+    if (::testing::Test::HasFatalFailure()) break;
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 }  // namespace dh::test

@@ -57,16 +57,10 @@ class RopeKvTest : public ::testing::Test {
   // Runs body once per SIMD target, forcing the dispatcher onto that target.
   template <typename Body>
   void ForEachTarget(Body body) {
-    const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
-    ASSERT_FALSE(targets.empty());
-    for (int64_t target : targets) {
-      hwy::SetSupportedTargetsForTest(target);
-      SCOPED_TRACE(hwy::TargetName(target));
+    test::ForEachTarget([&](int64_t target) {
       ASSERT_STREQ(cpu::DispatchedTargetName(), hwy::TargetName(target));
       body();
-      if (HasFatalFailure()) break;
-    }
-    hwy::SetSupportedTargetsForTest(0);
+    });
   }
 
   ReferenceBackend ref_{BackendOptions{}};
