@@ -54,6 +54,9 @@ const Case kCases[] = {
     // Runs of chunks sharing one vector of scales, then 2-chunk steps, a single chunk and a
     // partial one (int4 groups of 32 and 16 on the 256-bit kernels).
     {true, 5, 7, 1000, 32},   {true, 3, 9, 600, 16},
+    // int8 groups of 32 on one row of x (alone and after 4-row blocks): runs of 8 groups with
+    // their scale products formed once, then single chunks and a partial one.
+    {false, 1, 9, 600, 32},   {false, 5, 7, 1100, 32},
 };
 
 class QuantMatMulTest : public ::testing::Test {
@@ -713,6 +716,39 @@ TEST(IntegerDotSupportsTest, Layouts) {
   EXPECT_FALSE(cpu::IntegerDotSupports(false, 100, 48));  // 48 neither divides nor spans 64
   EXPECT_FALSE(cpu::IntegerDotSupports(true, 100, 4));    // 8-column lanes straddle groups
   EXPECT_FALSE(cpu::IntegerDotSupports(true, 45, 9));
+}
+
+// The auto policy (docs/kernels.md "When the integer path runs"): int8 from PackedMinRows()
+// rows leaves the AVX2 kernel for the f32 GEMM only on CPUs with 128-bit vector units; int4,
+// fewer rows and the VNNI kernels stay integer; per-row int8 at M = 1 takes f32 products.
+TEST(IntegerDotPolicyTest, AutoChoice) {
+  using P = cpu::IntegerDotPath;
+  cpu::QuantMatMulArgs a;
+  a.k = 1536;
+  a.group_size = 32;
+  const int64_t from = cpu::PackedMinRows();
+  a.m = from;
+  EXPECT_FALSE(cpu::AutoPrefersIntegerDot(a, P::kAvx2, true));
+  EXPECT_TRUE(cpu::AutoPrefersIntegerDot(a, P::kAvx2, false));
+  EXPECT_TRUE(cpu::AutoPrefersIntegerDot(a, P::kAvxVnni, true));
+  EXPECT_TRUE(cpu::AutoPrefersIntegerDot(a, P::kVnni512, true));
+  a.m = 512;
+  EXPECT_FALSE(cpu::AutoPrefersIntegerDot(a, P::kAvx2, true));
+  a.m = from - 1;
+  EXPECT_TRUE(cpu::AutoPrefersIntegerDot(a, P::kAvx2, true));
+  a.m = 1;
+  EXPECT_TRUE(cpu::AutoPrefersIntegerDot(a, P::kAvx2, true));
+  a.int4 = true;
+  for (const int64_t m : {int64_t{1}, from - 1, from, int64_t{512}}) {
+    a.m = m;
+    EXPECT_TRUE(cpu::AutoPrefersIntegerDot(a, P::kAvx2, true)) << m;
+  }
+  a.int4 = false;
+  a.group_size = a.k;
+  a.m = 1;
+  EXPECT_FALSE(cpu::AutoPrefersIntegerDot(a, P::kAvx2, false));
+  a.m = 2;
+  EXPECT_TRUE(cpu::AutoPrefersIntegerDot(a, P::kAvx2, false));
 }
 
 // DequantizeRows (the f32 rows the tiled GEMM consumes) equals the reference decoding exactly.

@@ -44,6 +44,30 @@ bool CpuHasAvxVnni() {
 #endif
 }
 
+bool CpuHalfWidthVectorUnits() {
+#if defined(__x86_64__)
+  static const bool half = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(0, &a, &b, &c, &d) == 0) return false;
+    char vendor[13] = {};
+    std::memcpy(vendor, &b, 4);
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    if (std::strcmp(vendor, "AuthenticAMD") != 0 || __get_cpuid(1, &a, &b, &c, &d) == 0) {
+      return false;
+    }
+    const unsigned base_family = (a >> 8) & 0xfu;
+    const unsigned family = base_family == 0xfu ? base_family + ((a >> 20) & 0xffu) : base_family;
+    const unsigned model = (((a >> 16) & 0xfu) << 4) | ((a >> 4) & 0xfu);
+    // 15h (Excavator), 16h, and 17h models 00h-2Fh (Zen, Zen+); Zen 2 (17h 30h+) has 256-bit units.
+    return family == 0x15 || family == 0x16 || (family == 0x17 && model < 0x30);
+  }();
+  return half;
+#else
+  return false;
+#endif
+}
+
 #if defined(__x86_64__)
 #define DH_IDOT_BITS 256
 #define DH_IDOT_VNNI 0

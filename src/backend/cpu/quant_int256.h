@@ -25,6 +25,10 @@ namespace dh::cpu {
 // __builtin_cpu_supports("avxvnni") misses it on Zen 5).
 bool CpuHasAvx2();
 bool CpuHasAvxVnni();
+// Whether the CPU runs each 256-bit vector operation as two 128-bit halves (AMD families 15h-16h
+// and Zen / Zen+, family 17h models 00h-2Fh): there the AVX2 integer multiplies have half the
+// width of the f32 FMAs' two pipes, which changes which int8 path is faster (quant_vnni.cc).
+bool CpuHalfWidthVectorUnits();
 
 // Rows [n_begin, n_end) of `a` on the 256-bit kernel: vnni = true for AVX-VNNI, false for AVX2.
 // The caller checks the CPU (CpuHasAvxVnni / CpuHasAvx2) and the layout (IntegerDotSupports).

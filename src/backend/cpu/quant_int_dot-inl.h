@@ -151,7 +151,10 @@ constexpr int kLanes = DH_IDOT_BITS / 32;
 
 // How the weight scales map onto the lanes of one vector of codes: one scale for the row, one
 // per vector (a group spans whole vectors), or several per vector (permuted onto their lanes).
-enum class ScaleMode { kOne, kPerChunk, kPermute };
+// kBlock32 (256-bit kernels, groups of exactly 32 columns: the defaults int8 and int4): a
+// weight group is one x block, so the product x_scale * w_scale is formed once per group, for
+// kLanes groups at a time, and each chunk only broadcasts or permutes it onto its lanes.
+enum class ScaleMode { kOne, kPerChunk, kPermute, kBlock32 };
 
 inline ScaleMode ModeFor(bool int4, int64_t k, int64_t g) {
   if (g >= k) return ScaleMode::kOne;
@@ -229,11 +232,15 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void AddMins(
 //   int8: x codes as stored (u8 = q + 128): dot(x + 128, w) - 128 * sum(w); AVX2 instead takes
 //         |w| as the unsigned operand against x with w's sign applied.
 //   int4: codes 0..15 (unsigned) against the signed x codes of the even and odd columns.
+// comb == nullptr: the per-lane scale of row r is x's lane scales times wsl; else comb[r].
 template <int MR, bool kInt4>
 DH_IDOT_TARGET inline __attribute__((always_inline)) void Chunk(
     VecI v, VecF wsl, int64_t b, int64_t half, const uint8_t* const* xc,
-    const float* const* xl, VecF* facc) {
+    const float* const* xl, VecF* facc, const VecF* comb_in = nullptr) {
   const int64_t lane0 = b / 4;
+  auto comb_of = [&](int r) DH_IDOT_TARGET {
+    return comb_in != nullptr ? comb_in[r] : MulF(LoadF(xl[r] + lane0), wsl);
+  };
   if constexpr (kInt4) {
     const VecI low4 = SetI8(0x0f);
     const VecI lo = AndI(v, low4);
@@ -248,7 +255,7 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void Chunk(
           _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
       const VecI acc = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 #endif
-      const VecF comb = MulF(LoadF(xl[r] + lane0), wsl);
+      const VecF comb = comb_of(r);
       facc[r] = FmaF(ToF(acc), comb, facc[r]);
     }
   } else {
@@ -267,7 +274,7 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void Chunk(
       const VecI pairs = _mm256_maddubs_epi16(absw, _mm256_sign_epi8(xs, v));
       const VecI acc = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 #endif
-      const VecF comb = MulF(LoadF(xl[r] + lane0), wsl);
+      const VecF comb = comb_of(r);
       facc[r] = FmaF(ToF(acc), comb, facc[r]);
     }
   }
@@ -289,7 +296,8 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
   const int64_t full = row_len / kBytes * kBytes;
   constexpr int64_t kChunkCols = ChunkColsOf(kInt4), kLaneCols = kInt4 ? 8 : 4;
   const int64_t ngroups = (k + g - 1) / g;
-  const int per_chunk = kMode == ScaleMode::kPermute ? static_cast<int>(kChunkCols / g) : 1;
+  constexpr bool kPermLike = kMode == ScaleMode::kPermute || kMode == ScaleMode::kBlock32;
+  const int per_chunk = kPermLike ? static_cast<int>(kChunkCols / g) : 1;
   static_assert(kPer == 0 || (kMode == ScaleMode::kPermute && kLanes % kPer == 0));
   constexpr int kSuper = kPer > 0 ? kLanes / kPer : 1;  // chunks per vector of scales
   VecI super_idx[kSuper];  // lane i of chunk c: group c * kPer + i * kLaneCols / g
@@ -303,15 +311,29 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
   const int64_t chunks_per_group = kMode == ScaleMode::kPerChunk ? g / kChunkCols : 1;
   alignas(64) int32_t idx_lanes[kLanes];
   for (int i = 0; i < kLanes; ++i) {
-    idx_lanes[i] = kMode == ScaleMode::kPermute ? static_cast<int32_t>(i * kLaneCols / g) : 0;
+    idx_lanes[i] = kPermLike ? static_cast<int32_t>(i * kLaneCols / g) : 0;
   }
   const VecI idx = LoadI(idx_lanes);
+  constexpr int kGroups32 = static_cast<int>(kChunkCols / 32);  // kBlock32: groups per chunk
+  constexpr int kRun32 = kLanes / kGroups32;  // kBlock32: chunks per kLanes groups
+  VecI run_idx[kRun32];  // kBlock32, lane i of chunk c: group c * kGroups32 + i * kLaneCols / 32
+  if constexpr (kMode == ScaleMode::kBlock32 && kGroups32 > 1) {
+    for (int c = 0; c < kRun32; ++c) {
+      alignas(64) int32_t lanes[kLanes];
+      for (int i = 0; i < kLanes; ++i) {
+        lanes[i] = static_cast<int32_t>(c * kGroups32 + i * kLaneCols / 32);
+      }
+      run_idx[c] = LoadI(lanes);
+    }
+  }
   const int64_t half = x.row_bytes / 2;
   const uint8_t* xc[MR];
   const float* xl[MR];
   const float* gs[MR];
+  const float* xb[MR];  // x block scales (one per 32 columns)
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
+    xb[r] = x.block_scales.data() + (r0 + r) * x.blocks;
     xc[r] = x.codes.data() + (r0 + r) * x.row_bytes;
     xl[r] = x.lane_scales.data() + (r0 + r) * x.lanes;
     gs[r] = x.group_sums.data() + (r0 + r) * x.groups;
@@ -345,6 +367,35 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
       }
     };
     int64_t b = 0;
+    if constexpr (kMode == ScaleMode::kBlock32) {
+      // Runs of kLanes groups (kRun chunks): x block scale times weight scale once per group,
+      // then broadcast (one group per chunk) or permuted (several) onto each chunk's lanes.
+      for (; b + kRun32 * kBytes <= full; b += kRun32 * kBytes) {
+        const int64_t g0 = b / kBytes * kGroups32;
+        const VecF ws = WidenHalves(s + g0);
+        VecF run_comb[MR];
+        alignas(64) float run_lanes[MR][kLanes];
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r) {
+          run_comb[r] = MulF(ws, LoadF(xb[r] + g0));
+          if constexpr (kGroups32 == 1) StoreF(run_lanes[r], run_comb[r]);
+        }
+#pragma GCC unroll 16
+        for (int c = 0; c < kRun32; ++c) {
+          VecF comb[MR];
+#pragma GCC unroll 16
+          for (int r = 0; r < MR; ++r) {
+            if constexpr (kGroups32 == 1) {
+              comb[r] = SetF(run_lanes[r][c]);
+            } else {
+              comb[r] = PermuteF(run_comb[r], run_idx[c]);
+            }
+          }
+          Chunk<MR, kInt4>(LoadI(q + b + c * kBytes), ZeroF(), b + c * kBytes, half, xc, xl,
+                           (c & 1) != 0 ? facc2 : facc, comb);
+        }
+      }
+    }
     if constexpr (kPer > 0) {  // whole runs of kSuper chunks: kLanes groups, all in the row
       for (; b + kSuper * kBytes <= full; b += kSuper * kBytes) {
         const VecF sv = WidenHalves(s + b / kBytes * kPer);
@@ -386,10 +437,17 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
 template <int MR, bool kInt4>
 void DotRowsAnyMode(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t r0,
                     int64_t n_begin, int64_t n_end) {
+  // int8 groups of 32 on 256 bits, one row of x (bench/README.md "Zen 1"): the scale products
+  // once per group, M = 1 int8 in cache 126-133 -> 102-107 us. Not for int4 (no change), for
+  // more rows (int8 M = 4: 404-423 -> 500 us) or on 512 bits (not measured).
+  if (DH_IDOT_BITS == 256 && !kInt4 && MR == 1 && a.group_size == 32 && a.k > 32) {
+    return DotRows<MR, kInt4, ScaleMode::kBlock32>(a, x, r0, n_begin, n_end);
+  }
   switch (ModeFor(kInt4, a.k, a.group_size < a.k ? a.group_size : a.k)) {
     case ScaleMode::kOne: return DotRows<MR, kInt4, ScaleMode::kOne>(a, x, r0, n_begin, n_end);
     case ScaleMode::kPerChunk:
       return DotRows<MR, kInt4, ScaleMode::kPerChunk>(a, x, r0, n_begin, n_end);
+    case ScaleMode::kBlock32:  // ModeFor never picks it
     case ScaleMode::kPermute:
       // The shared scale vector pays on 256 bits (AVX2 int4 group 32: 7.8 -> 6.5 us per call in
       // bench_quant); on 512 bits it measured slower (int8 7.7 -> 11.5 us), so it keeps kPer = 0.

@@ -178,6 +178,10 @@ bool UseIntegerDot(const QuantMatMulArgs& a) {
   if (mode == IntegerDot::kOff || !IntegerDotAvailable()) return false;
   if (!IntegerDotSupports(a.int4, a.k, a.group_size) || a.m <= 0) return false;
   if (mode == IntegerDot::kOn) return true;
+  return AutoPrefersIntegerDot(a, ActiveIntegerDotPath(), CpuHalfWidthVectorUnits());
+}
+
+bool AutoPrefersIntegerDot(const QuantMatMulArgs& a, IntegerDotPath path, bool half_width) {
   // kAuto, from bench_quant on a Zen 5 (bench/README.md "Quantized decode kernels"): the integer
   // kernel was faster for int4 (both group sizes) and grouped int8 at every M <= 16, and for
   // per-row int8 at M >= 2; per-row int8 at M = 1 was as fast or faster with f32 products (one
@@ -185,6 +189,14 @@ bool UseIntegerDot(const QuantMatMulArgs& a) {
   // the packed tiles run int8 and int4 2-3x faster than the dense GEMM over dequantized rows
   // (bench/README.md "Packed integer tiles").
   if (!a.int4 && a.group_size >= a.k && a.m == 1) return false;
+  // int8 from PackedMinRows() rows on the AVX2 kernel of a CPU with 128-bit vector units (Zen 1,
+  // bench/README.md "Zen 1"): vpmaddubsw + vpmaddwd run on one pipe there, the f32 FMAs on two,
+  // and the dense GEMM over dequantized rows was faster: one thread, 512 x 1536, M = 256 14.5
+  // against 19.1 ms; Qwen2-1.5B pp512 17.5 against 13.8 tok/s. int4 stays integer (10.5 against
+  // 16.6 ms: half the codes to widen), and so does int8 at fewer rows (M = 8 0.65 against 0.93).
+  if (!a.int4 && half_width && path == IntegerDotPath::kAvx2 && a.m >= PackedMinRows()) {
+    return false;
+  }
   return true;
 }
 
@@ -401,6 +413,7 @@ void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts, ThreadPool* poo
   acts->codes.resize(static_cast<size_t>(m * acts->row_bytes));
   acts->lane_scales.resize(static_cast<size_t>(m * acts->lanes));
   acts->group_sums.resize(static_cast<size_t>(m * acts->groups));
+  acts->block_scales.resize(static_cast<size_t>(m * nblocks));
   const int64_t lanes_per_block = kBlock / LaneCols(a.int4);
   for (int64_t r = 0; r < m; ++r) {
     QuantizeRow(a, a.x + r * a.x_stride, acts->row_bytes, acts->groups,
@@ -413,6 +426,7 @@ void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts, ThreadPool* poo
       for (int64_t i = 0; i < lanes_per_block; ++i) dst[i] = bs[b];
     }
     std::fill(ls + nblocks * lanes_per_block, ls + acts->lanes, 0.0f);
+    std::copy(bs.begin(), bs.begin() + nblocks, acts->block_scales.begin() + r * nblocks);
   }
 }
 

@@ -72,10 +72,13 @@ bool IntegerDotSupports(bool int4, int64_t k, int64_t group_size);
 
 // The per-call choice (CPU, layout, m, override): true when the integer kernel serves `a`.
 bool UseIntegerDot(const QuantMatMulArgs& a);
+// The auto policy of UseIntegerDot for a layout the kernels take, on kernel `path` of a CPU
+// with (half_width) or without 128-bit vector units (CpuHalfWidthVectorUnits).
+bool AutoPrefersIntegerDot(const QuantMatMulArgs& a, IntegerDotPath path, bool half_width);
 
 // x of one MatMul call, quantized once and shared by all threads. Two layouts:
 //  - by rows (the per-row kernels): codes [m][row_bytes], lane_scales [m][lanes],
-//    group_sums [m][groups];
+//    block_scales [m][blocks], group_sums [m][groups];
 //  - packed (the packed tiles, from PackedMinRows rows when the layout allows): the rows in
 //    quads (the last one padded with zero rows), and per quad and 32-column block the 8 dwords
 //    of each of its 4 rows interleaved: codes [quad][block][8][4] dwords, where int8 dword d is
@@ -93,6 +96,7 @@ struct QuantizedActs {
   std::vector<uint8_t> codes;        // int8 weights: u8 (q + 128); int4 weights: s8 even | odd
   std::vector<float> lane_scales;    // by rows: [m][lanes], the x block scale of each lane
   std::vector<float> group_sums;     // int4: by rows [m][groups], f32 sum of x over each group
+  std::vector<float> block_scales;   // by rows: [m][blocks], the scale of each 32-column block
 };
 
 // Quantizes a.x (m rows of k) for the integer kernel of a's format and group size, packed when
