@@ -190,10 +190,10 @@ bool AutoPrefersIntegerDot(const QuantMatMulArgs& a, IntegerDotPath path, bool h
   // (bench/README.md "Packed integer tiles").
   if (!a.int4 && a.group_size >= a.k && a.m == 1) return false;
   // int8 from PackedMinRows() rows on the AVX2 kernel of a CPU with 128-bit vector units (Zen 1,
-  // bench/README.md "Zen 1"): vpmaddubsw + vpmaddwd run on one pipe there, the f32 FMAs on two,
-  // and the dense GEMM over dequantized rows was faster: one thread, 512 x 1536, M = 256 14.5
-  // against 19.1 ms; Qwen2-1.5B pp512 17.5 against 13.8 tok/s. int4 stays integer (10.5 against
-  // 16.6 ms: half the codes to widen), and so does int8 at fewer rows (M = 8 0.65 against 0.93).
+  // docs/kernels.md): vpmaddubsw + vpmaddwd run on one pipe there, the f32 FMAs on two, and the
+  // dense GEMM over dequantized rows (exact in x) was as fast or faster (M = 256 14.5-16.1
+  // against 15.3-19.7 ms). int4 stays integer (10.9-15.6 against 15.6-25.3 ms: the f32 path
+  // widens twice the weights per byte), and so does int8 at fewer rows (M = 8 0.65 against 0.93).
   if (!a.int4 && half_width && path == IntegerDotPath::kAvx2 && a.m >= PackedMinRows()) {
     return false;
   }
