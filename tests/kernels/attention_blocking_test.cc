@@ -33,11 +33,9 @@ namespace {
 
 using test::ExpectClose;
 using test::Owned;
+using test::kKvCacheTypes;
+using test::QuantizedCache;
 using test::Rng;
-
-constexpr DType kCacheTypes[] = {DType::kF32, DType::kBF16, DType::kF8E4M3, DType::kI8};
-
-bool Quantized(DType t) { return t == DType::kF8E4M3 || t == DType::kI8; }
 
 struct BlockCase {
   int64_t hq, hkv, dk, dv;
@@ -74,14 +72,14 @@ int RunBlockCase(CpuBackend& cpu, ReferenceBackend& ref, DType dtype, const Bloc
   // K and V share the group size (CpuBackend needs one cache format): the shorter row, so a
   // 192-wide key row has groups of 128 and 64 and MLA's latent and rope key one scale each.
   const int64_t group = std::min(c.dk, c.dv);
-  auto groups = [&](int64_t dim) { return Quantized(dtype) ? (dim + group - 1) / group : 1; };
+  auto groups = [&](int64_t dim) { return QuantizedCache(dtype) ? (dim + group - 1) / group : 1; };
   Owned kdata(dtype, {slots, c.hkv, c.dk}), vdata(dtype, {slots, c.hkv, c.dv});
   Owned kscales(DType::kF32, {slots, c.hkv, groups(c.dk)}),
       vscales(DType::kF32, {slots, c.hkv, groups(c.dv)});
   KvCacheView k_view =
-      Quantized(dtype) ? KvCacheView(kdata.t, kscales.t, group) : KvCacheView(kdata.t);
+      QuantizedCache(dtype) ? KvCacheView(kdata.t, kscales.t, group) : KvCacheView(kdata.t);
   KvCacheView v_view =
-      Quantized(dtype) ? KvCacheView(vdata.t, vscales.t, group) : KvCacheView(vdata.t);
+      QuantizedCache(dtype) ? KvCacheView(vdata.t, vscales.t, group) : KvCacheView(vdata.t);
   Owned k(DType::kF32, {slots, c.hkv, c.dk}), v(DType::kF32, {slots, c.hkv, c.dv});
   rng.Fill(k, -2, 2);
   rng.Fill(v, -1, 1);
@@ -110,18 +108,8 @@ int RunBlockCase(CpuBackend& cpu, ReferenceBackend& ref, DType dtype, const Bloc
     return t;
   };
   const Tensor q = rows3(qbuf, c.dk), got = rows3(gotbuf, c.dv), want = rows3(wantbuf, c.dv);
-  AttentionMeta meta;
-  meta.num_seqs = num_seqs;
-  meta.num_tokens = num_tokens;
-  meta.block_size = c.block_size;
-  meta.max_blocks_per_seq = max_blocks;
-  meta.max_seq_len = max_len;
-  meta.query_start = Tensor(qs.data(), DType::kI32, {num_seqs + 1});
-  meta.seq_lens = Tensor(lens.data(), DType::kI32, {num_seqs});
-  meta.block_tables = Tensor(tables.data(), DType::kI32, {num_seqs, max_blocks});
-  meta.host_query_start = qs;
-  meta.host_seq_lens = lens;
-  meta.host_block_tables = tables;
+  const AttentionMeta meta =
+      test::HostAttentionMeta(qs, lens, tables, num_tokens, c.block_size, max_blocks, max_len);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.dk));
   cpu.Attention(q, k_view, v_view, meta, scale, got);
   ref.Attention(q, k_view, v_view, meta, scale, want);
@@ -167,7 +155,7 @@ TEST(AttentionBlocking, MatchesReferenceOnEveryShapeFormatAndTarget) {
     cpus.push_back(std::make_unique<CpuBackend>(BackendOptions{.num_threads = n}));
   test::ForEachTarget([&](int64_t target) {
     ASSERT_STREQ(cpu::DispatchedTargetName(), hwy::TargetName(target));
-    for (DType dtype : kCacheTypes) {
+    for (DType dtype : kKvCacheTypes) {
       for (const BlockCase& c : cases) {
         // f32 sums against double ones differ somewhere: identical outputs would mean the
         // reference ran (a format CpuBackend::Attention does not take).

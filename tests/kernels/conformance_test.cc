@@ -310,18 +310,8 @@ void RunAttentionCase(Backend& cpu, Backend& ref, const AttnCase& c, Rng& rng) {
   }
   Owned q(DType::kF32, {num_tokens, c.hq, c.dk});
   rng.Fill(q, -2, 2);
-  AttentionMeta meta;
-  meta.num_seqs = num_seqs;
-  meta.num_tokens = num_tokens;
-  meta.block_size = c.block_size;
-  meta.max_blocks_per_seq = max_blocks;
-  meta.max_seq_len = max_len;
-  meta.query_start = Tensor(qs.data(), DType::kI32, {num_seqs + 1});
-  meta.seq_lens = Tensor(lens.data(), DType::kI32, {num_seqs});
-  meta.block_tables = Tensor(tables.data(), DType::kI32, {num_seqs, max_blocks});
-  meta.host_query_start = qs;
-  meta.host_seq_lens = lens;
-  meta.host_block_tables = tables;
+  const AttentionMeta meta =
+      test::HostAttentionMeta(qs, lens, tables, num_tokens, c.block_size, max_blocks, max_len);
   Owned got(DType::kF32, {num_tokens, c.hq, c.dv}), want(DType::kF32, {num_tokens, c.hq, c.dv});
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.dk));
   cpu.Attention(q.t, k_cache, v_cache, meta, scale, got.t);

@@ -31,11 +31,9 @@ namespace {
 
 using test::ExpectClose;
 using test::Owned;
+using test::kKvCacheTypes;
+using test::QuantizedCache;
 using test::Rng;
-
-constexpr DType kCacheTypes[] = {DType::kF32, DType::kBF16, DType::kF8E4M3, DType::kI8};
-
-bool Quantized(DType t) { return t == DType::kF8E4M3 || t == DType::kI8; }
 
 // A cache of [slots, heads, dim] in `dtype` with scales in groups of `group` when quantized.
 struct OwnedCache {
@@ -43,8 +41,8 @@ struct OwnedCache {
   KvCacheView view;
   OwnedCache(DType dtype, int64_t slots, int64_t heads, int64_t dim, int64_t group)
       : data(dtype, {slots, heads, dim}),
-        scales(DType::kF32, {slots, heads, Quantized(dtype) ? (dim + group - 1) / group : 1}) {
-    view = Quantized(dtype) ? KvCacheView(data.t, scales.t, group) : KvCacheView(data.t);
+        scales(DType::kF32, {slots, heads, QuantizedCache(dtype) ? (dim + group - 1) / group : 1}) {
+    view = QuantizedCache(dtype) ? KvCacheView(data.t, scales.t, group) : KvCacheView(data.t);
   }
 };
 
@@ -52,7 +50,7 @@ TEST(KvCacheFormat, WriteThenReadIsWithinHalfAStep) {
   ReferenceBackend ref({});
   Rng rng(11);
   const int64_t slots = 8, heads = 2, dim = 48, group = 32;  // groups of 32 and 16 (MLA-like)
-  for (DType dtype : kCacheTypes) {
+  for (DType dtype : kKvCacheTypes) {
     SCOPED_TRACE(DTypeName(dtype));
     OwnedCache cache(dtype, slots, heads, dim, group);
     // Three tokens to slots 5, 1, 6; the second group of token 1 is all zeros, token 2 spans
@@ -76,7 +74,7 @@ TEST(KvCacheFormat, WriteThenReadIsWithinHalfAStep) {
           for (int64_t i = g0; i < g1; ++i) {
             amax = std::max(amax, std::fabs(k.f32()[(t * heads + h) * dim + i]));
           }
-          if (Quantized(dtype)) {
+          if (QuantizedCache(dtype)) {
             const float scale = cache.scales.f32()[(slot_ids[t] * heads + h) * 2 + g0 / group];
             EXPECT_EQ(scale, amax / ref::KvQuantMax(dtype));
           }
@@ -175,18 +173,8 @@ int RunCase(Backend& cpu, Backend& ref, DType dtype, const QuantAttnCase& c, Rng
   }
   Owned q(DType::kF32, {num_tokens, c.hq, c.dk});
   rng.Fill(q, -2, 2);
-  AttentionMeta meta;
-  meta.num_seqs = num_seqs;
-  meta.num_tokens = num_tokens;
-  meta.block_size = c.block_size;
-  meta.max_blocks_per_seq = max_blocks;
-  meta.max_seq_len = max_len;
-  meta.query_start = Tensor(qs.data(), DType::kI32, {num_seqs + 1});
-  meta.seq_lens = Tensor(lens.data(), DType::kI32, {num_seqs});
-  meta.block_tables = Tensor(tables.data(), DType::kI32, {num_seqs, max_blocks});
-  meta.host_query_start = qs;
-  meta.host_seq_lens = lens;
-  meta.host_block_tables = tables;
+  const AttentionMeta meta =
+      test::HostAttentionMeta(qs, lens, tables, num_tokens, c.block_size, max_blocks, max_len);
   Owned got(DType::kF32, {num_tokens, c.hq, c.dv}), want(DType::kF32, {num_tokens, c.hq, c.dv});
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.dk));
   cpu.Attention(q.t, k_view, v_view, meta, scale, got.t);
@@ -215,7 +203,7 @@ TEST(KvCacheAttention, CpuMatchesReferenceOnEveryFormatAndTarget) {
     hwy::SetSupportedTargetsForTest(target);
     SCOPED_TRACE(hwy::TargetName(target));
     ASSERT_STREQ(cpu::DispatchedTargetName(), hwy::TargetName(target));
-    for (DType dtype : kCacheTypes) {
+    for (DType dtype : kKvCacheTypes) {
       int differ = 0;
       for (const QuantAttnCase& c : cases) differ += RunCase(cpu, ref, dtype, c, rng);
       EXPECT_GT(differ, 0) << DTypeName(dtype) << ": bit-identical to the reference everywhere";
@@ -227,7 +215,7 @@ TEST(KvCacheAttention, CpuMatchesReferenceOnEveryFormatAndTarget) {
 
 TEST(KvCacheAttention, CpuSupportsEveryCacheFormat) {
   CpuBackend cpu({.num_threads = 1});
-  for (DType dtype : kCacheTypes) {
+  for (DType dtype : kKvCacheTypes) {
     EXPECT_TRUE(cpu.Supports({OpKind::kAttention, WeightFormat::kDense, dtype})) << DTypeName(dtype);
   }
 }

@@ -28,11 +28,11 @@ namespace dh {
 namespace {
 
 using test::Owned;
+using test::QuantizedCache;
 using test::Rng;
 
 constexpr DType kCacheTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3,
                                  DType::kI8};
-bool Quantized(DType t) { return t == DType::kF8E4M3 || t == DType::kI8; }
 
 // The first differing byte of two buffers, or -1.
 int64_t FirstDifference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
@@ -140,10 +140,10 @@ struct OwnedCache {
   KvCacheView view;
   OwnedCache(DType dtype, int64_t slots, int64_t heads, int64_t dim, int64_t group, Rng& rng)
       : data(dtype, {slots, heads, dim}),
-        scales(DType::kF32, {slots, heads, Quantized(dtype) ? (dim + group - 1) / group : 1}) {
+        scales(DType::kF32, {slots, heads, QuantizedCache(dtype) ? (dim + group - 1) / group : 1}) {
     for (uint8_t& b : data.bytes) b = static_cast<uint8_t>(rng.Int(0, 255));
     rng.Fill(scales, 0, 1);
-    view = Quantized(dtype) ? KvCacheView(data.t, scales.t, group) : KvCacheView(data.t);
+    view = QuantizedCache(dtype) ? KvCacheView(data.t, scales.t, group) : KvCacheView(data.t);
   }
   void CopyFrom(const OwnedCache& o) {
     data.bytes = o.data.bytes;
@@ -244,7 +244,7 @@ void SweepFormat(Backend& cpu, Backend& ref, DType dtype, std::vector<float> row
   cpu.KvWrite(k, Tensor(), got.view, KvCacheView(), slot_t);
   ExpectKernel("kv-write", std::string(DTypeName(dtype)));
   ref.KvWrite(k, Tensor(), want.view, KvCacheView(), slot_t);
-  if (Quantized(dtype)) {
+  if (QuantizedCache(dtype)) {
     ASSERT_EQ(want.scales.f32()[1], 1.0f) << DTypeName(dtype);
   }
   ExpectSameBytes(got.data, want.data, fmt::format("{} sweep of {}", DTypeName(dtype), dim));
