@@ -114,13 +114,11 @@ BenchStat Summarize(std::vector<double> samples) {
 double PromptFlops(const Model& model, int64_t tokens) {
   const ModelInfo& info = model.info();
   const ModelConfig& c = model.config();
-  if (info.weight_bytes == 0 || tokens <= 0) return 0;
-  const double active_params = static_cast<double>(info.active_weight_bytes_per_token) *
-                               static_cast<double>(info.num_parameters) /
-                               static_cast<double>(info.weight_bytes);
+  if (info.active_parameters_per_token <= 0 || tokens <= 0) return 0;
+  // Every prompt token multiplies the active weights but lm_head, which only the last one does.
   const double table = static_cast<double>(c.vocab_size) * static_cast<double>(c.hidden_size);
   const double per_token =
-      2.0 * std::max(0.0, active_params - table * (c.tie_word_embeddings ? 1.0 : 2.0));
+      2.0 * std::max(0.0, static_cast<double>(info.active_parameters_per_token) - table);
   const bool mla = c.kv_lora_rank > 0;
   const double dk = mla ? static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim)
                         : static_cast<double>(c.head_dim);

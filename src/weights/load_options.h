@@ -82,7 +82,10 @@ struct ModelInfo {
   int64_t num_tensors = 0;
   std::map<std::string, int64_t> bytes_by_dtype;
   uint64_t weight_bytes = 0;
-  uint64_t active_weight_bytes_per_token = 0;  // bytes a decode step reads (active experts only)
+  // What a decode step reads: every weight but the unchosen routed experts and the embedding
+  // table (a step reads its tokens' rows; counted when lm_head is the tied table itself).
+  uint64_t active_weight_bytes_per_token = 0;
+  int64_t active_parameters_per_token = 0;  // the same weights' parameters
   size_t kv_bytes_per_token = 0;
   int64_t skipped_tensors = 0;  // e.g. multi-token-prediction layers
 };

@@ -246,6 +246,18 @@ Result<Weight> WeightLoader::MatrixFromHost(std::span<const float> values, int64
   return backend_.PrepareWeight(Weight::Dense(t));
 }
 
+Result<Weight> WeightLoader::QuantizedFromHost(std::span<const float> values, int64_t rows,
+                                               int64_t cols, const std::string& name) {
+  const PrecisionFormat target = plan().policy.FormatFor(name);
+  if (target.kind != PrecisionFormat::Kind::kQuant) {
+    return Internal("weight '{}': the policy gives it no quantized format", name);
+  }
+  if (values.size() != static_cast<size_t>(rows * cols)) {
+    return Internal("weight '{}': {} values for [{}, {}]", name, values.size(), rows, cols);
+  }
+  return UploadQuantized(values, rows, cols, name, target.quant);
+}
+
 Result<std::vector<Weight>> WeightLoader::DerivedMatrices(
     const std::string& name, std::span<const std::array<int64_t, 2>> shapes,
     const std::function<Result<std::vector<Weight>>()>& compute) {
@@ -406,6 +418,12 @@ Status WeightLoader::Finish(ModelInfo* info) {
     }
     info->bytes_by_dtype[std::string(DTypeName(t->dtype))] += static_cast<int64_t>(t->nbytes);
     info->weight_bytes += t->nbytes;
+  }
+  // Weights made at load under names the checkpoint lacks (QuantizedFromHost).
+  for (const auto& [name, as] : loaded_as_) {
+    if (as.first.empty() || checkpoint_.Find(name) != nullptr) continue;
+    info->bytes_by_dtype[as.first] += static_cast<int64_t>(as.second);
+    info->weight_bytes += as.second;
   }
   if (num_unused > 0) {
     DH_LOG(Warning, "{}: {} checkpoint tensors are not used by {} (e.g. {})", checkpoint_.dir(),

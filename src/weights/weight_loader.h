@@ -66,6 +66,12 @@ class WeightLoader {
   // A dense weight [rows, cols] from host f32 values, stored as `dtype` on the backend.
   Result<Weight> MatrixFromHost(std::span<const float> values, int64_t rows, int64_t cols,
                                 DType dtype);
+  // A weight [rows, cols] from host f32 values in the quantized format the policy gives `name`
+  // (a name the checkpoint need not have: a tied table's quantized lm_head copy); its bytes count
+  // in Finish's totals, its parameters are its source's. Internal error when the policy does not
+  // quantize `name`.
+  Result<Weight> QuantizedFromHost(std::span<const float> values, int64_t rows, int64_t cols,
+                                   const std::string& name);
   // Weights derived from checkpoint tensors at load (MLA's absorbed kv_b copies): `compute`
   // builds them (with HostMatrixF32 + MatrixFromHost); result i must be [shapes[i][0],
   // shapes[i][1]]. A compile cache stores them under `name` and serves them without `compute`.

@@ -256,16 +256,18 @@ class MoeBlock final : public FfnBlock {
   const char* trace_label() const override { return "ffn.moe"; }
   // The experts a token does not route to are not read. The absorbed kv_b copies are read
   // instead of kv_b itself at decode: neither is discounted.
-  uint64_t InactiveBytesPerToken() const override {
+  Inactive InactivePerToken() const override {
     const auto& experts = moe_.experts;
-    if (experts.empty()) return 0;
-    const uint64_t per_expert =
-        experts[0].gate.nbytes() + experts[0].up.nbytes() + experts[0].down.nbytes();
+    if (experts.empty()) return {};
+    const ExpertWeights& e = experts[0];
+    const uint64_t per_expert = e.gate.nbytes() + e.up.nbytes() + e.down.nbytes();
+    const int64_t params_per_expert =
+        e.gate.rows * e.gate.cols + e.up.rows * e.up.cols + e.down.rows * e.down.cols;
     // Of this rank's experts (all of them without expert parallelism), a token routes to
     // top_k * local / total on average.
     const uint64_t local = experts.size(), total = static_cast<uint64_t>(moe_.gate.rows);
     const uint64_t active = std::min<uint64_t>(local, moe_.gate_params.top_k * local / total);
-    return per_expert * (local - active);
+    return {per_expert * (local - active), params_per_expert * static_cast<int64_t>(local - active)};
   }
 
  private:

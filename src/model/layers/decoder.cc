@@ -1,6 +1,9 @@
 // The shared decoder skeleton (decoder.h).
 #include "model/layers/decoder.h"
 
+#include <algorithm>
+#include <array>
+
 #include <fmt/format.h>
 
 #include "base/trace.h"
@@ -46,7 +49,32 @@ Result<std::unique_ptr<Model>> Decoder::Load(const ModelConfig& c, WeightLoader&
                            "lm_head rows", c.vocab_size, tp.size);
   }
   const bool tied = c.tie_word_embeddings && !w.Has("lm_head.weight");
-  if (tied && (!tp.enabled() || m->embed_.format == WeightFormat::kDense)) {
+  // A tied dense table whose lm_head the policy quantizes: the embedding keeps its dense rows
+  // for the lookups and lm_head gets a quantized copy (of this rank's rows), the table a decode
+  // step reads whole.
+  const bool quantized_copy =
+      tied && m->embed_.format == WeightFormat::kDense &&
+      w.plan().policy.FormatFor("lm_head.weight").kind == PrecisionFormat::Kind::kQuant;
+  bool head_is_table = false;
+  if (quantized_copy) {
+    const int64_t H = c.hidden_size;
+    const std::array<int64_t, 2> shape = {vocab.count, H};
+    DH_ASSIGN_OR_RETURN(
+        std::vector<Weight> head,
+        w.DerivedMatrices("lm_head.weight", {&shape, 1}, [&]() -> Result<std::vector<Weight>> {
+          DType stored;
+          DH_ASSIGN_OR_RETURN(std::vector<float> table,
+                              w.HostMatrixF32("model.embed_tokens.weight", c.vocab_size, H,
+                                              &stored));
+          const std::span<const float> rows(table.data() + vocab.first * H,
+                                            static_cast<size_t>(vocab.count * H));
+          DH_ASSIGN_OR_RETURN(Weight q,
+                              w.QuantizedFromHost(rows, vocab.count, H, "lm_head.weight"));
+          return std::vector<Weight>{q};
+        }));
+    m->lm_head_ = head[0];
+  } else if (tied && (!tp.enabled() || m->embed_.format == WeightFormat::kDense)) {
+    head_is_table = true;
     m->lm_head_ = m->embed_;
     if (tp.enabled()) {
       m->lm_head_.data = m->embed_.data.Slice0(vocab.first, vocab.count);
@@ -86,11 +114,21 @@ Result<std::unique_ptr<Model>> Decoder::Load(const ModelConfig& c, WeightLoader&
   DH_RETURN_IF_ERROR(w.Finish(&m->info_));
   m->info_.architecture = c.architecture;
   m->info_.kv_bytes_per_token = kv_spec.BytesPerToken();
-  // Bytes a decode step reads: everything but the routed experts that are not chosen.
-  uint64_t inactive = 0;
-  for (const DecoderLayer& layer : m->layers_) inactive += layer.ffn->InactiveBytesPerToken();
-  m->info_.active_weight_bytes_per_token =
-      m->info_.weight_bytes > inactive ? m->info_.weight_bytes - inactive : 0;
+  // What a decode step reads: every weight but the routed experts a token does not choose and
+  // the embedding table, of which it reads its tokens' rows only (unless lm_head is the table).
+  FfnBlock::Inactive inactive;
+  for (const DecoderLayer& layer : m->layers_) {
+    const FfnBlock::Inactive i = layer.ffn->InactivePerToken();
+    inactive.bytes += i.bytes;
+    inactive.params += i.params;
+  }
+  if (!head_is_table) inactive.bytes += m->embed_.nbytes();
+  // A tied table's parameters are lm_head's (a quantized copy adds bytes, not parameters).
+  if (!tied) inactive.params += m->embed_.rows * m->embed_.cols;
+  ModelInfo& info = m->info_;
+  info.active_weight_bytes_per_token =
+      info.weight_bytes > inactive.bytes ? info.weight_bytes - inactive.bytes : 0;
+  info.active_parameters_per_token = std::max<int64_t>(0, info.num_parameters - inactive.params);
   return std::unique_ptr<Model>(std::move(m));
 }
 

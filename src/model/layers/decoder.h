@@ -32,8 +32,12 @@ class FfnBlock {
  public:
   virtual ~FfnBlock() = default;
   virtual Tensor Forward(Backend& b, Arena& a, const Tensor& h) const = 0;
-  // Bytes of this block's weights a decode step does not read (MoE: the unchosen experts).
-  virtual uint64_t InactiveBytesPerToken() const { return 0; }
+  // This block's weights a decode step does not read (MoE: the unchosen experts).
+  struct Inactive {
+    uint64_t bytes = 0;
+    int64_t params = 0;
+  };
+  virtual Inactive InactivePerToken() const { return {}; }
   // The trace label of its ops ("ffn.mlp"), as AttentionBlock::trace_label.
   virtual const char* trace_label() const { return "ffn"; }
 };
@@ -95,7 +99,8 @@ struct RopeSpec {
 class Decoder final : public Model {
  public:
   // Loads, in this order: the embedding, each layer (norms, then `load_blocks`), the final norm,
-  // lm_head (tied to the embedding when the config says so and the checkpoint has none; with
+  // lm_head (tied to the embedding when the config says so and the checkpoint has none: the
+  // table itself, or a copy in lm_head's format when the policy quantizes lm_head; with
   // tensor parallelism this rank's rows of the vocabulary, the logits gathered after), then
   // the rope tables; finishes the loader and fills info(). With tensor parallelism
   // (LoadOptions::parallel) the blocks load their slices and return partial sums, which Forward

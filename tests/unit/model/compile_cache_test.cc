@@ -184,6 +184,7 @@ TEST(CompileCacheTest, CachedLogitsAreBitwiseEqual) {
       {"llama_awq", "none", "auto"},       {"ds_v2_lite_awq", "none", "absorbed"},
       {"llama_f32", "none", "auto", "static:fp8"},
       {"ds_v2_lite", "none", "auto", "custom:mla=int8,experts=int4,default=bf16"},
+      {"llama_bf16_tied", "none", "auto", "custom:lm_head=int8"},  // a quantized lm_head copy
   };
   for (const auto& c : kCases) {
     SCOPED_TRACE(std::string(c.fixture) + " quant=" + c.quant + " mla=" + c.mla_mode +

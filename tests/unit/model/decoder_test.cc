@@ -1,6 +1,7 @@
 // The decoder skeleton (model/layers/decoder.h) with stand-in attention and FFN blocks: the
 // order it calls them in, the pre-norm residual wiring checked against a host computation, the
-// tied lm_head fallback, and the active-bytes figure from the blocks' InactiveBytesPerToken.
+// tied lm_head fallback, and the active-weights figures from the blocks' InactivePerToken and
+// the embedding table.
 #include "model/layers/decoder.h"
 
 #include <gtest/gtest.h>
@@ -75,7 +76,7 @@ class FakeFfn final : public FfnBlock {
     for (int64_t i = 0; i < h.numel(); ++i) out.as<float>()[i] = Apply(h.as<const float>()[i]);
     return out;
   }
-  uint64_t InactiveBytesPerToken() const override { return 8; }
+  Inactive InactivePerToken() const override { return {8, 2}; }
   static double Apply(double v) { return -0.5 * v * v + 0.25; }
 
  private:
@@ -198,7 +199,11 @@ TEST_F(DecoderTest, ForwardWiresNormsBlocksAndResidualInOrder) {
   // Every tensor is f32: embed + lm_head + 2 norms per layer + the final norm.
   const uint64_t weights = (2 * kVocab * kHidden + (2 * kLayers + 1) * kHidden) * 4;
   EXPECT_EQ((*model)->info().weight_bytes, weights);
-  EXPECT_EQ((*model)->info().active_weight_bytes_per_token, weights - 8 * kLayers);
+  // A decode step reads no more of the embedding table than its tokens' rows.
+  EXPECT_EQ((*model)->info().active_weight_bytes_per_token,
+            weights - 8 * kLayers - kVocab * kHidden * 4);
+  EXPECT_EQ((*model)->info().active_parameters_per_token,
+            (*model)->info().num_parameters - 2 * kLayers - kVocab * kHidden);
   EXPECT_EQ((*model)->info().kv_bytes_per_token, static_cast<size_t>(kLayers * 4 * 4));
   ExpectLogits(**model, "lm_head.weight");
 }
@@ -211,6 +216,9 @@ TEST_F(DecoderTest, TiedEmbeddingServesAsLmHeadWhenAbsent) {
   auto model = Load(*ckpt);
   ASSERT_TRUE(model.ok()) << model.status().message();
   ExpectLogits(**model, "model.embed_tokens.weight");
+  // lm_head is the table: a decode step reads all of it.
+  const uint64_t weights = (kVocab * kHidden + (2 * kLayers + 1) * kHidden) * 4;
+  EXPECT_EQ((*model)->info().active_weight_bytes_per_token, weights - 8 * kLayers);
 }
 
 TEST_F(DecoderTest, MissingLmHeadWithoutTyingIsAnError) {

@@ -16,16 +16,20 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 
 #include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/reference/reference_backend.h"
 #include "io/safetensors.h"
+#include "io/safetensors_writer.h"
 #include "model/model.h"
 #include "model/sequence_runner.h"
 #include "weights/precision_policy.h"
 #include "weights/weight_plan.h"
+#include "unit/io/io_test_util.h"
 
 namespace dh {
 namespace {
@@ -49,7 +53,7 @@ struct Loaded {
   ModelInfo info;
 };
 
-Result<Loaded> Load(const std::string& fixture, const std::string& backend_name,
+Result<Loaded> Load(const fs::path& fixture, const std::string& backend_name,
                     const std::string& policy, const std::string& mla_mode = "auto") {
   auto backend = MakeBackend(backend_name);
   LoadOptions o;
@@ -196,6 +200,61 @@ TEST(PolicyModelTest, BackendsAgreeOnFp8Policy) {
     cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);
     ASSERT_TRUE(ref.ok() && cpu.ok()) << policy;
     EXPECT_LE(RelativeRmsError(cpu->logits, ref->logits), 1e-4) << policy;
+  }
+}
+
+// A tied table whose lm_head the policy quantizes: the embedding stays dense for the lookups and
+// lm_head is a quantized copy. The logits equal those of the same checkpoint untied (lm_head
+// stored as a copy of the table) under the same policy, to the bit; the copy's bytes count once
+// more, and a decode step's bytes leave the embedding table out.
+TEST(PolicyModelTest, TiedTableGetsAQuantizedLmHeadCopy) {
+  const fs::path tied = kFixtures / "llama_bf16_tied";
+  if (!fs::exists(tied)) GTEST_SKIP() << "fixture llama_bf16_tied is absent";
+  testing::TempDir untied_dir;
+  {
+    auto ckpt = Checkpoint::Open(tied.string());
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const TensorInfo* t : ckpt->tensors()) tensors.emplace_back(t->name, t->View());
+    tensors.emplace_back("lm_head.weight", ckpt->Find("model.embed_tokens.weight")->View());
+    ASSERT_TRUE(WriteSafetensors(untied_dir.File("model.safetensors"), tensors).ok());
+    std::ifstream in(tied / "config.json");
+    std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string from = "\"tie_word_embeddings\": true";
+    ASSERT_NE(config.find(from), std::string::npos);
+    config.replace(config.find(from), from.size(), "\"tie_word_embeddings\": false");
+    testing::WriteFile(untied_dir.File("config.json"), config);
+  }
+  const int64_t vocab = 384, hidden = 64, table_bytes = vocab * hidden * 2;
+  for (const char* backend : {"reference", "cpu"}) {
+    auto stored = Load("llama_bf16_tied", backend, "");
+    ASSERT_TRUE(stored.ok()) << stored.status().message();
+    EXPECT_EQ(stored->info.active_weight_bytes_per_token, stored->info.weight_bytes);
+    for (const char* policy : {"custom:lm_head=int8", "custom:lm_head=int4"}) {
+      SCOPED_TRACE(std::string(backend) + " " + policy);
+      auto got = Load("llama_bf16_tied", backend, policy);
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      auto untied = Load(untied_dir.path(), backend, policy);
+      ASSERT_TRUE(untied.ok()) << untied.status().message();
+      EXPECT_EQ(got->logits, untied->logits);
+      const double err = RelativeRmsError(got->logits, stored->logits);
+      EXPECT_GT(err, 1e-6) << "lm_head was not quantized";
+      EXPECT_LE(err, std::string(policy).find("int8") != std::string::npos ? 0.03 : 0.30);
+      // The embedding is still counted in bf16; the copy adds its own format's bytes.
+      const bool int8 = std::string(policy).find("int8") != std::string::npos;
+      const int64_t copy = int8 ? vocab * hidden + vocab * 2 * 2
+                                : vocab * hidden / 2 + vocab * 2 * 2 + vocab * 1;
+      auto want = stored->info.bytes_by_dtype;
+      want[int8 ? "int8" : "int4"] += copy;
+      EXPECT_EQ(got->info.bytes_by_dtype, want);
+      EXPECT_EQ(got->info.weight_bytes, stored->info.weight_bytes + copy);
+      EXPECT_EQ(got->info.active_weight_bytes_per_token, got->info.weight_bytes - table_bytes);
+      EXPECT_EQ(got->info.num_parameters, stored->info.num_parameters);  // a copy, not more
+      EXPECT_EQ(got->info.active_parameters_per_token, stored->info.active_parameters_per_token);
+      EXPECT_EQ(got->info.active_parameters_per_token, untied->info.active_parameters_per_token);
+      EXPECT_EQ(got->info.active_weight_bytes_per_token,
+                untied->info.active_weight_bytes_per_token);
+    }
   }
 }
 
