@@ -8,6 +8,7 @@
 // inside an anonymous namespace. The first section maps a few vector operations onto the width's
 // intrinsics; everything after it is width-independent. No include guard on purpose.
 
+
 namespace DH_IDOT_NS {
 
 #if DH_IDOT_BITS == 512
@@ -36,6 +37,8 @@ DH_IDOT_TARGET inline VecF ToF(VecI a) { return _mm512_cvtepi32_ps(a); }
 DH_IDOT_TARGET inline float SumF(VecF v) { return _mm512_reduce_add_ps(v); }
 // Lane i of the result is v[idx[i]].
 DH_IDOT_TARGET inline VecF PermuteF(VecF v, VecI idx) { return _mm512_permutexvar_ps(idx, v); }
+// Lane i of the result is v[idx[i]] within i's own 128-bit quarter.
+DH_IDOT_TARGET inline VecF PermuteInHalvesF(VecF v, VecI idx) { return _mm512_permutevar_ps(v, idx); }
 // All lanes of f16 values at p, and the low 8 lanes from h (the rest zero), widened to f32.
 DH_IDOT_TARGET inline VecF WidenHalves(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -110,6 +113,9 @@ DH_IDOT_TARGET inline float SumF(VecF v) {
   return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 DH_IDOT_TARGET inline VecF PermuteF(VecF v, VecI idx) { return _mm256_permutevar8x32_ps(v, idx); }
+// Lane i of the result is v[idx[i]] within i's own 128-bit half (vpermilps: no lane crossing,
+// which Zen 1 runs at a third of vpermps's cost).
+DH_IDOT_TARGET inline VecF PermuteInHalvesF(VecF v, VecI idx) { return _mm256_permutevar_ps(v, idx); }
 DH_IDOT_TARGET inline VecF WidenHalves(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
@@ -199,21 +205,29 @@ DH_IDOT_TARGET inline VecF LoadScales(const uint16_t* s, int count, int64_t left
 // groups is formed once (z * scale is exact in f32: at most 16 significant bits) and subtracted
 // lane-wise into facc[r] (only the accumulators' lane sum is used); tail[r] gets the last
 // groups'.
+// (zero nibble + offset) * scale of the kLanes groups from g (a multiple of kLanes), their
+// scales already widened in `scales`.
+DH_IDOT_TARGET inline __attribute__((always_inline)) VecF ZeroTimesScale(const uint8_t* z,
+                                                                         int64_t g, VecF off,
+                                                                         VecF scales) {
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  uint64_t zw = 0;  // kLanes zero nibbles
+  std::memcpy(&zw, z + g / 2, kLanes / 2);
+  const __m128i zb = _mm_cvtsi64_si128(static_cast<int64_t>(zw));
+  const __m128i nib =
+      _mm_unpacklo_epi8(_mm_and_si128(zb, low4), _mm_and_si128(_mm_srli_epi16(zb, 4), low4));
+  return MulF(AddF(ToF(WidenBytes(nib)), off), scales);  // z + offset exact: small integers
+}
+
+// Groups [g0, n) (g0 a multiple of kLanes; the groups before it were added by the caller).
 template <int MR>
 DH_IDOT_TARGET inline __attribute__((always_inline)) void AddMins(
-    const uint16_t* s, const uint8_t* z, int offset, const float* const* gsum, int64_t n,
-    VecF* facc, float* tail) {
-  const __m128i low4 = _mm_set1_epi8(0x0f);
+    const uint16_t* s, const uint8_t* z, int offset, const float* const* gsum, int64_t g0,
+    int64_t n, VecF* facc, float* tail) {
   const VecF off = SetF(static_cast<float>(offset));
-  int64_t g = 0;
+  int64_t g = g0;
   for (; g + kLanes <= n; g += kLanes) {
-    uint64_t zw = 0;  // kLanes zero nibbles
-    std::memcpy(&zw, z + g / 2, kLanes / 2);
-    const __m128i zb = _mm_cvtsi64_si128(static_cast<int64_t>(zw));
-    const __m128i nib =
-        _mm_unpacklo_epi8(_mm_and_si128(zb, low4), _mm_and_si128(_mm_srli_epi16(zb, 4), low4));
-    const VecF zf = AddF(ToF(WidenBytes(nib)), off);  // exact: small integers
-    const VecF zs = MulF(zf, WidenHalves(s + g));
+    const VecF zs = ZeroTimesScale(z, g, off, WidenHalves(s + g));
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) facc[r] = FnmaF(zs, LoadF(gsum[r] + g), facc[r]);
   }
@@ -282,6 +296,21 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void Chunk(
 
 constexpr int64_t ChunkColsOf(bool int4) { return int4 ? 2 * kBytes : kBytes; }
 
+// One row of x streams each weight row once, and on Zen 1 (256 bits) the hardware prefetcher
+// left the two-thread M = 1 int4 kernel at ~80 % of its in-cache rate from memory: the 256-bit
+// kernels prefetch the codes kPrefetchAhead bytes ahead (rows lie back to back, so this runs
+// into the next rows), M = 1 int4 in bench_quant 690 -> 610 us (bench/README.md "Zen 1, session
+// 12"). The 512-bit kernel keeps the hardware's (not measured with it).
+constexpr int64_t kPrefetchAhead = 512;
+DH_IDOT_TARGET inline __attribute__((always_inline)) void PrefetchCodes(const uint8_t* p,
+                                                                        int64_t bytes) {
+  if constexpr (DH_IDOT_BITS == 256) {
+    for (int64_t i = 0; i < bytes; i += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + i), _MM_HINT_T0);
+    }
+  }
+}
+
 // Output rows [n_begin, n_end) for x rows [r0, r0 + MR): each vector of weight codes is loaded
 // once and multiplied with the MR rows of quantized x. kMode is a template parameter so the chunk
 // loop has no branches. kPer (kPermute only): the groups per chunk when known at compile time
@@ -300,13 +329,33 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
   const int per_chunk = kPermLike ? static_cast<int>(kChunkCols / g) : 1;
   static_assert(kPer == 0 || (kMode == ScaleMode::kPermute && kLanes % kPer == 0));
   constexpr int kSuper = kPer > 0 ? kLanes / kPer : 1;  // chunks per vector of scales
-  VecI super_idx[kSuper];  // lane i of chunk c: group c * kPer + i * kLaneCols / g
+  // Lane i of chunk c takes group c * kPer + i * kPer / kLanes of the run's kLanes groups. On 256
+  // bits the run's scales are first arranged so that every chunk finds its groups within each
+  // 128-bit half (half_order: half h holds, chunk after chunk, the groups of the chunk's half h),
+  // and each chunk picks them with an in-half permute (super_idx) instead of crossing halves.
+  VecI super_idx[kSuper];
+  [[maybe_unused]] VecI half_order = ZeroI();
+  // 256-bit int4 groups of 32 (kPer 2): a group is one x block, so the run forms the products
+  // x_scale * w_scale once per group.
+  constexpr bool kRunComb = DH_IDOT_BITS == 256 && kInt4 && kPer == 2;
   if constexpr (kPer > 0) {
+    constexpr int kHalf = kLanes / 2;
+    alignas(64) int32_t order[kLanes];
     for (int c = 0; c < kSuper; ++c) {
       alignas(64) int32_t lanes[kLanes];
-      for (int i = 0; i < kLanes; ++i) lanes[i] = static_cast<int32_t>(c * kPer + i * kLaneCols / g);
+      for (int i = 0; i < kLanes; ++i) {
+        const int group = c * kPer + i * kPer / kLanes;
+        if constexpr (DH_IDOT_BITS == 256) {
+          const int h = i / kHalf, slot = c * kPer / 2 + (i % kHalf) * kPer / kLanes;
+          order[h * kHalf + slot] = group;
+          lanes[i] = slot;
+        } else {
+          lanes[i] = group;
+        }
+      }
       super_idx[c] = LoadI(lanes);
     }
+    if constexpr (DH_IDOT_BITS == 256) half_order = LoadI(order);
   }
   const int64_t chunks_per_group = kMode == ScaleMode::kPerChunk ? g / kChunkCols : 1;
   alignas(64) int32_t idx_lanes[kLanes];
@@ -371,6 +420,7 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
       // Runs of kLanes groups (kRun chunks): x block scale times weight scale once per group,
       // then broadcast (one group per chunk) or permuted (several) onto each chunk's lanes.
       for (; b + kRun32 * kBytes <= full; b += kRun32 * kBytes) {
+        PrefetchCodes(q + b, kRun32 * kBytes);
         const int64_t g0 = b / kBytes * kGroups32;
         const VecF ws = WidenHalves(s + g0);
         VecF run_comb[MR];
@@ -396,13 +446,50 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
         }
       }
     }
+    [[maybe_unused]] int64_t mins_done = 0;  // int4: groups whose zero-point term is in facc2
     if constexpr (kPer > 0) {  // whole runs of kSuper chunks: kLanes groups, all in the row
+      [[maybe_unused]] const VecF off = SetF(static_cast<float>(a.zero_offset));
+      [[maybe_unused]] const uint8_t* z = kInt4 ? a.zeros + j * a.zero_stride : nullptr;
       for (; b + kSuper * kBytes <= full; b += kSuper * kBytes) {
-        const VecF sv = WidenHalves(s + b / kBytes * kPer);
+        const int64_t g0 = b / kBytes * kPer;
+        PrefetchCodes(q + b, kSuper * kBytes);
+        const VecF sv = WidenHalves(s + g0);
+        if constexpr (kInt4) {  // the run's zero-point term, from the scales widened here
+          const VecF zs = ZeroTimesScale(z, g0, off, sv);
 #pragma GCC unroll 16
-        for (int c = 0; c < kSuper; ++c) {
-          Chunk<MR, kInt4>(LoadI(q + b + c * kBytes), PermuteF(sv, super_idx[c]), b + c * kBytes,
-                           half, xc, xl, (c & 1) != 0 ? facc2 : facc);
+          for (int r = 0; r < MR; ++r) facc2[r] = FnmaF(zs, LoadF(gs[r] + g0), facc2[r]);
+          mins_done = g0 + kLanes;
+        }
+        if constexpr (kRunComb) {
+          // int4 groups of 32 = x blocks: x_scale * w_scale once per group for the run, then
+          // each chunk picks its two products from its halves.
+          VecF arranged[MR];
+#pragma GCC unroll 16
+          for (int r = 0; r < MR; ++r) {
+            arranged[r] = PermuteF(MulF(sv, LoadF(xb[r] + g0)), half_order);
+          }
+#pragma GCC unroll 16
+          for (int c = 0; c < kSuper; ++c) {
+            VecF comb[MR];
+#pragma GCC unroll 16
+            for (int r = 0; r < MR; ++r) comb[r] = PermuteInHalvesF(arranged[r], super_idx[c]);
+            Chunk<MR, kInt4>(LoadI(q + b + c * kBytes), ZeroF(), b + c * kBytes, half, xc, xl,
+                             (c & 1) != 0 ? facc2 : facc, comb);
+          }
+        } else {
+          VecF arranged = sv;
+          if constexpr (DH_IDOT_BITS == 256) arranged = PermuteF(sv, half_order);
+#pragma GCC unroll 16
+          for (int c = 0; c < kSuper; ++c) {
+            VecF wsl;
+            if constexpr (DH_IDOT_BITS == 256) {
+              wsl = PermuteInHalvesF(arranged, super_idx[c]);
+            } else {
+              wsl = PermuteF(sv, super_idx[c]);
+            }
+            Chunk<MR, kInt4>(LoadI(q + b + c * kBytes), wsl, b + c * kBytes, half, xc, xl,
+                             (c & 1) != 0 ? facc2 : facc);
+          }
         }
       }
     }
@@ -425,7 +512,8 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
     const float bias = a.bias ? a.bias[j] : 0.0f;
     float min_tail[MR] = {};
     if constexpr (kInt4) {
-      AddMins<MR>(s, a.zeros + j * a.zero_stride, a.zero_offset, gs, ngroups, facc2, min_tail);
+      AddMins<MR>(s, a.zeros + j * a.zero_stride, a.zero_offset, gs, mins_done, ngroups, facc2,
+                  min_tail);
     }
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
