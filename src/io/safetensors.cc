@@ -12,6 +12,8 @@
 #include <set>
 
 #include "base/checked_math.h"
+#include "base/log.h"
+#include "base/memory_info.h"
 #include "io/json_util.h"
 
 namespace dh {
@@ -324,12 +326,33 @@ Result<Checkpoint> Checkpoint::Open(const std::string& dir, const FileLoadOption
         "{}: no model.safetensors, model.safetensors.index.json or *.safetensors file found", dir);
   }
 
+  // Reading into memory (--no-mmap) a checkpoint larger than the memory left would end in the
+  // OOM killer (e.g. a 31 GB bf16 DeepSeek-V2-Lite quantized at load on a 24 GiB machine): map it
+  // instead, whose pages the kernel can drop and read again.
+  FileLoadOptions file_options = options;
+  if (!options.use_mmap) {
+    uint64_t bytes = 0;
+    for (const std::string& name : names) {
+      struct stat shard;
+      if (::stat((dir + "/" + name).c_str(), &shard) == 0) {
+        bytes = CheckedAdd(bytes, static_cast<uint64_t>(shard.st_size)).value_or(UINT64_MAX);
+      }
+    }
+    const MemoryInfo mem = ReadMemoryInfo();
+    if (mem.available > 0 && bytes > mem.available) {
+      DH_LOG(Warning, "{}: the checkpoint's {} exceed the {} of memory left ({}): mapping its "
+             "files instead of reading them in (--no-mmap)", dir, FormatBytes(bytes),
+             FormatBytes(mem.available), mem.source);
+      file_options.use_mmap = true;
+    }
+  }
   Checkpoint ckpt;
   ckpt.dir_ = dir;
+  ckpt.read_into_memory_ = !file_options.use_mmap;
   std::map<std::string, const SafetensorsFile*> by_shard;
   for (size_t i = 0; i < names.size(); ++i) {
     DH_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
-                        SafetensorsFile::Open(dir + "/" + names[i], options));
+                        SafetensorsFile::Open(dir + "/" + names[i], file_options));
     std::shared_ptr<SafetensorsFile> shared(std::move(file));
     for (const TensorInfo& t : shared->tensors()) {
       auto [it, inserted] = ckpt.by_name_.emplace(t.name, &t);

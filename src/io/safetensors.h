@@ -77,9 +77,13 @@ class Checkpoint {
   uint64_t total_bytes() const { return total_bytes_; }
   const std::string& dir() const { return dir_; }
   size_t num_files() const { return files_.size(); }
+  // Whether the files were read into memory (FileLoadOptions::use_mmap false, and the files fit
+  // in the memory left; else they are mapped).
+  bool read_into_memory() const { return read_into_memory_; }
 
  private:
   std::string dir_;
+  bool read_into_memory_ = false;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::unordered_map<std::string, const TensorInfo*> by_name_;
   std::vector<const TensorInfo*> ordered_;

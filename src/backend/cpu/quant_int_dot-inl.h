@@ -8,7 +8,6 @@
 // inside an anonymous namespace. The first section maps a few vector operations onto the width's
 // intrinsics; everything after it is width-independent. No include guard on purpose.
 
-
 namespace DH_IDOT_NS {
 
 #if DH_IDOT_BITS == 512
@@ -200,11 +199,6 @@ DH_IDOT_TARGET inline VecF LoadScales(const uint16_t* s, int count, int64_t left
   return WidenHalves8(h);
 }
 
-// The int4 zero-point term, sum over the n groups of min[g] * gsum_r[g] with min[g] =
-// -(zero nibble + offset) * scale[g], for MR rows of x at once: the min vector of each kLanes
-// groups is formed once (z * scale is exact in f32: at most 16 significant bits) and subtracted
-// lane-wise into facc[r] (only the accumulators' lane sum is used); tail[r] gets the last
-// groups'.
 // (zero nibble + offset) * scale of the kLanes groups from g (a multiple of kLanes), their
 // scales already widened in `scales`.
 DH_IDOT_TARGET inline __attribute__((always_inline)) VecF ZeroTimesScale(const uint8_t* z,
@@ -219,7 +213,11 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) VecF ZeroTimesScale(const u
   return MulF(AddF(ToF(WidenBytes(nib)), off), scales);  // z + offset exact: small integers
 }
 
-// Groups [g0, n) (g0 a multiple of kLanes; the groups before it were added by the caller).
+// The int4 zero-point term, sum over the n groups of min[g] * gsum_r[g] with min[g] =
+// -(zero nibble + offset) * scale[g], for MR rows of x at once: the min vector of each kLanes
+// groups is formed once (z * scale is exact in f32: at most 16 significant bits) and subtracted
+// lane-wise into facc[r] (only the accumulators' lane sum is used); tail[r] gets the last
+// groups'. Groups [g0, n) only: g0 is a multiple of kLanes, the groups before it the caller's.
 template <int MR>
 DH_IDOT_TARGET inline __attribute__((always_inline)) void AddMins(
     const uint16_t* s, const uint8_t* z, int offset, const float* const* gsum, int64_t g0,

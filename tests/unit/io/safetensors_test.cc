@@ -256,6 +256,28 @@ TEST(CheckpointTest, OpensSingleFile) {
   EXPECT_EQ(r->Find("zzz"), nullptr);
 }
 
+// --no-mmap reads the files into memory only when they fit in the memory left
+// (DEEPHARNESS_MEM_AVAILABLE simulates a machine); otherwise they are mapped, not OOM-killed.
+TEST(CheckpointTest, NoMmapMapsACheckpointLargerThanTheMemoryLeft) {
+  TempDir dir;
+  WriteTensors(dir.File("model.safetensors"), {"a", "b"}, 1);
+  const FileLoadOptions no_mmap{.use_mmap = false};
+  ASSERT_EQ(setenv("DEEPHARNESS_MEM_AVAILABLE", "100", 1), 0);  // bytes: less than the file
+  auto mapped = Checkpoint::Open(dir.path(), no_mmap);
+  ASSERT_EQ(setenv("DEEPHARNESS_MEM_AVAILABLE", "64GiB", 1), 0);
+  auto read = Checkpoint::Open(dir.path(), no_mmap);
+  auto default_mmap = Checkpoint::Open(dir.path());
+  unsetenv("DEEPHARNESS_MEM_AVAILABLE");
+  ASSERT_TRUE(mapped.ok() && read.ok() && default_mmap.ok());
+  EXPECT_FALSE(mapped->read_into_memory());
+  EXPECT_TRUE(read->read_into_memory());
+  EXPECT_FALSE(default_mmap->read_into_memory());
+  const TensorInfo* a = mapped->Find("b");
+  const TensorInfo* b = read->Find("b");
+  ASSERT_TRUE(a != nullptr && b != nullptr && a->nbytes == b->nbytes);
+  EXPECT_EQ(std::memcmp(a->data, b->data, a->nbytes), 0);
+}
+
 TEST(CheckpointTest, OpensShardedIndex) {
   TempDir dir;
   WriteTensors(dir.File("model-00001-of-00002.safetensors"), {"a", "b"}, 1);
