@@ -38,6 +38,8 @@ DH_IDOT_TARGET inline float SumF(VecF v) { return _mm512_reduce_add_ps(v); }
 DH_IDOT_TARGET inline VecF PermuteF(VecF v, VecI idx) { return _mm512_permutexvar_ps(idx, v); }
 // Lane i of the result is v[idx[i]] within i's own 128-bit quarter.
 DH_IDOT_TARGET inline VecF PermuteInHalvesF(VecF v, VecI idx) { return _mm512_permutevar_ps(v, idx); }
+// Not used on 512 bits (the kBlock32 runs are 256-bit only); for the shared template.
+DH_IDOT_TARGET inline VecF BothHalvesF(VecF v, bool) { return v; }
 // All lanes of f16 values at p, and the low 8 lanes from h (the rest zero), widened to f32.
 DH_IDOT_TARGET inline VecF WidenHalves(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -115,6 +117,11 @@ DH_IDOT_TARGET inline VecF PermuteF(VecF v, VecI idx) { return _mm256_permutevar
 // Lane i of the result is v[idx[i]] within i's own 128-bit half (vpermilps: no lane crossing,
 // which Zen 1 runs at a third of vpermps's cost).
 DH_IDOT_TARGET inline VecF PermuteInHalvesF(VecF v, VecI idx) { return _mm256_permutevar_ps(v, idx); }
+// v's low (high == false) or high 128-bit half in both halves.
+DH_IDOT_TARGET inline VecF BothHalvesF(VecF v, bool high) {
+  const __m128 h = high ? _mm256_extractf128_ps(v, 1) : _mm256_castps256_ps128(v);
+  return _mm256_insertf128_ps(_mm256_castps128_ps256(h), h, 1);
+}
 DH_IDOT_TARGET inline VecF WidenHalves(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
@@ -295,11 +302,13 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void Chunk(
 constexpr int64_t ChunkColsOf(bool int4) { return int4 ? 2 * kBytes : kBytes; }
 
 // One row of x streams each weight row once, and on Zen 1 (256 bits) the hardware prefetcher
-// left the two-thread M = 1 int4 kernel at ~80 % of its in-cache rate from memory: the 256-bit
+// left the two-thread M = 1 kernels well below their in-cache rate from memory: the 256-bit
 // kernels prefetch the codes kPrefetchAhead bytes ahead (rows lie back to back, so this runs
-// into the next rows), M = 1 int4 in bench_quant 690 -> 610 us (bench/README.md "Zen 1, session
-// 12"). The 512-bit kernel keeps the hardware's (not measured with it).
-constexpr int64_t kPrefetchAhead = 512;
+// into the next rows). bench_quant M = 1, 8960 x 1536, two threads, 512 / 1024 / 2048 bytes
+// ahead alternated twice: int8 1073-1121 / 997-1021 / 978-1002 us, int4 639-648 / 618-621 /
+// 608-642 us (none: int8 1149, int4 682-708; bench/README.md "Zen 1, session 12"). The 512-bit
+// kernel keeps the hardware's (not measured with it).
+constexpr int64_t kPrefetchAhead = 1024;
 DH_IDOT_TARGET inline __attribute__((always_inline)) void PrefetchCodes(const uint8_t* p,
                                                                         int64_t bytes) {
   if constexpr (DH_IDOT_BITS == 256) {
@@ -364,11 +373,13 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
   constexpr int kGroups32 = static_cast<int>(kChunkCols / 32);  // kBlock32: groups per chunk
   constexpr int kRun32 = kLanes / kGroups32;  // kBlock32: chunks per kLanes groups
   VecI run_idx[kRun32];  // kBlock32, lane i of chunk c: group c * kGroups32 + i * kLaneCols / 32
-  if constexpr (kMode == ScaleMode::kBlock32 && kGroups32 > 1) {
+  if constexpr (kMode == ScaleMode::kBlock32) {
     for (int c = 0; c < kRun32; ++c) {
       alignas(64) int32_t lanes[kLanes];
       for (int i = 0; i < kLanes; ++i) {
-        lanes[i] = static_cast<int32_t>(c * kGroups32 + i * kLaneCols / 32);
+        // One group per chunk: group c, from the half that holds it twice (BothHalvesF).
+        lanes[i] = kGroups32 == 1 ? c % (kLanes / 2)
+                                  : static_cast<int32_t>(c * kGroups32 + i * kLaneCols / 32);
       }
       run_idx[c] = LoadI(lanes);
     }
@@ -421,12 +432,18 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
         PrefetchCodes(q + b, kRun32 * kBytes);
         const int64_t g0 = b / kBytes * kGroups32;
         const VecF ws = WidenHalves(s + g0);
+        // One group per chunk (int8): each chunk broadcasts its product from the half that holds
+        // it in both halves, an in-half permute (a store and 8 broadcast reloads per run cost
+        // 12-16 of 94 us in bench_quant on Zen 1; this 94 -> 89 us).
         VecF run_comb[MR];
-        alignas(64) float run_lanes[MR][kLanes];
+        VecF low_twice[MR], high_twice[MR];
 #pragma GCC unroll 16
         for (int r = 0; r < MR; ++r) {
           run_comb[r] = MulF(ws, LoadF(xb[r] + g0));
-          if constexpr (kGroups32 == 1) StoreF(run_lanes[r], run_comb[r]);
+          if constexpr (kGroups32 == 1) {
+            low_twice[r] = BothHalvesF(run_comb[r], false);
+            high_twice[r] = BothHalvesF(run_comb[r], true);
+          }
         }
 #pragma GCC unroll 16
         for (int c = 0; c < kRun32; ++c) {
@@ -434,7 +451,8 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
 #pragma GCC unroll 16
           for (int r = 0; r < MR; ++r) {
             if constexpr (kGroups32 == 1) {
-              comb[r] = SetF(run_lanes[r][c]);
+              comb[r] = PermuteInHalvesF(c < kLanes / 2 ? low_twice[r] : high_twice[r],
+                                         run_idx[c]);
             } else {
               comb[r] = PermuteF(run_comb[r], run_idx[c]);
             }
