@@ -96,18 +96,8 @@ double TimeAttention(CpuBackend& cpu, const Options& o, DType dtype, int seqs, i
   const int64_t tokens = static_cast<int64_t>(seqs) * queries;
   std::vector<float> q(tokens * o.hq * o.dk), out(tokens * o.hq * o.dv);
   FillRandom(q, 3);
-  AttentionMeta meta;
-  meta.num_seqs = seqs;
-  meta.num_tokens = static_cast<int>(tokens);
-  meta.block_size = kBlockSize;
-  meta.max_blocks_per_seq = blocks_per_seq;
-  meta.max_seq_len = o.ctx;
-  meta.query_start = Tensor(qs.data(), DType::kI32, {seqs + 1});
-  meta.seq_lens = Tensor(lens.data(), DType::kI32, {seqs});
-  meta.block_tables = Tensor(tables.data(), DType::kI32, {seqs, blocks_per_seq});
-  meta.host_query_start = qs;
-  meta.host_seq_lens = lens;
-  meta.host_block_tables = tables;
+  const AttentionMeta meta = HostAttentionMeta(qs, lens, tables, static_cast<int>(tokens),
+                                               kBlockSize, blocks_per_seq, o.ctx);
   const Tensor qt(q.data(), DType::kF32, {tokens, o.hq, o.dk});
   const Tensor ot(out.data(), DType::kF32, {tokens, o.hq, o.dv});
   const float scale = 1.0f / std::sqrt(static_cast<float>(o.dk));

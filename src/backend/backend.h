@@ -58,6 +58,29 @@ struct AttentionMeta {
   std::span<const int32_t> host_slot_mapping;
 };
 
+// AttentionMeta for num_seqs sequences over host arrays that outlive it, for backends whose
+// device memory is host memory (kernel tests, benchmarks): qs [num_seqs + 1] query starts, lens
+// [num_seqs], tables [num_seqs, max_blocks]; device tensors and host spans view the same data
+// (no slot mapping).
+inline AttentionMeta HostAttentionMeta(std::vector<int32_t>& qs, std::vector<int32_t>& lens,
+                                       std::vector<int32_t>& tables, int num_tokens,
+                                       int block_size, int max_blocks, int max_len) {
+  const int num_seqs = static_cast<int>(lens.size());
+  AttentionMeta meta;
+  meta.num_seqs = num_seqs;
+  meta.num_tokens = num_tokens;
+  meta.block_size = block_size;
+  meta.max_blocks_per_seq = max_blocks;
+  meta.max_seq_len = max_len;
+  meta.query_start = Tensor(qs.data(), DType::kI32, {num_seqs + 1});
+  meta.seq_lens = Tensor(lens.data(), DType::kI32, {num_seqs});
+  meta.block_tables = Tensor(tables.data(), DType::kI32, {num_seqs, max_blocks});
+  meta.host_query_start = qs;
+  meta.host_seq_lens = lens;
+  meta.host_block_tables = tables;
+  return meta;
+}
+
 // One layer's K or V cache as KvWrite writes it and Attention reads it: values [slots, heads,
 // dim] (dim 0 may be strided) stored as f32 or bf16, or quantized to f8e4m3 or i8 with f32
 // scales [slots, heads, groups]: element i of a head row is data * scales[slot, head,

@@ -109,7 +109,7 @@ int RunBlockCase(CpuBackend& cpu, ReferenceBackend& ref, DType dtype, const Bloc
   };
   const Tensor q = rows3(qbuf, c.dk), got = rows3(gotbuf, c.dv), want = rows3(wantbuf, c.dv);
   const AttentionMeta meta =
-      test::HostAttentionMeta(qs, lens, tables, num_tokens, c.block_size, max_blocks, max_len);
+      HostAttentionMeta(qs, lens, tables, num_tokens, c.block_size, max_blocks, max_len);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.dk));
   cpu.Attention(q, k_view, v_view, meta, scale, got);
   ref.Attention(q, k_view, v_view, meta, scale, want);

@@ -311,7 +311,7 @@ void RunAttentionCase(Backend& cpu, Backend& ref, const AttnCase& c, Rng& rng) {
   Owned q(DType::kF32, {num_tokens, c.hq, c.dk});
   rng.Fill(q, -2, 2);
   const AttentionMeta meta =
-      test::HostAttentionMeta(qs, lens, tables, num_tokens, c.block_size, max_blocks, max_len);
+      HostAttentionMeta(qs, lens, tables, num_tokens, c.block_size, max_blocks, max_len);
   Owned got(DType::kF32, {num_tokens, c.hq, c.dv}), want(DType::kF32, {num_tokens, c.hq, c.dv});
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.dk));
   cpu.Attention(q.t, k_cache, v_cache, meta, scale, got.t);

@@ -111,26 +111,4 @@ void ForEachTarget(Body body) {
 inline constexpr DType kKvCacheTypes[] = {DType::kF32, DType::kBF16, DType::kF8E4M3, DType::kI8};
 inline bool QuantizedCache(DType t) { return t == DType::kF8E4M3 || t == DType::kI8; }
 
-// AttentionMeta for num_seqs sequences over host arrays that outlive it: qs [num_seqs + 1]
-// query starts, lens [num_seqs], tables [num_seqs, max_blocks]; device tensors and host spans
-// view the same data.
-inline AttentionMeta HostAttentionMeta(std::vector<int32_t>& qs, std::vector<int32_t>& lens,
-                                       std::vector<int32_t>& tables, int num_tokens,
-                                       int block_size, int max_blocks, int max_len) {
-  const int num_seqs = static_cast<int>(lens.size());
-  AttentionMeta meta;
-  meta.num_seqs = num_seqs;
-  meta.num_tokens = num_tokens;
-  meta.block_size = block_size;
-  meta.max_blocks_per_seq = max_blocks;
-  meta.max_seq_len = max_len;
-  meta.query_start = Tensor(qs.data(), DType::kI32, {num_seqs + 1});
-  meta.seq_lens = Tensor(lens.data(), DType::kI32, {num_seqs});
-  meta.block_tables = Tensor(tables.data(), DType::kI32, {num_seqs, max_blocks});
-  meta.host_query_start = qs;
-  meta.host_seq_lens = lens;
-  meta.host_block_tables = tables;
-  return meta;
-}
-
 }  // namespace dh::test

@@ -174,7 +174,7 @@ int RunCase(Backend& cpu, Backend& ref, DType dtype, const QuantAttnCase& c, Rng
   Owned q(DType::kF32, {num_tokens, c.hq, c.dk});
   rng.Fill(q, -2, 2);
   const AttentionMeta meta =
-      test::HostAttentionMeta(qs, lens, tables, num_tokens, c.block_size, max_blocks, max_len);
+      HostAttentionMeta(qs, lens, tables, num_tokens, c.block_size, max_blocks, max_len);
   Owned got(DType::kF32, {num_tokens, c.hq, c.dv}), want(DType::kF32, {num_tokens, c.hq, c.dv});
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.dk));
   cpu.Attention(q.t, k_view, v_view, meta, scale, got.t);

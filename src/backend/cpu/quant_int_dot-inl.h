@@ -396,6 +396,17 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
     xl[r] = x.lane_scales.data() + (r0 + r) * x.lanes;
     gs[r] = x.group_sums.data() + (r0 + r) * x.groups;
   }
+  // kPer runs: a run's kLanes values laid out for its chunks (arrange, once per run), and chunk
+  // c's lanes picked from them (pick): on 256 bits through half_order and an in-half permute.
+  auto arrange = [&](VecF v) DH_IDOT_TARGET {
+    if constexpr (DH_IDOT_BITS == 256) return PermuteF(v, half_order);
+    return v;
+  };
+  auto pick = [&](VecF arranged, int c) DH_IDOT_TARGET {
+    if constexpr (DH_IDOT_BITS == 256) return PermuteInHalvesF(arranged, super_idx[c]);
+    return PermuteF(arranged, super_idx[c]);
+  };
+  [[maybe_unused]] const VecF zero_offset = SetF(static_cast<float>(a.zero_offset));
   const uint8_t* qbase = static_cast<const uint8_t*>(a.q);
   for (int64_t j = n_begin; j < n_end; ++j) {
     const uint8_t* q = qbase + j * a.q_stride;
@@ -464,48 +475,33 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
     }
     [[maybe_unused]] int64_t mins_done = 0;  // int4: groups whose zero-point term is in facc2
     if constexpr (kPer > 0) {  // whole runs of kSuper chunks: kLanes groups, all in the row
-      [[maybe_unused]] const VecF off = SetF(static_cast<float>(a.zero_offset));
       [[maybe_unused]] const uint8_t* z = kInt4 ? a.zeros + j * a.zero_stride : nullptr;
       for (; b + kSuper * kBytes <= full; b += kSuper * kBytes) {
         const int64_t g0 = b / kBytes * kPer;
         PrefetchCodes(q + b, kSuper * kBytes);
         const VecF sv = WidenHalves(s + g0);
         if constexpr (kInt4) {  // the run's zero-point term, from the scales widened here
-          const VecF zs = ZeroTimesScale(z, g0, off, sv);
+          const VecF zs = ZeroTimesScale(z, g0, zero_offset, sv);
 #pragma GCC unroll 16
           for (int r = 0; r < MR; ++r) facc2[r] = FnmaF(zs, LoadF(gs[r] + g0), facc2[r]);
           mins_done = g0 + kLanes;
         }
-        if constexpr (kRunComb) {
-          // int4 groups of 32 = x blocks: x_scale * w_scale once per group for the run, then
-          // each chunk picks its two products from its halves.
-          VecF arranged[MR];
+        // int4 groups of 32 = x blocks (kRunComb): the products x_scale * w_scale once per
+        // group for the run, each chunk picking its own; else each chunk its weight scales.
+        constexpr int kPicked = kRunComb ? MR : 1;  // products per x row, or the scales once
+        VecF arranged[kPicked];
 #pragma GCC unroll 16
-          for (int r = 0; r < MR; ++r) {
-            arranged[r] = PermuteF(MulF(sv, LoadF(xb[r] + g0)), half_order);
-          }
+        for (int r = 0; r < kPicked; ++r) {
+          arranged[r] = arrange(kRunComb ? MulF(sv, LoadF(xb[r] + g0)) : sv);
+        }
 #pragma GCC unroll 16
-          for (int c = 0; c < kSuper; ++c) {
-            VecF comb[MR];
+        for (int c = 0; c < kSuper; ++c) {
+          VecF comb[kPicked];
 #pragma GCC unroll 16
-            for (int r = 0; r < MR; ++r) comb[r] = PermuteInHalvesF(arranged[r], super_idx[c]);
-            Chunk<MR, kInt4>(LoadI(q + b + c * kBytes), ZeroF(), b + c * kBytes, half, xc, xl,
-                             (c & 1) != 0 ? facc2 : facc, comb);
-          }
-        } else {
-          VecF arranged = sv;
-          if constexpr (DH_IDOT_BITS == 256) arranged = PermuteF(sv, half_order);
-#pragma GCC unroll 16
-          for (int c = 0; c < kSuper; ++c) {
-            VecF wsl;
-            if constexpr (DH_IDOT_BITS == 256) {
-              wsl = PermuteInHalvesF(arranged, super_idx[c]);
-            } else {
-              wsl = PermuteF(sv, super_idx[c]);
-            }
-            Chunk<MR, kInt4>(LoadI(q + b + c * kBytes), wsl, b + c * kBytes, half, xc, xl,
-                             (c & 1) != 0 ? facc2 : facc);
-          }
+          for (int r = 0; r < kPicked; ++r) comb[r] = pick(arranged[r], c);
+          Chunk<MR, kInt4>(LoadI(q + b + c * kBytes), kRunComb ? ZeroF() : comb[0],
+                           b + c * kBytes, half, xc, xl, (c & 1) != 0 ? facc2 : facc,
+                           kRunComb ? comb : nullptr);
         }
       }
     }
