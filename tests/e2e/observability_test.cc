@@ -176,9 +176,10 @@ TEST_F(Observability, TraceHoldsStepsLayersOpsAndRequestPhases) {
   // Names from CpuBackend::MatMul's table; the prompt (3 rows) and the decode steps (1 row)
   // take the GEMV kernel.
   const std::set<std::string> known = {
-      "gemv",         "gemm",           "gemm-tiled",         "gemm-bf16dot",
-      "gemv-int-dot", "gemm-int-dot",   "gemv-quant-f32",     "gemv-fp8-f16decode",
-      "gemv-dequant", "gemm-dequant",   "gemm-tiled-dequant", "reference"};
+      "gemv",         "gemm",           "gemm-tiled",         "gemm-panels",
+      "gemm-bf16dot", "gemv-int-dot",   "gemm-int-dot",       "gemv-quant-f32",
+      "gemv-fp8-f16decode", "gemv-dequant", "gemm-dequant",   "gemm-tiled-dequant",
+      "gemm-panels-dequant", "reference"};
   EXPECT_TRUE(matmul_kernels.count("gemv"));
   for (const std::string& k : matmul_kernels) EXPECT_TRUE(known.count(k)) << "'" << k << "'";
   for (const char* n : {"engine.step", "forward", "embedding", "model.layers.0", "model.layers.2",
@@ -230,9 +231,12 @@ TEST_F(Observability, ProfileNamesKernelsAndDecodesAfterThePrompt) {
   EXPECT_EQ(phases[1].at("name"), "decode");
   bool gemm = false;
   for (const Json& r : phases[0].at("by_kernel")) {
-    gemm = gemm || r.at("name").get<std::string>().rfind("MatMul gemm-tiled ", 0) == 0;
+    const std::string name = r.at("name").get<std::string>();
+    gemm = gemm || name.rfind("MatMul gemm-tiled ", 0) == 0 ||
+           name.rfind("MatMul gemm-panels ", 0) == 0;
   }
-  EXPECT_TRUE(gemm) << phases[0].at("by_kernel").dump();  // 40 prompt rows: the tiled GEMM
+  // 40 prompt rows: the tiled GEMM, or its packed panels on a 16-register target.
+  EXPECT_TRUE(gemm) << phases[0].at("by_kernel").dump();
   const Json decode = row(phases[1], "by_op", "Attention");
   const Json decode_empty = row(without.at("phases")[0], "by_op", "Attention");
   ASSERT_FALSE(decode.is_null());

@@ -389,9 +389,21 @@ TEST_F(ConformanceTest, TraceShowsTheSimdKernelsRan) {
   bf16_call.m = 5;
   bf16_call.k = 16;
   bf16_call.wtype = cpu::WType::kBF16;
-  const std::string gemm = cpu::UseBf16Dot(bf16_call) ? "gemm-bf16dot" : "gemm-tiled";
+  const std::string gemm = cpu::UseBf16Dot(bf16_call) ? "gemm-bf16dot" : "gemm-tiled";  // 5 rows
   EXPECT_NE(log.find("matmul " + gemm + " bf16 M=5 N=8 K=16 target="), std::string::npos) << log;
   EXPECT_NE(log.find("rmsnorm T=5 H=16"), std::string::npos) << log;
+  // 40 rows: the packed panels on a 16-register target (gemm.h GemmUsesPanels).
+  Owned x40(DType::kF32, {40, 16}), out40(DType::kF32, {40, 8});
+  rng.Fill(x40);
+  ::testing::internal::CaptureStderr();
+  traced.MatMul(x40.t, Weight::Dense(w.t), Tensor(), out40.t);
+  const std::string log40 = ::testing::internal::GetCapturedStderr();
+  bf16_call.m = 40;
+  const std::string gemm40 = cpu::UseBf16Dot(bf16_call) ? "gemm-bf16dot"
+                             : cpu::GemmUsesPanels(40, cpu::WType::kBF16, false) ? "gemm-panels"
+                                                                                  : "gemm-tiled";
+  EXPECT_NE(log40.find("matmul " + gemm40 + " bf16 M=40 N=8 K=16 target="), std::string::npos)
+      << log40;
   EXPECT_NE(log.find("silu_mul T=5 I=16"), std::string::npos) << log;
   EXPECT_EQ(log.find("reference"), std::string::npos) << log;
   EXPECT_EQ(log.find(gemm + " bf16 M=5"), log.rfind(gemm + " bf16 M=5")) << log;

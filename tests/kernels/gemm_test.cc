@@ -91,7 +91,7 @@ class GemmTest : public ::testing::Test {
                                           float* dst) {
       std::lock_guard<std::mutex> lock(mu);
       EXPECT_LE(count, cpu::GemmMaxBlockRows());
-      EXPECT_LE(cn, cpu::kGemmKcMax);
+      EXPECT_TRUE(cn <= cpu::kGemmKcMax || (c0 == 0 && cn == k)) << c0 << "+" << cn;
       EXPECT_EQ(c0 % cpu::kGemmKcUnit, 0);
       for (int64_t r = 0; r < count; ++r) {
         for (int64_t c = 0; c < cn; ++c) {
@@ -169,9 +169,13 @@ TEST_F(GemmTest, LargerShapesSeveralKBlocks) {
   // K > kGemmKcMax (split into blocks, the last one ragged), m > 8 (several row tiles), n over
   // several row blocks with ragged ends; 5-8 rows whose whole rows overflow the L1 x tile (passed
   // over each block in two halves on AVX3, the second half of 1-4 rows).
+  // From GemmPackedMinRows rows the 16-register targets pack the weights into panels: ragged
+  // panels (n not a multiple of 16 or 8), columns left over from the 8 x 8 / 4 x 4 squares, row
+  // tiles of 1-5, more rows than one pass over a block (kPackMc).
   const Shape shapes[] = {{9, 50, 1030},  {20, 97, 2100}, {33, 13, 700},   {48, 200, 64},
                           {8, 301, 1500}, {64, 6, 16},    {17, 145, 4099}, {4, 49, 31},
-                          {6, 40, 1536},  {7, 31, 1100},  {5, 23, 2048}};
+                          {6, 40, 1536},  {7, 31, 1100},  {5, 23, 2048},   {100, 70, 530},
+                          {203, 97, 300}, {65, 101, 1030}};
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
     ForEachTarget([&] {
@@ -194,6 +198,22 @@ TEST_F(GemmTest, WeightRowsFromCallback) {
     CheckShape(4, 29, 37, DType::kBF16, true, true, pool);
     CheckShape(17, 100, 1300, DType::kF32, false, true, pool);
     CheckShape(40, 7, 2500, DType::kF16, true, true, pool);
+    CheckShape(70, 50, 1100, DType::kBF16, true, true, pool);  // packed panels from f32 rows
+  });
+}
+
+// Which calls take the packed panels: the 16-register targets from GemmPackedMinRows rows (32
+// for bf16 / f16 weights, 64 for f32 ones and rows from a callback), never AVX3.
+TEST_F(GemmTest, PackedPanelsFromTheirRowCountOnSixteenRegisterTargets) {
+  ForEachTarget([&] {
+    const bool avx3 = (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0;
+    EXPECT_EQ(cpu::GemmUsesPanels(32, cpu::WType::kBF16, false), !avx3);
+    EXPECT_EQ(cpu::GemmUsesPanels(512, cpu::WType::kF16, false), !avx3);
+    EXPECT_FALSE(cpu::GemmUsesPanels(31, cpu::WType::kBF16, false));
+    EXPECT_EQ(cpu::GemmUsesPanels(64, cpu::WType::kF32, false), !avx3);
+    EXPECT_FALSE(cpu::GemmUsesPanels(63, cpu::WType::kF32, false));
+    EXPECT_EQ(cpu::GemmUsesPanels(64, cpu::WType::kBF16, true), !avx3);
+    EXPECT_FALSE(cpu::GemmUsesPanels(63, cpu::WType::kBF16, true));
   });
 }
 

@@ -134,6 +134,13 @@ struct MatMulCall {
   }
 };
 
+// The dense GEMM's kernel: the AVX512-BF16 one, the packed panels or the tile (gemm.h).
+const char* DenseGemmName(const MatMulCall& c) {
+  const cpu::GemmArgs a = GemmOver(c.dense, c.n(), nullptr);
+  if (cpu::UseBf16Dot(a)) return "gemm-bf16dot";
+  return cpu::GemmUsesPanels(a.m, a.wtype, false) ? "gemm-panels" : "gemm-tiled";
+}
+
 void DenseGemm(const MatMulCall& c, ThreadPool& pool) {
   cpu::Gemm(GemmOver(c.dense, c.n(), nullptr), pool);
 }
@@ -241,15 +248,10 @@ struct MatMulKernel {
 
 const MatMulKernel kMatMulKernels[] = {
     {kDenseOnly, PathBit(MatMulPath::kGemm), [](const MatMulCall&) { return true; },
+     DenseGemmName, cpu::DispatchedTargetName,
      [](const MatMulCall& c) {
-       return cpu::UseBf16Dot(GemmOver(c.dense, c.n(), nullptr)) ? "gemm-bf16dot" : "gemm-tiled";
-     },
-     cpu::DispatchedTargetName,
-     [](const MatMulCall& c) {
-       const bool bf16dot = cpu::UseBf16Dot(GemmOver(c.dense, c.n(), nullptr));
-       return fmt::format("matmul {} {} M={} N={} K={}",
-                          bf16dot ? "gemm-bf16dot" : "gemm-tiled", DTypeName(c.w.data.dtype),
-                          c.m(), c.n(), c.k());
+       return fmt::format("matmul {} {} M={} N={} K={}", DenseGemmName(c),
+                          DTypeName(c.w.data.dtype), c.m(), c.n(), c.k());
      },
      DenseGemm},
     {kDenseOnly, PathBit(MatMulPath::kGemv), [](const MatMulCall&) { return true; },
@@ -284,9 +286,15 @@ const MatMulKernel kMatMulKernels[] = {
      },
      Fp8Gemv},
     {kNotDense, PathBit(MatMulPath::kGemm), [](const MatMulCall&) { return true; },
-     [](const MatMulCall&) { return "gemm-tiled-dequant"; }, cpu::DispatchedTargetName,
      [](const MatMulCall& c) {
-       return fmt::format("matmul gemm-tiled {} dequant{} M={} N={} K={}",
+       return cpu::GemmUsesPanels(c.m(), cpu::WType::kF32, true) ? "gemm-panels-dequant"
+                                                                 : "gemm-tiled-dequant";
+     },
+     cpu::DispatchedTargetName,
+     [](const MatMulCall& c) {
+       return fmt::format("matmul {} {} dequant{} M={} N={} K={}",
+                          cpu::GemmUsesPanels(c.m(), cpu::WType::kF32, true) ? "gemm-panels"
+                                                                             : "gemm-tiled",
                           WeightFormatName(c.w.format), c.fp8_ok ? " f16-decode" : "", c.m(),
                           c.n(), c.k());
      },

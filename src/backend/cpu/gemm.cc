@@ -155,8 +155,197 @@ void GemmPass(const GemmArgs& a, const WT* w, int64_t ws, int64_t j0, int64_t nb
   }
 }
 
-// Output features [j0, j0 + nb) for all rows; buf holds nb x kGemmKc floats when a.rows_fn is set.
-void GemmBlock(const GemmArgs& a, int64_t j0, int64_t nb, int64_t kc, float* buf) {
+// Packed panels (the 16-register targets, kGemmPackedMinRows+ rows of x: prefill). The tile above
+// sums dot products along k within vector lanes and so loads an x vector for every kNR weight
+// vectors: at 4 x 2 on a 16-register target, 8 FMAs per 6 vector loads plus the widening of the
+// bf16 weights, repeated for every 4 rows of x. Here the weight block is widened once into
+// panels of kPNV vectors of output features per column ([column][feature], kGemmPackKc columns of a
+// panel = 16 KiB on AVX2, in L1), and the micro-tile broadcasts one x value per row and column:
+// kPMR x kPNV accumulators hold outputs themselves (no horizontal sums), 12 FMAs per 2 vector
+// loads and 6 broadcasts on AVX2. AVX3 keeps the tile above (not measured on an AVX-512 machine
+// since this was written).
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr bool kPackedPanels = false;
+#else
+constexpr bool kPackedPanels = true;
+#endif
+constexpr int kPMR = 6;          // rows of x per packed micro-tile
+constexpr int kPNV = 2;          // vectors of output features per panel
+constexpr int64_t kPackMc = 192;  // rows of x per pass over a packed block (in L2 at kGemmPackKc)
+
+HWY_INLINE int64_t PanelWidth() { return kPNV * static_cast<int64_t>(hn::Lanes(GDF())); }
+
+#if HWY_TARGET != HWY_SCALAR
+// r[i][c] -> r[c][i] for L x L floats, L = 4 or 8 lanes: 4 x 4 within each 128-bit block, then
+// (L = 8) the blocks' halves exchanged.
+template <size_t L>
+HWY_INLINE void TransposeSquare(GVF* r) {
+  const GDF df;
+  const hn::Repartition<uint64_t, GDF> d64;
+  for (size_t q = 0; q < L; q += 4) {
+    const GVF t0 = hn::InterleaveLower(df, r[q], r[q + 1]);
+    const GVF t1 = hn::InterleaveLower(df, r[q + 2], r[q + 3]);
+    const GVF t2 = hn::InterleaveUpper(df, r[q], r[q + 1]);
+    const GVF t3 = hn::InterleaveUpper(df, r[q + 2], r[q + 3]);
+    r[q] = hn::BitCast(df, hn::InterleaveLower(d64, hn::BitCast(d64, t0), hn::BitCast(d64, t1)));
+    r[q + 1] = hn::BitCast(df, hn::InterleaveUpper(d64, hn::BitCast(d64, t0), hn::BitCast(d64, t1)));
+    r[q + 2] = hn::BitCast(df, hn::InterleaveLower(d64, hn::BitCast(d64, t2), hn::BitCast(d64, t3)));
+    r[q + 3] = hn::BitCast(df, hn::InterleaveUpper(d64, hn::BitCast(d64, t2), hn::BitCast(d64, t3)));
+  }
+  if constexpr (L == 8) {
+    for (size_t t = 0; t < 4; ++t) {
+      const GVF lo = hn::ConcatLowerLower(df, r[4 + t], r[t]);
+      const GVF hi = hn::ConcatUpperUpper(df, r[4 + t], r[t]);
+      r[t] = lo;
+      r[4 + t] = hi;
+    }
+  }
+}
+#endif
+
+// Weight rows [0, nb) of w (ws elements apart), columns [0, kn), as f32 panels: dst[(p * kn + c)
+// * pw + j] = w[p * pw + j][c], zero past row nb. Squares of L x L weights are widened and
+// transposed in registers (L = 4 or 8 lanes); the ragged edges go one weight at a time.
+template <typename WT>
+void PackPanels(const WT* HWY_RESTRICT w, int64_t ws, int64_t nb, int64_t kn,
+                float* HWY_RESTRICT dst) {
+  const int64_t pw = PanelWidth();
+  int64_t full_rows = 0, full_cols = 0;
+#if HWY_TARGET != HWY_SCALAR
+  constexpr size_t L = hn::MaxLanes(GDF());
+  if constexpr (L == 4 || L == 8) {
+    const GDF df;
+    constexpr int64_t l = static_cast<int64_t>(L);
+    full_rows = nb / l * l;
+    full_cols = kn / l * l;
+    for (int64_t j = 0; j < full_rows; j += l) {
+      float* panel = dst + (j / pw) * kn * pw + j % pw;
+      for (int64_t c = 0; c < full_cols; c += l) {
+        GVF r[L];
+        HWY_UNROLL(8)
+        for (size_t i = 0; i < L; ++i) r[i] = LoadW(df, w + (j + i) * ws + c);
+        TransposeSquare<L>(r);
+        HWY_UNROLL(8)
+        for (size_t t = 0; t < L; ++t) hn::StoreU(r[t], df, panel + (c + t) * pw);
+      }
+    }
+  }
+#endif
+  const int64_t padded = (nb + pw - 1) / pw * pw;
+  for (int64_t j = 0; j < padded; ++j) {
+    float* panel = dst + (j / pw) * kn * pw + j % pw;
+    for (int64_t c = j < full_rows ? full_cols : 0; c < kn; ++c) {
+      panel[c * pw] = j < nb ? WeightAt(w + j * ws + c) : 0.0f;
+    }
+  }
+}
+
+// out[r * os + j] (=, or += when accumulate) sum over c of x[r * xs + c] * panel[c * pw + j]
+// for MR rows and the first `valid` of the panel's pw features; bias (per feature, may be null)
+// is added when not accumulating.
+template <int MR>
+HWY_INLINE void PanelTile(const float* HWY_RESTRICT x, int64_t xs, const float* HWY_RESTRICT panel,
+                          int64_t kn, float* HWY_RESTRICT out, int64_t os, int64_t valid,
+                          const float* HWY_RESTRICT bias, bool accumulate) {
+  const GDF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t pw = kPNV * lanes;
+  GVF acc[MR][kPNV];
+  HWY_UNROLL(6)
+  for (int r = 0; r < MR; ++r) {
+    HWY_UNROLL(2)
+    for (int v = 0; v < kPNV; ++v) acc[r][v] = hn::Zero(df);
+  }
+  for (int64_t c = 0; c < kn; ++c) {
+    GVF wv[kPNV];
+    HWY_UNROLL(2)
+    for (int v = 0; v < kPNV; ++v) wv[v] = hn::LoadU(df, panel + c * pw + v * lanes);
+    HWY_UNROLL(6)
+    for (int r = 0; r < MR; ++r) {
+      const GVF xv = hn::Set(df, x[r * xs + c]);
+      HWY_UNROLL(2)
+      for (int v = 0; v < kPNV; ++v) acc[r][v] = hn::MulAdd(xv, wv[v], acc[r][v]);
+    }
+  }
+  HWY_UNROLL(2)
+  for (int v = 0; v < kPNV; ++v) {
+    const int64_t n = std::min(lanes, valid - v * lanes);
+    if (n <= 0) break;
+    if (n == lanes) {
+      const GVF b = !accumulate && bias != nullptr ? hn::LoadU(df, bias + v * lanes) : hn::Zero(df);
+      HWY_UNROLL(6)
+      for (int r = 0; r < MR; ++r) {
+        float* o = out + r * os + v * lanes;
+        hn::StoreU(hn::Add(acc[r][v], accumulate ? hn::LoadU(df, o) : b), df, o);
+      }
+      continue;
+    }
+    // A partial vector (the block's last features): through a buffer, touching only n floats of
+    // out (Highway 1.0's masked loads and stores may access the whole vector on some targets).
+    HWY_ALIGN float part[hn::MaxLanes(df)];
+    HWY_UNROLL(6)
+    for (int r = 0; r < MR; ++r) {
+      hn::Store(acc[r][v], df, part);
+      float* o = out + r * os + v * lanes;
+      for (int64_t j = 0; j < n; ++j) {
+        o[j] = accumulate ? o[j] + part[j] : part[j] + (bias != nullptr ? bias[v * lanes + j] : 0.0f);
+      }
+    }
+  }
+}
+
+// PanelTile for mr (1..MR) rows.
+template <int MR>
+HWY_INLINE void PanelTileUpTo(int64_t mr, const float* x, int64_t xs, const float* panel,
+                              int64_t kn, float* out, int64_t os, int64_t valid,
+                              const float* bias, bool accumulate) {
+  if constexpr (MR > 1) {
+    if (mr < MR) {
+      return PanelTileUpTo<MR - 1>(mr, x, xs, panel, kn, out, os, valid, bias, accumulate);
+    }
+  }
+  PanelTile<MR>(x, xs, panel, kn, out, os, valid, bias, accumulate);
+}
+
+// Every row of x against weight rows [j0, j0 + nb), columns [k0, k0 + kn) (w points at (j0, k0)),
+// kGemmPackKc columns at a time: pack them, then pass kPackMc rows of x at a time (their columns stay
+// in L2) over each panel (in L1).
+template <typename WT>
+void PackedPass(const GemmArgs& a, const WT* w, int64_t ws, int64_t j0, int64_t nb, int64_t k0,
+                int64_t kn, float* pack) {
+  const int64_t pw = PanelWidth();
+  const float* bias = a.bias ? a.bias + j0 : nullptr;
+  for (int64_t kk = 0; kk < kn; kk += kGemmPackKc) {
+    const int64_t kb = std::min(kGemmPackKc, kn - kk);
+    PackPanels(w + kk, ws, nb, kb, pack);
+    const bool accumulate = k0 + kk > 0;
+    for (int64_t r0 = 0; r0 < a.m; r0 += kPackMc) {
+      const int64_t r1 = std::min(a.m, r0 + kPackMc);
+      for (int64_t p = 0; p * pw < nb; ++p) {
+        const float* pb = bias ? bias + p * pw : nullptr;
+        for (int64_t r = r0; r < r1; r += kPMR) {
+          PanelTileUpTo<kPMR>(std::min<int64_t>(kPMR, r1 - r), a.x + r * a.x_stride + k0 + kk,
+                              a.x_stride, pack + p * kb * pw, kb,
+                              a.out + r * a.out_stride + j0 + p * pw, a.out_stride,
+                              std::min(pw, nb - p * pw), pb, accumulate);
+        }
+      }
+    }
+  }
+}
+
+// Weight rows [j0, j0 + nb), columns [k0, k0 + kn), w pointing at (j0, k0), on the kernel the
+// target and row count call for.
+template <typename WT>
+void BlockPass(const GemmArgs& a, const WT* w, int64_t ws, int64_t j0, int64_t nb, int64_t k0,
+               int64_t kn, float* pack) {
+  if (kPackedPanels && a.m >= GemmPackedMinRows(a.wtype, a.rows_fn != nullptr)) return PackedPass(a, w, ws, j0, nb, k0, kn, pack);
+  GemmPass(a, w, ws, j0, nb, k0, kn);
+}
+
+// Output features [j0, j0 + nb) for all rows, K blocks of kc columns; buf holds nb x kc floats
+// when a.rows_fn is set, pack kMaxBlockRows x kGemmPackKc floats when the panels take the call.
+void GemmBlock(const GemmArgs& a, int64_t j0, int64_t nb, int64_t kc, float* buf, float* pack) {
   if (a.k == 0) {
     for (int64_t r = 0; r < a.m; ++r) {
       for (int64_t c = 0; c < nb; ++c) a.out[r * a.out_stride + j0 + c] = a.bias ? a.bias[j0 + c] : 0;
@@ -167,19 +356,21 @@ void GemmBlock(const GemmArgs& a, int64_t j0, int64_t nb, int64_t kc, float* buf
     const int64_t kn = std::min<int64_t>(kc, a.k - k0);
     if (a.rows_fn != nullptr) {
       (*a.rows_fn)(j0, nb, k0, kn, buf);
-      GemmPass(a, static_cast<const float*>(buf), kn, j0, nb, k0, kn);
+      BlockPass(a, static_cast<const float*>(buf), kn, j0, nb, k0, kn, pack);
       continue;
     }
     const int64_t off = j0 * a.w_stride + k0;
     switch (a.wtype) {
       case WType::kF32:
-        GemmPass(a, static_cast<const float*>(a.w) + off, a.w_stride, j0, nb, k0, kn);
+        BlockPass(a, static_cast<const float*>(a.w) + off, a.w_stride, j0, nb, k0, kn, pack);
         break;
       case WType::kBF16:
-        GemmPass(a, static_cast<const hwy::bfloat16_t*>(a.w) + off, a.w_stride, j0, nb, k0, kn);
+        BlockPass(a, static_cast<const hwy::bfloat16_t*>(a.w) + off, a.w_stride, j0, nb, k0, kn,
+                  pack);
         break;
       case WType::kF16:
-        GemmPass(a, static_cast<const hwy::float16_t*>(a.w) + off, a.w_stride, j0, nb, k0, kn);
+        BlockPass(a, static_cast<const hwy::float16_t*>(a.w) + off, a.w_stride, j0, nb, k0, kn,
+                  pack);
         break;
     }
   }
@@ -206,6 +397,8 @@ int64_t FmaProbeFlops(int64_t iters) {
   return iters * kProbeChains * 2 * static_cast<int64_t>(hn::Lanes(GDF()));
 }
 
+bool HasPackedPanels() { return kPackedPanels; }
+
 }  // namespace HWY_NAMESPACE
 }  // namespace dh::cpu
 HWY_AFTER_NAMESPACE();
@@ -216,10 +409,12 @@ namespace dh::cpu {
 HWY_EXPORT(GemmBlock);
 HWY_EXPORT(FmaProbe);
 HWY_EXPORT(FmaProbeFlops);
+HWY_EXPORT(HasPackedPanels);
 
 namespace {
 constexpr int64_t kMaxBlockRows = 96;  // a multiple of every target's kNR (2, 3)
 constexpr int64_t kBlockRowsUnit = 6;
+constexpr int64_t kPackedRowsUnit = 48;  // whole panels of 16 or 8 features, whole AVX3 tiles
 }  // namespace
 
 int64_t GemmMaxBlockRows() { return kMaxBlockRows; }
@@ -237,23 +432,36 @@ void Gemm(const GemmArgs& a, ThreadPool& pool) {
   if (a.m <= 0 || a.n <= 0) return;
   if (UseBf16Dot(a)) return Bf16DotGemm(a, pool);  // bf16 weights on AVX512-BF16 (gemm_bf16.h)
   const int64_t threads = pool.num_threads();
+  const bool panels = GemmUsesPanels(a.m, a.wtype, a.rows_fn != nullptr);
   // Blocks of output features: at most kMaxBlockRows (the weight block, kMaxBlockRows x kGemmKc,
-  // stays in L2), and at least ~4 per thread so the dynamic hand-out can balance.
+  // stays in L2), and at least ~4 per thread so the dynamic hand-out can balance; multiples of
+  // kBlockRowsUnit, or of kPackedRowsUnit (whole panels) for the packed kernel.
+  const int64_t unit = panels ? kPackedRowsUnit : kBlockRowsUnit;
   int64_t nb = (a.n + 4 * threads - 1) / (4 * threads);
-  nb = std::clamp<int64_t>((nb + kBlockRowsUnit - 1) / kBlockRowsUnit * kBlockRowsUnit,
-                           kBlockRowsUnit, kMaxBlockRows);
+  nb = std::clamp<int64_t>((nb + unit - 1) / unit * unit, unit, kMaxBlockRows);
   const int64_t blocks = (a.n + nb - 1) / nb;
-  const int64_t kc = GemmKc(a.m, a.k, a.rows_fn != nullptr);
+  // Rows from a callback come whole to the panels (decoded once; packed 256 columns at a time).
+  const int64_t kc = panels && a.rows_fn != nullptr ? std::max<int64_t>(a.k, 1)
+                                                    : GemmKc(a.m, a.k, a.rows_fn != nullptr);
   std::atomic<int64_t> next{0};
   auto work = [&](int) {
-    std::vector<float> buf(a.rows_fn != nullptr ? nb * kc : 0);
+    // This thread's buffers, grown once per shape: the callback's f32 rows, and the packed
+    // panels of one block (at most kMaxBlockRows rows, a multiple of every panel width).
+    thread_local std::vector<float> tl_buf, tl_pack;
+    if (a.rows_fn != nullptr && tl_buf.size() < static_cast<size_t>(nb * kc)) tl_buf.resize(nb * kc);
+    if (panels) tl_pack.resize(kMaxBlockRows * kGemmPackKc);
     for (int64_t b = next.fetch_add(1); b < blocks; b = next.fetch_add(1)) {
       const int64_t j0 = b * nb;
-      HWY_DYNAMIC_DISPATCH(GemmBlock)(a, j0, std::min(nb, a.n - j0), kc, buf.data());
+      HWY_DYNAMIC_DISPATCH(GemmBlock)(a, j0, std::min(nb, a.n - j0), kc, tl_buf.data(),
+                                      tl_pack.data());
     }
   };
   if (threads <= 1 || blocks == 1 || a.m * a.n * a.k < kGemmMinParallelWork) return work(0);
   pool.RunOnAll(work);
+}
+
+bool GemmUsesPanels(int64_t m, WType wtype, bool rows_fn) {
+  return m >= GemmPackedMinRows(wtype, rows_fn) && HWY_DYNAMIC_DISPATCH(HasPackedPanels)();
 }
 
 float FmaProbe(int64_t iters) { return HWY_DYNAMIC_DISPATCH(FmaProbe)(iters); }

@@ -5,10 +5,11 @@
 // vector NR weight rows. K is cut into blocks (GemmKc) so the x tile stays in L1 while a block
 // of weight rows (L2) passes under it; up to 8 rows keep whole rows, passed over each block in
 // two halves when the whole tile would overflow L1 (GemmTileRows in gemm.cc). Each tile
-// prefetches the next tile's weight rows (docs/kernels.md "The f32 tiled GEMM"). Work is handed
-// out dynamically over
-// blocks of output features, so a core slowed by another process does not hold the others up.
-// Runtime SIMD dispatch as cpu_kernels.cc. For 1-3 rows of x the streaming GEMV
+// prefetches the next tile's weight rows (docs/kernels.md "The f32 tiled GEMM"). From
+// GemmPackedMinRows rows the 16-register targets widen each weight block once into panels and
+// run an outer-product tile instead (docs/kernels.md "Packed panels"). Work is handed out
+// dynamically over blocks of output features, so a core slowed by another process does not hold
+// the others up. Runtime SIMD dispatch as cpu_kernels.cc. For 1-3 rows of x the streaming GEMV
 // (cpu::MatMulRange) is as fast and is used instead (CpuBackend::MatMul, kGemvMaxRows).
 #pragma once
 
@@ -26,6 +27,7 @@ constexpr int64_t kGemmKcMax = 1024;
 constexpr int64_t kGemmKcUnit = 256;
 // Columns per K block for an m x k product (k itself when no blocking).
 int64_t GemmKc(int64_t m, int64_t k, bool rows_fn);
+
 // Largest m that CpuBackend::MatMul still sends to the GEMV kernel (measured crossover, see
 // bench/README.md "Tiled GEMM").
 constexpr int64_t kGemvMaxRows = 3;
@@ -39,7 +41,8 @@ constexpr int64_t kGemmMinParallelWork = int64_t{1} << 18;
 // Supplies weight rows as f32 (e.g. dequantizes them): writes rows [row_begin, row_begin +
 // count), columns [col_begin, col_begin + col_count), into out, row-major, col_count floats per
 // row. col_begin is a multiple of GemmKc(m, k, true) (itself a multiple of kGemmKcUnit) and
-// col_count <= kGemmKcMax; count <= GemmMaxBlockRows().
+// col_count <= kGemmKcMax, or whole rows (col_begin 0, col_count k) when the packed panels take
+// the call (GemmUsesPanels); count <= GemmMaxBlockRows().
 // Called concurrently from the pool's threads (disjoint rows or columns); must not throw. Each
 // weight element is requested exactly once per Gemm call.
 using WeightRowsFn = std::function<void(int64_t row_begin, int64_t count, int64_t col_begin,
@@ -53,6 +56,17 @@ struct GemmArgs : ActivationArgs {
   int64_t w_stride = 0;
   const WeightRowsFn* rows_fn = nullptr;  // weight supplied as f32 rows by a callback
 };
+
+// The packed-panel kernel of the 16-register targets (AVX2, SSE4, NEON; gemm.cc) takes calls
+// with at least this many rows of x: the weight block is widened once into panels of kGemmPackKc
+// columns, which pays from 32 rows for bf16 / f16 weights (widened in the tile's loop otherwise)
+// and from 64 for f32 ones and rows from a callback (bench/README.md "Packed f32 panels").
+inline int64_t GemmPackedMinRows(WType wtype, bool rows_fn) {
+  return !rows_fn && wtype != WType::kF32 ? 32 : 64;
+}
+// Whether a call of m rows takes the packed panels on the dispatched target (--trace-kernels).
+bool GemmUsesPanels(int64_t m, WType wtype, bool rows_fn);
+constexpr int64_t kGemmPackKc = 256;
 
 // Runs the GEMM on all threads of pool (the caller's thread included).
 void Gemm(const GemmArgs& a, ThreadPool& pool);
