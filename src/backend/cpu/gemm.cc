@@ -155,7 +155,7 @@ void GemmPass(const GemmArgs& a, const WT* w, int64_t ws, int64_t j0, int64_t nb
   }
 }
 
-// Packed panels (the 16-register targets, kGemmPackedMinRows+ rows of x: prefill). The tile above
+// Packed panels (the 16-register targets, GemmPackedMinRows+ rows of x: prefill). The tile above
 // sums dot products along k within vector lanes and so loads an x vector for every kNR weight
 // vectors: at 4 x 2 on a 16-register target, 8 FMAs per 6 vector loads plus the widening of the
 // bf16 weights, repeated for every 4 rows of x. Here the weight block is widened once into
@@ -169,9 +169,9 @@ constexpr bool kPackedPanels = false;
 #else
 constexpr bool kPackedPanels = true;
 #endif
-constexpr int kPMR = 6;          // rows of x per packed micro-tile
-constexpr int kPNV = 2;          // vectors of output features per panel
-constexpr int64_t kPackMc = 192;  // rows of x per pass over a packed block (in L2 at kGemmPackKc)
+constexpr int kPMR = 6;           // rows of x per packed micro-tile
+constexpr int kPNV = 2;           // vectors of output features per panel
+constexpr int64_t kPackMc = 192;  // rows of x per pass over a block (192 KiB of x, in L2)
 
 HWY_INLINE int64_t PanelWidth() { return kPNV * static_cast<int64_t>(hn::Lanes(GDF())); }
 
@@ -187,10 +187,12 @@ HWY_INLINE void TransposeSquare(GVF* r) {
     const GVF t1 = hn::InterleaveLower(df, r[q + 2], r[q + 3]);
     const GVF t2 = hn::InterleaveUpper(df, r[q], r[q + 1]);
     const GVF t3 = hn::InterleaveUpper(df, r[q + 2], r[q + 3]);
-    r[q] = hn::BitCast(df, hn::InterleaveLower(d64, hn::BitCast(d64, t0), hn::BitCast(d64, t1)));
-    r[q + 1] = hn::BitCast(df, hn::InterleaveUpper(d64, hn::BitCast(d64, t0), hn::BitCast(d64, t1)));
-    r[q + 2] = hn::BitCast(df, hn::InterleaveLower(d64, hn::BitCast(d64, t2), hn::BitCast(d64, t3)));
-    r[q + 3] = hn::BitCast(df, hn::InterleaveUpper(d64, hn::BitCast(d64, t2), hn::BitCast(d64, t3)));
+    const auto u0 = hn::BitCast(d64, t0), u1 = hn::BitCast(d64, t1);
+    const auto u2 = hn::BitCast(d64, t2), u3 = hn::BitCast(d64, t3);
+    r[q] = hn::BitCast(df, hn::InterleaveLower(d64, u0, u1));
+    r[q + 1] = hn::BitCast(df, hn::InterleaveUpper(d64, u0, u1));
+    r[q + 2] = hn::BitCast(df, hn::InterleaveLower(d64, u2, u3));
+    r[q + 3] = hn::BitCast(df, hn::InterleaveUpper(d64, u2, u3));
   }
   if constexpr (L == 8) {
     for (size_t t = 0; t < 4; ++t) {
@@ -288,7 +290,8 @@ HWY_INLINE void PanelTile(const float* HWY_RESTRICT x, int64_t xs, const float* 
       hn::Store(acc[r][v], df, part);
       float* o = out + r * os + v * lanes;
       for (int64_t j = 0; j < n; ++j) {
-        o[j] = accumulate ? o[j] + part[j] : part[j] + (bias != nullptr ? bias[v * lanes + j] : 0.0f);
+        const float b = bias != nullptr ? bias[v * lanes + j] : 0.0f;
+        o[j] = accumulate ? o[j] + part[j] : part[j] + b;
       }
     }
   }
@@ -308,8 +311,8 @@ HWY_INLINE void PanelTileUpTo(int64_t mr, const float* x, int64_t xs, const floa
 }
 
 // Every row of x against weight rows [j0, j0 + nb), columns [k0, k0 + kn) (w points at (j0, k0)),
-// kGemmPackKc columns at a time: pack them, then pass kPackMc rows of x at a time (their columns stay
-// in L2) over each panel (in L1).
+// kGemmPackKc columns at a time: pack them, then pass kPackMc rows of x at a time (their columns
+// stay in L2) over each panel (in L1).
 template <typename WT>
 void PackedPass(const GemmArgs& a, const WT* w, int64_t ws, int64_t j0, int64_t nb, int64_t k0,
                 int64_t kn, float* pack) {
@@ -334,17 +337,18 @@ void PackedPass(const GemmArgs& a, const WT* w, int64_t ws, int64_t j0, int64_t 
   }
 }
 
-// Weight rows [j0, j0 + nb), columns [k0, k0 + kn), w pointing at (j0, k0), on the kernel the
-// target and row count call for.
+// Weight rows [j0, j0 + nb), columns [k0, k0 + kn), w pointing at (j0, k0): on the packed panels
+// when the caller gave them a buffer (GemmUsesPanels), else on the tile.
 template <typename WT>
 void BlockPass(const GemmArgs& a, const WT* w, int64_t ws, int64_t j0, int64_t nb, int64_t k0,
                int64_t kn, float* pack) {
-  if (kPackedPanels && a.m >= GemmPackedMinRows(a.wtype, a.rows_fn != nullptr)) return PackedPass(a, w, ws, j0, nb, k0, kn, pack);
+  if (pack != nullptr) return PackedPass(a, w, ws, j0, nb, k0, kn, pack);
   GemmPass(a, w, ws, j0, nb, k0, kn);
 }
 
 // Output features [j0, j0 + nb) for all rows, K blocks of kc columns; buf holds nb x kc floats
-// when a.rows_fn is set, pack kMaxBlockRows x kGemmPackKc floats when the panels take the call.
+// when a.rows_fn is set; pack, kMaxBlockRows x kGemmPackKc floats, is null unless the packed
+// panels take the call.
 void GemmBlock(const GemmArgs& a, int64_t j0, int64_t nb, int64_t kc, float* buf, float* pack) {
   if (a.k == 0) {
     for (int64_t r = 0; r < a.m; ++r) {
@@ -448,12 +452,14 @@ void Gemm(const GemmArgs& a, ThreadPool& pool) {
     // This thread's buffers, grown once per shape: the callback's f32 rows, and the packed
     // panels of one block (at most kMaxBlockRows rows, a multiple of every panel width).
     thread_local std::vector<float> tl_buf, tl_pack;
-    if (a.rows_fn != nullptr && tl_buf.size() < static_cast<size_t>(nb * kc)) tl_buf.resize(nb * kc);
+    if (a.rows_fn != nullptr && tl_buf.size() < static_cast<size_t>(nb * kc)) {
+      tl_buf.resize(nb * kc);
+    }
     if (panels) tl_pack.resize(kMaxBlockRows * kGemmPackKc);
     for (int64_t b = next.fetch_add(1); b < blocks; b = next.fetch_add(1)) {
       const int64_t j0 = b * nb;
       HWY_DYNAMIC_DISPATCH(GemmBlock)(a, j0, std::min(nb, a.n - j0), kc, tl_buf.data(),
-                                      tl_pack.data());
+                                      panels ? tl_pack.data() : nullptr);
     }
   };
   if (threads <= 1 || blocks == 1 || a.m * a.n * a.k < kGemmMinParallelWork) return work(0);
