@@ -17,6 +17,7 @@
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
 
+#include "backend/cpu/outer_tile-inl.h"   // after highway.h: per-target code
 #include "backend/cpu/weight_load-inl.h"  // after highway.h: per-target code
 
 HWY_BEFORE_NAMESPACE();
@@ -94,25 +95,8 @@ HWY_INLINE void ScoreTile(const float* HWY_RESTRICT qt, int64_t pitch, const flo
                           int64_t dk, float* HWY_RESTRICT s) {
   const DF df;
   const size_t lanes = hn::Lanes(df);
-  const float* HWY_RESTRICT kr[J];
   VF acc[J][NV];
-  HWY_UNROLL(12)
-  for (int j = 0; j < J; ++j) {
-    kr[j] = k[j];
-    HWY_UNROLL(2)
-    for (int v = 0; v < NV; ++v) acc[j][v] = hn::Zero(df);
-  }
-  for (int64_t d = 0; d < dk; ++d) {
-    VF qv[NV];
-    HWY_UNROLL(2)
-    for (int v = 0; v < NV; ++v) qv[v] = hn::LoadU(df, qt + d * pitch + v * lanes);
-    HWY_UNROLL(12)
-    for (int j = 0; j < J; ++j) {
-      const VF kb = hn::Set(df, kr[j][d]);
-      HWY_UNROLL(2)
-      for (int v = 0; v < NV; ++v) acc[j][v] = hn::MulAdd(qv[v], kb, acc[j][v]);
-    }
-  }
+  OuterTile<J, NV>(df, k, qt, pitch, dk, acc);
   HWY_UNROLL(12)
   for (int j = 0; j < J; ++j) {
     HWY_UNROLL(2)

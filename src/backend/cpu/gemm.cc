@@ -16,6 +16,7 @@
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
+#include "backend/cpu/outer_tile-inl.h"   // after highway.h: per-target code
 #include "backend/cpu/weight_load-inl.h"  // after highway.h: per-target code
 
 HWY_BEFORE_NAMESPACE();
@@ -252,23 +253,11 @@ HWY_INLINE void PanelTile(const float* HWY_RESTRICT x, int64_t xs, const float* 
   const GDF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const int64_t pw = kPNV * lanes;
-  GVF acc[MR][kPNV];
+  const float* xr[MR];
   HWY_UNROLL(6)
-  for (int r = 0; r < MR; ++r) {
-    HWY_UNROLL(2)
-    for (int v = 0; v < kPNV; ++v) acc[r][v] = hn::Zero(df);
-  }
-  for (int64_t c = 0; c < kn; ++c) {
-    GVF wv[kPNV];
-    HWY_UNROLL(2)
-    for (int v = 0; v < kPNV; ++v) wv[v] = hn::LoadU(df, panel + c * pw + v * lanes);
-    HWY_UNROLL(6)
-    for (int r = 0; r < MR; ++r) {
-      const GVF xv = hn::Set(df, x[r * xs + c]);
-      HWY_UNROLL(2)
-      for (int v = 0; v < kPNV; ++v) acc[r][v] = hn::MulAdd(xv, wv[v], acc[r][v]);
-    }
-  }
+  for (int r = 0; r < MR; ++r) xr[r] = x + r * xs;
+  GVF acc[MR][kPNV];
+  OuterTile<MR, kPNV>(df, xr, panel, pw, kn, acc);
   HWY_UNROLL(2)
   for (int v = 0; v < kPNV; ++v) {
     const int64_t n = std::min(lanes, valid - v * lanes);
