@@ -141,6 +141,11 @@ const char* DenseGemmName(const MatMulCall& c) {
   return cpu::GemmUsesPanels(a.m, a.wtype, false) ? "gemm-panels" : "gemm-tiled";
 }
 
+// Whether DequantGemm's GEMM (f32 rows from a callback) takes the packed panels.
+bool DequantGemmPanels(const MatMulCall& c) {
+  return cpu::GemmUsesPanels(c.m(), cpu::WType::kF32, true);
+}
+
 void DenseGemm(const MatMulCall& c, ThreadPool& pool) {
   cpu::Gemm(GemmOver(c.dense, c.n(), nullptr), pool);
 }
@@ -287,14 +292,12 @@ const MatMulKernel kMatMulKernels[] = {
      Fp8Gemv},
     {kNotDense, PathBit(MatMulPath::kGemm), [](const MatMulCall&) { return true; },
      [](const MatMulCall& c) {
-       return cpu::GemmUsesPanels(c.m(), cpu::WType::kF32, true) ? "gemm-panels-dequant"
-                                                                 : "gemm-tiled-dequant";
+       return DequantGemmPanels(c) ? "gemm-panels-dequant" : "gemm-tiled-dequant";
      },
      cpu::DispatchedTargetName,
      [](const MatMulCall& c) {
        return fmt::format("matmul {} {} dequant{} M={} N={} K={}",
-                          cpu::GemmUsesPanels(c.m(), cpu::WType::kF32, true) ? "gemm-panels"
-                                                                             : "gemm-tiled",
+                          DequantGemmPanels(c) ? "gemm-panels" : "gemm-tiled",
                           WeightFormatName(c.w.format), c.fp8_ok ? " f16-decode" : "", c.m(),
                           c.n(), c.k());
      },
