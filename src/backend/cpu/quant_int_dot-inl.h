@@ -38,6 +38,9 @@ DH_IDOT_TARGET inline float SumF(VecF v) { return _mm512_reduce_add_ps(v); }
 DH_IDOT_TARGET inline VecF PermuteF(VecF v, VecI idx) { return _mm512_permutexvar_ps(idx, v); }
 // Lane i of the result is v[idx[i]] within i's own 128-bit quarter.
 DH_IDOT_TARGET inline VecF PermuteInHalvesF(VecF v, VecI idx) { return _mm512_permutevar_ps(v, idx); }
+// Lane i of each 128-bit quarter of the result is lane (kImm >> 2i) & 3 of that quarter of v.
+template <int kImm>
+DH_IDOT_TARGET inline VecF PermuteImmF(VecF v) { return _mm512_permute_ps(v, kImm); }
 // Not used on 512 bits (the kBlock32 runs are 256-bit only); for the shared template.
 DH_IDOT_TARGET inline VecF BothHalvesF(VecF v, bool) { return v; }
 // All lanes of f16 values at p, and the low 8 lanes from h (the rest zero), widened to f32.
@@ -117,6 +120,9 @@ DH_IDOT_TARGET inline VecF PermuteF(VecF v, VecI idx) { return _mm256_permutevar
 // Lane i of the result is v[idx[i]] within i's own 128-bit half (vpermilps: no lane crossing,
 // which Zen 1 runs at a third of vpermps's cost).
 DH_IDOT_TARGET inline VecF PermuteInHalvesF(VecF v, VecI idx) { return _mm256_permutevar_ps(v, idx); }
+// Lane i of each 128-bit half of the result is lane (kImm >> 2i) & 3 of that half of v.
+template <int kImm>
+DH_IDOT_TARGET inline VecF PermuteImmF(VecF v) { return _mm256_permute_ps(v, kImm); }
 // v's low (high == false) or high 128-bit half in both halves.
 DH_IDOT_TARGET inline VecF BothHalvesF(VecF v, bool high) {
   const __m128 h = high ? _mm256_extractf128_ps(v, 1) : _mm256_castps256_ps128(v);
@@ -157,6 +163,27 @@ DH_IDOT_TARGET inline void TransposeDwords(const uint8_t* src, int64_t stride, i
 }
 #endif
 
+// Lane i of each 128-bit half of the result is lane slot(i) of that half of v, slot(i) = c * kPer / 2
+// + i * kPer / 8 (the chunk pick of DotRows' runs below, kPer groups per chunk), with vpermilps'
+// immediate form: c is the index of an unrolled loop, so the switch folds away. Zen 1 runs the
+// immediate form at 1 cycle per ymm and the variable form (_mm256_permutevar_ps) at 4, which also
+// stalls the integer multiplies beside it (bench/README.md "Zen 1, session 14").
+template <int kPer>
+constexpr int PickImm(int c) {
+  int imm = 0;
+  for (int i = 0; i < 4; ++i) imm |= (c * kPer / 2 + i * kPer / 8) << (2 * i);
+  return imm;
+}
+template <int kPer>
+DH_IDOT_TARGET inline __attribute__((always_inline)) VecF PickInHalvesF(VecF v, int c) {
+  static_assert(kPer == 2 || kPer == 4);
+  switch (c) {
+    case 0: return PermuteImmF<PickImm<kPer>(0)>(v);
+    case 1: return PermuteImmF<PickImm<kPer>(1)>(v);
+    case 2: return PermuteImmF<PickImm<kPer>(kPer == 2 ? 2 : 0)>(v);
+    default: return PermuteImmF<PickImm<kPer>(kPer == 2 ? 3 : 1)>(v);
+  }
+}
 // Bytes of weight codes per vector; f32 lanes per vector.
 constexpr int64_t kBytes = DH_IDOT_BITS / 8;
 constexpr int kLanes = DH_IDOT_BITS / 32;
@@ -403,7 +430,7 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
     return v;
   };
   auto pick = [&](VecF arranged, int c) DH_IDOT_TARGET {
-    if constexpr (DH_IDOT_BITS == 256) return PermuteInHalvesF(arranged, super_idx[c]);
+    if constexpr (DH_IDOT_BITS == 256 && kPer > 0) return PickInHalvesF<kPer>(arranged, c);
     return PermuteF(arranged, super_idx[c]);
   };
   [[maybe_unused]] const VecF zero_offset = SetF(static_cast<float>(a.zero_offset));
@@ -462,8 +489,8 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
 #pragma GCC unroll 16
           for (int r = 0; r < MR; ++r) {
             if constexpr (kGroups32 == 1) {
-              comb[r] = PermuteInHalvesF(c < kLanes / 2 ? low_twice[r] : high_twice[r],
-                                         run_idx[c]);
+              comb[r] = PickInHalvesF<2>(c < kLanes / 2 ? low_twice[r] : high_twice[r],
+                                         c % (kLanes / 2));
             } else {
               comb[r] = PermuteF(run_comb[r], run_idx[c]);
             }
