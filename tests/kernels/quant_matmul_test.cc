@@ -57,6 +57,10 @@ const Case kCases[] = {
     // int8 groups of 32 on one row of x (alone and after 4-row blocks): runs of 8 groups with
     // their scale products formed once, then single chunks and a partial one.
     {false, 1, 9, 600, 32},   {false, 5, 7, 1100, 32},
+    // Groups that do not divide the GEMM's K blocks (multiples of 256): the f32 path decodes
+    // whole rows once per block of rows and hands out their slices (several blocks of 6 rows;
+    // then the same single block in two calls in a row, int8 then int4).
+    {false, 10, 20, 1300, 40}, {false, 10, 6, 1300, 40}, {true, 10, 6, 1300, 40},
 };
 
 class QuantMatMulTest : public ::testing::Test {
@@ -594,6 +598,7 @@ const Fp8Case kFp8Cases[] = {
     {1, 37, 70, 16, 32}, {3, 200, 300, 128, 128}, {5, 9, 129, 128, 128}, {1, 1, 1, 1, 1},
     {2, 130, 256, 128, 128}, {4, 17, 33, 8, 16}, {7, 40, 45, 128, 128},
     {12, 9, 2100, 128, 128},  // tiled GEMM with K cut into slices
+    {6, 7, 1300, 128, 80},    // slices that do not start a block: whole rows decoded once
 };
 
 struct RandomFp8Weight {
@@ -681,6 +686,18 @@ TEST_F(QuantMatMulTest, Fp8DequantizeRowsExact) {
       cpu::Fp8DequantizeRows(rw.Args(c), begin, count, got.data());
       for (int64_t i = 0; i < count; ++i) ref::DecodeWeightRow(rw.w, begin + i, &want[i * c.k]);
       ExpectClose(got, want, 0.0f, "fp8 dequantize " + Name(c));
+      // Column slices from a block's first column.
+      const int64_t bc = c.block_cols, col = bc * ((c.k - 1) / bc / 2 + 1);
+      if (col < c.k) {
+        const int64_t width = c.k - col;
+        std::vector<float> slice(count * width), want_slice;
+        cpu::Fp8DequantizeRows(rw.Args(c), begin, count, slice.data(), col, width);
+        for (int64_t i = 0; i < count; ++i) {
+          want_slice.insert(want_slice.end(), want.begin() + i * c.k + col,
+                            want.begin() + i * c.k + c.k);
+        }
+        ExpectClose(slice, want_slice, 0.0f, fmt::format("fp8 {} columns from {}", Name(c), col));
+      }
     }
     std::vector<uint8_t> codes;
     for (int v = 0; v < 256; ++v) {
@@ -765,6 +782,22 @@ TEST_F(QuantMatMulTest, DequantizeRowsMatchesReference) {
       cpu::DequantizeRows(a, begin, count, got.data());
       for (int64_t i = 0; i < count; ++i) ref::DecodeWeightRow(rw.w, begin + i, &want[i * c.k]);
       ExpectClose(got, want, 1e-6f, "dequantize " + Name(c));
+      // Column slices from the start of a group (the whole row's group when there is one): the
+      // same values as the whole rows' columns.
+      const int64_t g = std::min(c.group, c.k);
+      for (int64_t col : {g * ((c.k / g) / 2), g * (c.k / g - 1), int64_t{256}}) {
+        if (col <= 0 || col >= c.k || !cpu::DequantizeSliceAligned(a, col)) continue;
+        for (int64_t width : {c.k - col, std::min<int64_t>(g, c.k - col)}) {
+          std::vector<float> slice(count * width), want_slice;
+          cpu::DequantizeRows(a, begin, count, slice.data(), col, width);
+          for (int64_t i = 0; i < count; ++i) {
+            want_slice.insert(want_slice.end(), want.begin() + i * c.k + col,
+                              want.begin() + i * c.k + col + width);
+          }
+          ExpectClose(slice, want_slice, 1e-6f,
+                      fmt::format("dequantize {} columns [{}, +{})", Name(c), col, width));
+        }
+      }
     }
   });
 }

@@ -197,20 +197,22 @@ HWY_INLINE void DequantInt4(const uint8_t* HWY_RESTRICT q, const float* HWY_REST
   }
 }
 
-// Widens the f16 scales of row j to f32 (s) and, for int4, sets mn[g] = -z * s[g].
-HWY_INLINE void GroupParams(const QuantMatMulArgs& a, int64_t j, int64_t groups,
+// Widens the f16 scales of groups [g0, g0 + groups) of row j to f32 (s[0, groups)) and, for
+// int4, sets mn[i] = -z * s[i].
+HWY_INLINE void GroupParams(const QuantMatMulArgs& a, int64_t j, int64_t g0, int64_t groups,
                             float* HWY_RESTRICT s, float* HWY_RESTRICT mn) {
   const DF df;
   const hn::Rebind<hwy::float16_t, DF> dh;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
-  const auto* h = reinterpret_cast<const hwy::float16_t*>(a.scales + j * a.scale_stride);
+  const uint16_t* row = a.scales + j * a.scale_stride + g0;
+  const auto* h = reinterpret_cast<const hwy::float16_t*>(row);
   int64_t g = 0;
   for (; g + L <= groups; g += L) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, h + g)), df, s + g);
-  for (; g < groups; ++g) s[g] = F16ToF32(a.scales[j * a.scale_stride + g]);
+  for (; g < groups; ++g) s[g] = F16ToF32(row[g]);
   if (!a.int4) return;
   const uint8_t* z = a.zeros + j * a.zero_stride;
   for (g = 0; g < groups; ++g) {
-    const int zero = ZeroNibble(z, g) + a.zero_offset;
+    const int zero = ZeroNibble(z, g0 + g) + a.zero_offset;
     mn[g] = -static_cast<float>(zero) * s[g];
   }
 }
@@ -239,7 +241,7 @@ HWY_INLINE void RowBlock(const QuantMatMulArgs& a, const float* x, int64_t xs, i
   float* s = p.s.data();
   float sums[MR];
   for (int64_t j = n_begin; j < n_end; ++j) {
-    GroupParams(a, j, groups, s, p.mn.data());
+    GroupParams(a, j, 0, groups, s, p.mn.data());
     if (a.int4) {
       DotInt4<MR>(qbase + j * a.q_stride, s, p.mn.data(), kb, gb, x, xs, sums);
     } else {
@@ -286,12 +288,14 @@ void QuantMatMulRangeImpl(const QuantMatMulArgs& a, int64_t n_begin, int64_t n_e
   }
 }
 
-// Dequantizes weight rows [row_begin, row_begin + count) into out (count x k f32, row-major).
-void DequantizeRowsImpl(const QuantMatMulArgs& a, int64_t row_begin, int64_t count, float* out) {
+// Dequantizes columns [c0, c0 + n) of weight rows [row_begin, row_begin + count) into out
+// (count x n f32, row-major); c0 starts a group (DequantizeSliceAligned).
+void DequantizeRowsImpl(const QuantMatMulArgs& a, int64_t row_begin, int64_t count, int64_t c0,
+                        int64_t n, float* out) {
   const int64_t k = a.k, g = std::min(a.group_size, k);
   const uint8_t* qbase = static_cast<const uint8_t*>(a.q);
-  const int64_t kb = (k + 1) / 2, gb = g >= k ? kb : g / 2;
-  const int64_t groups = (k + g - 1) / g;
+  const int64_t kb = (n + 1) / 2, gb = g >= k ? kb : g / 2;  // int4: bytes of the slice, a group
+  const int64_t g0 = c0 / g, groups = g >= k ? 1 : (n + g - 1) / g;
   thread_local std::vector<float> halves;  // grown once per thread, reused
   halves.resize(a.int4 ? 2 * kb : 0);
   thread_local RowParams p;
@@ -299,14 +303,16 @@ void DequantizeRowsImpl(const QuantMatMulArgs& a, int64_t row_begin, int64_t cou
   const float* s = p.s.data();
   for (int64_t i = 0; i < count; ++i) {
     const int64_t j = row_begin + i;
-    GroupParams(a, j, groups, p.s.data(), p.mn.data());
-    float* o = out + i * k;
+    GroupParams(a, j, g0, groups, p.s.data(), p.mn.data());
+    float* o = out + i * n;
     if (!a.int4) {
-      DequantBlocks<Int8Codes>(reinterpret_cast<const int8_t*>(qbase + j * a.q_stride), s, k, g, o);
+      DequantBlocks<Int8Codes>(reinterpret_cast<const int8_t*>(qbase + j * a.q_stride + c0), s, n,
+                               g, o);
       continue;
     }
-    DequantInt4(qbase + j * a.q_stride, s, p.mn.data(), kb, gb, halves.data(), halves.data() + kb);
-    for (int64_t c = 0; c < k; ++c) o[c] = halves[(c % 2) * kb + c / 2];
+    DequantInt4(qbase + j * a.q_stride + c0 / 2, s, p.mn.data(), kb, gb, halves.data(),
+                halves.data() + kb);
+    for (int64_t c = 0; c < n; ++c) o[c] = halves[(c % 2) * kb + c / 2];
   }
 }
 
@@ -333,11 +339,15 @@ void Fp8MatMulRangeImpl(const Fp8MatMulArgs& a, int64_t n_begin, int64_t n_end) 
   }
 }
 
-void Fp8DequantizeRowsImpl(const Fp8MatMulArgs& a, int64_t row_begin, int64_t count, float* out) {
+// Columns [c0, c0 + n) of rows [row_begin, row_begin + count) into out (count x n); c0 starts a
+// block.
+void Fp8DequantizeRowsImpl(const Fp8MatMulArgs& a, int64_t row_begin, int64_t count, int64_t c0,
+                           int64_t n, float* out) {
   for (int64_t i = 0; i < count; ++i) {
     const int64_t j = row_begin + i;
-    DequantBlocks<Fp8Codes>(a.q + j * a.q_stride, a.scales + (j / a.block_rows) * a.scale_stride,
-                            a.k, a.block_cols, out + i * a.k);
+    DequantBlocks<Fp8Codes>(a.q + j * a.q_stride + c0,
+                            a.scales + (j / a.block_rows) * a.scale_stride + c0 / a.block_cols, n,
+                            a.block_cols, out + i * n);
   }
 }
 
@@ -355,11 +365,21 @@ HWY_EXPORT(DequantizeRowsImpl);
 HWY_EXPORT(Fp8MatMulRangeImpl);
 HWY_EXPORT(Fp8DequantizeRowsImpl);
 
-void DequantizeRows(const QuantMatMulArgs& a, int64_t row_begin, int64_t count, float* out) {
+bool DequantizeSliceAligned(const QuantMatMulArgs& a, int64_t col_begin) {
+  const int64_t g = std::min(a.group_size, a.k);
+  return col_begin == 0 || ((g >= a.k || col_begin % g == 0) && (!a.int4 || col_begin % 2 == 0));
+}
+
+void DequantizeRows(const QuantMatMulArgs& a, int64_t row_begin, int64_t count, float* out,
+                    int64_t col_begin, int64_t col_count) {
   DH_CHECK(QuantMatMulSupports(a.int4, a.k, a.group_size), "dequantize rows: {} k={} group={}",
            a.int4 ? "int4" : "int8", a.k, a.group_size);
-  if (count <= 0) return;
-  HWY_DYNAMIC_DISPATCH(DequantizeRowsImpl)(a, row_begin, count, out);
+  if (col_count < 0) col_count = a.k - col_begin;
+  DH_CHECK(col_begin >= 0 && col_begin + col_count <= a.k && DequantizeSliceAligned(a, col_begin),
+           "dequantize rows: columns [{}, +{}) of k={} group={}", col_begin, col_count, a.k,
+           a.group_size);
+  if (count <= 0 || col_count <= 0) return;
+  HWY_DYNAMIC_DISPATCH(DequantizeRowsImpl)(a, row_begin, count, col_begin, col_count, out);
 }
 
 void Fp8MatMulRange(const Fp8MatMulArgs& a, int64_t n_begin, int64_t n_end) {
@@ -369,11 +389,16 @@ void Fp8MatMulRange(const Fp8MatMulArgs& a, int64_t n_begin, int64_t n_end) {
   HWY_DYNAMIC_DISPATCH(Fp8MatMulRangeImpl)(a, n_begin, n_end);
 }
 
-void Fp8DequantizeRows(const Fp8MatMulArgs& a, int64_t row_begin, int64_t count, float* out) {
+void Fp8DequantizeRows(const Fp8MatMulArgs& a, int64_t row_begin, int64_t count, float* out,
+                       int64_t col_begin, int64_t col_count) {
   DH_CHECK(a.block_rows > 0 && a.block_cols > 0 && a.k > 0, "fp8 dequantize: k={} block {}x{}",
            a.k, a.block_rows, a.block_cols);
-  if (count <= 0) return;
-  HWY_DYNAMIC_DISPATCH(Fp8DequantizeRowsImpl)(a, row_begin, count, out);
+  if (col_count < 0) col_count = a.k - col_begin;
+  DH_CHECK(col_begin >= 0 && col_begin + col_count <= a.k && col_begin % a.block_cols == 0,
+           "fp8 dequantize: columns [{}, +{}) of k={} blocks of {}", col_begin, col_count, a.k,
+           a.block_cols);
+  if (count <= 0 || col_count <= 0) return;
+  HWY_DYNAMIC_DISPATCH(Fp8DequantizeRowsImpl)(a, row_begin, count, col_begin, col_count, out);
 }
 
 void QuantMatMulRange(const QuantMatMulArgs& a, int64_t n_begin, int64_t n_end) {

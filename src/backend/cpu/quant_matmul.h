@@ -36,7 +36,13 @@ void QuantMatMulRange(const QuantMatMulArgs& a, int64_t n_begin, int64_t n_end);
 
 // Dequantizes weight rows [row_begin, row_begin + count) of `a` (q, scales, zeros, k, group_size;
 // the x / out fields are unused) into out, count x k f32 row-major — for tiled GEMMs over f32.
-void DequantizeRows(const QuantMatMulArgs& a, int64_t row_begin, int64_t count, float* out);
+// With col_begin / col_count, only those columns (out: count x col_count; col_count < 0: to the
+// end of the row), col_begin needing DequantizeSliceAligned.
+void DequantizeRows(const QuantMatMulArgs& a, int64_t row_begin, int64_t count, float* out,
+                    int64_t col_begin = 0, int64_t col_count = -1);
+// Whether column col_begin starts a slice DequantizeRows decodes: 0, or the start of a group
+// (int4: an even column).
+bool DequantizeSliceAligned(const QuantMatMulArgs& a, int64_t col_begin);
 
 // FP8 e4m3 weights with block scales (WeightFormat::kFp8Block): value = fp8 * scale, one f32
 // scale per block_rows x block_cols block. Decoded in registers without a table: the 7 magnitude
@@ -58,7 +64,9 @@ struct Fp8MatMulArgs : ActivationArgs {
 // to 4 rows of x.
 void Fp8MatMulRange(const Fp8MatMulArgs& a, int64_t n_begin, int64_t n_end);
 
-// Decodes weight rows [row_begin, row_begin + count) into out (count x k f32, row-major).
-void Fp8DequantizeRows(const Fp8MatMulArgs& a, int64_t row_begin, int64_t count, float* out);
+// Decodes weight rows [row_begin, row_begin + count) into out (count x k f32, row-major); with
+// col_begin (a multiple of block_cols) / col_count, only those columns (count x col_count).
+void Fp8DequantizeRows(const Fp8MatMulArgs& a, int64_t row_begin, int64_t count, float* out,
+                       int64_t col_begin = 0, int64_t col_count = -1);
 
 }  // namespace dh::cpu
