@@ -1,0 +1,162 @@
+// Throughput of the single AVX2 instructions the CPU kernels are built from, one thread: each
+// row runs 12 independent register chains of one instruction (or an even mix of two), so the
+// time per instruction is its issue cost, not its latency. The clock is estimated from a chain of
+// dependent scalar adds (one cycle each on every x86 core of the last decade). Use it to see
+// which unit a kernel is bound by on the machine at hand (bench/README.md "Zen 1, session 14":
+// there vpmaddubsw / vpmaddwd take 2 cycles per ymm on one pipe, and the variable-index
+// vpermilps 4 against 1 for the immediate form).
+// Usage: bench_isa [--iters N]   (x86-64 with AVX2, FMA and F16C; elsewhere it says so and exits)
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+namespace {
+
+#define DH_ISA __attribute__((target("avx2,fma,f16c"), noinline))
+
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Cycles per second from a chain of 4 dependent adds per iteration.
+double ClockHz(int64_t iters) {
+  int64_t x = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < iters; ++i) {
+    asm volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0" : "+r"(x));
+  }
+  return 4.0 * static_cast<double>(iters) / Seconds(t0);
+}
+
+// 12 chains a0..a11 (distinct start values, so no two chains can be merged); OP(x) updates one.
+// The asm statement keeps every chain live in a register each iteration.
+#define DH_CHAINS(OP_A, OP_B)                                                                  \
+  __m256i a0 = _mm256_set1_epi8(1), a1 = _mm256_set1_epi8(2), a2 = _mm256_set1_epi8(3),       \
+          a3 = _mm256_set1_epi8(4), a4 = _mm256_set1_epi8(5), a5 = _mm256_set1_epi8(6),       \
+          a6 = _mm256_set1_epi8(7), a7 = _mm256_set1_epi8(8), a8 = _mm256_set1_epi8(9),       \
+          a9 = _mm256_set1_epi8(10), a10 = _mm256_set1_epi8(11), a11 = _mm256_set1_epi8(12);  \
+  const __m256i b = _mm256_set1_epi8(3);                                                      \
+  (void)b; /* not every instruction takes a second operand */                                  \
+  const auto t0 = std::chrono::steady_clock::now();                                           \
+  for (int64_t i = 0; i < iters; ++i) {                                                       \
+    OP_A(a0) OP_A(a1) OP_A(a2) OP_A(a3) OP_A(a4) OP_A(a5);                                     \
+    OP_B(a6) OP_B(a7) OP_B(a8) OP_B(a9) OP_B(a10) OP_B(a11);                                   \
+    asm volatile("" ::"x"(a0), "x"(a1), "x"(a2), "x"(a3), "x"(a4), "x"(a5), "x"(a6), "x"(a7), \
+                 "x"(a8), "x"(a9), "x"(a10), "x"(a11));                                        \
+  }                                                                                           \
+  const double s = Seconds(t0);                                                               \
+  int32_t sink = _mm256_extract_epi32(a0, 0) ^ _mm256_extract_epi32(a11, 0);                  \
+  asm volatile("" ::"r"(sink));                                                               \
+  return s / (12.0 * static_cast<double>(iters));
+
+#define MADDUBS(x) x = _mm256_maddubs_epi16(x, b);
+#define MADDWD(x) x = _mm256_madd_epi16(x, b);
+#define PS(x) _mm256_castsi256_ps(x)
+#define FMA(x) x = _mm256_castps_si256(_mm256_fmadd_ps(PS(x), PS(b), PS(x)));
+#define CVTDQ(x) x = _mm256_castps_si256(_mm256_cvtepi32_ps(x));
+#define CVTPH(x) x = _mm256_castps_si256(_mm256_cvtph_ps(_mm256_castsi256_si128(x)));
+#define PERMILVAR(x) x = _mm256_castps_si256(_mm256_permutevar_ps(PS(x), b));
+#define PERMILIMM(x) x = _mm256_castps_si256(_mm256_permute_ps(PS(x), 0x4e));
+#define PERMPS(x) x = _mm256_castps_si256(_mm256_permutevar8x32_ps(PS(x), b));
+#define HADDD(x) x = _mm256_hadd_epi32(x, b);
+#define SLLW(x) x = _mm256_slli_epi16(x, 7);
+#define ANDV(x) x = _mm256_and_si256(x, b);
+#define SIGNB(x) x = _mm256_sign_epi8(x, b);
+#define MOVSXBW(x) x = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(x));
+
+// Seconds per instruction of each row.
+DH_ISA double Maddubs(int64_t iters) { DH_CHAINS(MADDUBS, MADDUBS) }
+DH_ISA double Maddwd(int64_t iters) { DH_CHAINS(MADDWD, MADDWD) }
+DH_ISA double Fma(int64_t iters) { DH_CHAINS(FMA, FMA) }
+DH_ISA double Cvtdq(int64_t iters) { DH_CHAINS(CVTDQ, CVTDQ) }
+DH_ISA double Cvtph(int64_t iters) { DH_CHAINS(CVTPH, CVTPH) }
+DH_ISA double PermilVar(int64_t iters) { DH_CHAINS(PERMILVAR, PERMILVAR) }
+DH_ISA double PermilImm(int64_t iters) { DH_CHAINS(PERMILIMM, PERMILIMM) }
+DH_ISA double Permps(int64_t iters) { DH_CHAINS(PERMPS, PERMPS) }
+DH_ISA double Haddd(int64_t iters) { DH_CHAINS(HADDD, HADDD) }
+DH_ISA double Sllw(int64_t iters) { DH_CHAINS(SLLW, SLLW) }
+DH_ISA double And(int64_t iters) { DH_CHAINS(ANDV, ANDV) }
+DH_ISA double Sign(int64_t iters) { DH_CHAINS(SIGNB, SIGNB) }
+DH_ISA double Movsxbw(int64_t iters) { DH_CHAINS(MOVSXBW, MOVSXBW) }
+DH_ISA double MaddubsMaddwd(int64_t iters) { DH_CHAINS(MADDUBS, MADDWD) }
+DH_ISA double MaddubsFma(int64_t iters) { DH_CHAINS(MADDUBS, FMA) }
+DH_ISA double MaddubsCvtdq(int64_t iters) { DH_CHAINS(MADDUBS, CVTDQ) }
+DH_ISA double MaddubsPermilVar(int64_t iters) { DH_CHAINS(MADDUBS, PERMILVAR) }
+DH_ISA double MaddubsPermilImm(int64_t iters) { DH_CHAINS(MADDUBS, PERMILIMM) }
+DH_ISA double FmaCvtph(int64_t iters) { DH_CHAINS(FMA, CVTPH) }
+
+struct Row {
+  const char* name;
+  double (*run)(int64_t);
+};
+
+const Row kRows[] = {
+    {"vpmaddubsw", Maddubs},
+    {"vpmaddwd", Maddwd},
+    {"vfmadd231ps", Fma},
+    {"vcvtdq2ps", Cvtdq},
+    {"vcvtph2ps", Cvtph},
+    {"vpermilps (index vector)", PermilVar},
+    {"vpermilps (immediate)", PermilImm},
+    {"vpermps", Permps},
+    {"vphaddd", Haddd},
+    {"vpsllw", Sllw},
+    {"vpand", And},
+    {"vpsignb", Sign},
+    {"vpmovsxbw", Movsxbw},
+    {"vpmaddubsw + vpmaddwd", MaddubsMaddwd},
+    {"vpmaddubsw + vfmadd231ps", MaddubsFma},
+    {"vpmaddubsw + vcvtdq2ps", MaddubsCvtdq},
+    {"vpmaddubsw + vpermilps (index vector)", MaddubsPermilVar},
+    {"vpmaddubsw + vpermilps (immediate)", MaddubsPermilImm},
+    {"vfmadd231ps + vcvtph2ps", FmaCvtph},
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t iters = 20'000'000;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
+      iters = std::atoll(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: bench_isa [--iters N]\n");
+      return 2;
+    }
+  }
+  if (iters <= 0) {
+    std::fprintf(stderr, "bench_isa: --iters must be positive\n");
+    return 2;
+  }
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    std::printf("bench_isa: this CPU has no AVX2 + FMA; nothing to measure\n");
+    return 0;
+  }
+  const double hz = ClockHz(iters * 4);
+  std::printf("one thread, 256-bit registers, 12 independent chains; clock ~%.2f GHz (scalar add "
+              "chain)\n",
+              hz / 1e9);
+  std::printf("| instruction (12 chains; mixes 6 + 6) | ns each | cycles each | per cycle |\n");
+  std::printf("| --- | ---: | ---: | ---: |\n");
+  for (const Row& r : kRows) {
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) best = std::min(best, r.run(iters / 12));
+    std::printf("| %s | %.3f | %.2f | %.2f |\n", r.name, best * 1e9, best * hz, 1.0 / (best * hz));
+  }
+  return 0;
+}
+
+#else  // !__x86_64__
+
+int main() {
+  std::printf("bench_isa: x86-64 only\n");
+  return 0;
+}
+
+#endif
