@@ -134,8 +134,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_isa: --iters must be positive\n");
     return 2;
   }
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
-    std::printf("bench_isa: this CPU has no AVX2 + FMA; nothing to measure\n");
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+      !__builtin_cpu_supports("f16c")) {
+    std::printf("bench_isa: this CPU lacks AVX2, FMA or F16C; nothing to measure\n");
     return 0;
   }
   const double hz = ClockHz(iters * 4);

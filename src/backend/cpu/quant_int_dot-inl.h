@@ -36,8 +36,6 @@ DH_IDOT_TARGET inline VecF ToF(VecI a) { return _mm512_cvtepi32_ps(a); }
 DH_IDOT_TARGET inline float SumF(VecF v) { return _mm512_reduce_add_ps(v); }
 // Lane i of the result is v[idx[i]].
 DH_IDOT_TARGET inline VecF PermuteF(VecF v, VecI idx) { return _mm512_permutexvar_ps(idx, v); }
-// Lane i of the result is v[idx[i]] within i's own 128-bit quarter.
-DH_IDOT_TARGET inline VecF PermuteInHalvesF(VecF v, VecI idx) { return _mm512_permutevar_ps(v, idx); }
 // Lane i of each 128-bit quarter of the result is lane (kImm >> 2i) & 3 of that quarter of v.
 template <int kImm>
 DH_IDOT_TARGET inline VecF PermuteImmF(VecF v) { return _mm512_permute_ps(v, kImm); }
@@ -117,9 +115,6 @@ DH_IDOT_TARGET inline float SumF(VecF v) {
   return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 DH_IDOT_TARGET inline VecF PermuteF(VecF v, VecI idx) { return _mm256_permutevar8x32_ps(v, idx); }
-// Lane i of the result is v[idx[i]] within i's own 128-bit half (vpermilps: no lane crossing,
-// which Zen 1 runs at a third of vpermps's cost).
-DH_IDOT_TARGET inline VecF PermuteInHalvesF(VecF v, VecI idx) { return _mm256_permutevar_ps(v, idx); }
 // Lane i of each 128-bit half of the result is lane (kImm >> 2i) & 3 of that half of v.
 template <int kImm>
 DH_IDOT_TARGET inline VecF PermuteImmF(VecF v) { return _mm256_permute_ps(v, kImm); }
@@ -163,11 +158,11 @@ DH_IDOT_TARGET inline void TransposeDwords(const uint8_t* src, int64_t stride, i
 }
 #endif
 
-// Lane i of each 128-bit half of the result is lane slot(i) of that half of v, slot(i) = c * kPer / 2
-// + i * kPer / 8 (the chunk pick of DotRows' runs below, kPer groups per chunk), with vpermilps'
-// immediate form: c is the index of an unrolled loop, so the switch folds away. Zen 1 runs the
-// immediate form at 1 cycle per ymm and the variable form (_mm256_permutevar_ps) at 4, which also
-// stalls the integer multiplies beside it (bench/README.md "Zen 1, session 14").
+// Lane i of each 128-bit half of the result is lane slot(i) of that half of v, slot(i) =
+// c * kPer / 2 + i * kPer / 8 (the chunk pick of DotRows' runs below, kPer groups per chunk), with
+// vpermilps' immediate form: c is the index of an unrolled loop, so the switch folds away. Zen 1
+// issues the immediate form at 1 cycle per ymm and the index-vector form at 4 (bench_isa,
+// bench/README.md "Zen 1, session 14"). The 256-bit kernels' picks only.
 template <int kPer>
 constexpr int PickImm(int c) {
   int imm = 0;
@@ -366,30 +361,29 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
   // Lane i of chunk c takes group c * kPer + i * kPer / kLanes of the run's kLanes groups. On 256
   // bits the run's scales are first arranged so that every chunk finds its groups within each
   // 128-bit half (half_order: half h holds, chunk after chunk, the groups of the chunk's half h),
-  // and each chunk picks them with an in-half permute (super_idx) instead of crossing halves.
-  VecI super_idx[kSuper];
+  // and each chunk picks them with an immediate in-half permute (PickInHalvesF) instead of
+  // crossing halves; on 512 bits each chunk permutes the run's scales by its own index vector.
+  [[maybe_unused]] VecI super_idx[kSuper];
   [[maybe_unused]] VecI half_order = ZeroI();
   // 256-bit int4 groups of 32 (kPer 2): a group is one x block, so the run forms the products
   // x_scale * w_scale once per group.
   constexpr bool kRunComb = DH_IDOT_BITS == 256 && kInt4 && kPer == 2;
-  if constexpr (kPer > 0) {
+  if constexpr (kPer > 0 && DH_IDOT_BITS == 256) {
     constexpr int kHalf = kLanes / 2;
     alignas(64) int32_t order[kLanes];
     for (int c = 0; c < kSuper; ++c) {
-      alignas(64) int32_t lanes[kLanes];
       for (int i = 0; i < kLanes; ++i) {
-        const int group = c * kPer + i * kPer / kLanes;
-        if constexpr (DH_IDOT_BITS == 256) {
-          const int h = i / kHalf, slot = c * kPer / 2 + (i % kHalf) * kPer / kLanes;
-          order[h * kHalf + slot] = group;
-          lanes[i] = slot;
-        } else {
-          lanes[i] = group;
-        }
+        const int h = i / kHalf, slot = c * kPer / 2 + (i % kHalf) * kPer / kLanes;
+        order[h * kHalf + slot] = c * kPer + i * kPer / kLanes;  // PickImm's slot for lane i
       }
+    }
+    half_order = LoadI(order);
+  } else if constexpr (kPer > 0) {
+    for (int c = 0; c < kSuper; ++c) {
+      alignas(64) int32_t lanes[kLanes];
+      for (int i = 0; i < kLanes; ++i) lanes[i] = c * kPer + i * kPer / kLanes;
       super_idx[c] = LoadI(lanes);
     }
-    if constexpr (DH_IDOT_BITS == 256) half_order = LoadI(order);
   }
   const int64_t chunks_per_group = kMode == ScaleMode::kPerChunk ? g / kChunkCols : 1;
   alignas(64) int32_t idx_lanes[kLanes];
@@ -397,20 +391,9 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
     idx_lanes[i] = kPermLike ? static_cast<int32_t>(i * kLaneCols / g) : 0;
   }
   const VecI idx = LoadI(idx_lanes);
-  constexpr int kGroups32 = static_cast<int>(kChunkCols / 32);  // kBlock32: groups per chunk
-  constexpr int kRun32 = kLanes / kGroups32;  // kBlock32: chunks per kLanes groups
-  VecI run_idx[kRun32];  // kBlock32, lane i of chunk c: group c * kGroups32 + i * kLaneCols / 32
-  if constexpr (kMode == ScaleMode::kBlock32) {
-    for (int c = 0; c < kRun32; ++c) {
-      alignas(64) int32_t lanes[kLanes];
-      for (int i = 0; i < kLanes; ++i) {
-        // One group per chunk: group c, from the half that holds it twice (BothHalvesF).
-        lanes[i] = kGroups32 == 1 ? c % (kLanes / 2)
-                                  : static_cast<int32_t>(c * kGroups32 + i * kLaneCols / 32);
-      }
-      run_idx[c] = LoadI(lanes);
-    }
-  }
+  // kBlock32 (int8 on 256 bits, DotRowsAnyMode): one group per 32-byte chunk, kLanes per run.
+  constexpr int kRun32 = kLanes;
+  static_assert(kMode != ScaleMode::kBlock32 || (DH_IDOT_BITS == 256 && !kInt4));
   const int64_t half = x.row_bytes / 2;
   const uint8_t* xc[MR];
   const float* xl[MR];
@@ -464,36 +447,29 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
     };
     int64_t b = 0;
     if constexpr (kMode == ScaleMode::kBlock32) {
-      // Runs of kLanes groups (kRun chunks): x block scale times weight scale once per group,
-      // then broadcast (one group per chunk) or permuted (several) onto each chunk's lanes.
+      // Runs of kLanes groups (kRun32 chunks): x block scale times weight scale once per group,
+      // then broadcast onto each chunk's lanes.
       for (; b + kRun32 * kBytes <= full; b += kRun32 * kBytes) {
         PrefetchCodes(q + b, kRun32 * kBytes);
-        const int64_t g0 = b / kBytes * kGroups32;
+        const int64_t g0 = b / kBytes;  // one group per chunk
         const VecF ws = WidenHalves(s + g0);
         // One group per chunk (int8): each chunk broadcasts its product from the half that holds
         // it in both halves, an in-half permute (a store and 8 broadcast reloads per run cost
         // 12-16 of 94 us in bench_quant on Zen 1; this 94 -> 89 us).
-        VecF run_comb[MR];
         VecF low_twice[MR], high_twice[MR];
 #pragma GCC unroll 16
         for (int r = 0; r < MR; ++r) {
-          run_comb[r] = MulF(ws, LoadF(xb[r] + g0));
-          if constexpr (kGroups32 == 1) {
-            low_twice[r] = BothHalvesF(run_comb[r], false);
-            high_twice[r] = BothHalvesF(run_comb[r], true);
-          }
+          const VecF run_comb = MulF(ws, LoadF(xb[r] + g0));
+          low_twice[r] = BothHalvesF(run_comb, false);
+          high_twice[r] = BothHalvesF(run_comb, true);
         }
 #pragma GCC unroll 16
         for (int c = 0; c < kRun32; ++c) {
           VecF comb[MR];
 #pragma GCC unroll 16
           for (int r = 0; r < MR; ++r) {
-            if constexpr (kGroups32 == 1) {
-              comb[r] = PickInHalvesF<2>(c < kLanes / 2 ? low_twice[r] : high_twice[r],
-                                         c % (kLanes / 2));
-            } else {
-              comb[r] = PermuteF(run_comb[r], run_idx[c]);
-            }
+            comb[r] = PickInHalvesF<2>(c < kLanes / 2 ? low_twice[r] : high_twice[r],
+                                       c % (kLanes / 2));
           }
           Chunk<MR, kInt4>(LoadI(q + b + c * kBytes), ZeroF(), b + c * kBytes, half, xc, xl,
                            (c & 1) != 0 ? facc2 : facc, comb);
@@ -567,8 +543,10 @@ void DotRowsAnyMode(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t r0
   // int8 groups of 32 on 256 bits, one row of x (bench/README.md "Zen 1"): the scale products
   // once per group, M = 1 int8 in cache 126-133 -> 102-107 us. Not for int4 (no change), for
   // more rows (int8 M = 4: 404-423 -> 500 us) or on 512 bits (not measured).
-  if (DH_IDOT_BITS == 256 && !kInt4 && MR == 1 && a.group_size == 32 && a.k > 32) {
-    return DotRows<MR, kInt4, ScaleMode::kBlock32>(a, x, r0, n_begin, n_end);
+  if constexpr (DH_IDOT_BITS == 256 && !kInt4 && MR == 1) {
+    if (a.group_size == 32 && a.k > 32) {
+      return DotRows<MR, kInt4, ScaleMode::kBlock32>(a, x, r0, n_begin, n_end);
+    }
   }
   switch (ModeFor(kInt4, a.k, a.group_size < a.k ? a.group_size : a.k)) {
     case ScaleMode::kOne: return DotRows<MR, kInt4, ScaleMode::kOne>(a, x, r0, n_begin, n_end);
