@@ -58,8 +58,8 @@ const Case kCases[] = {
     // their scale products formed once, then single chunks and a partial one.
     {false, 1, 9, 600, 32},   {false, 5, 7, 1100, 32},
     // Groups that do not divide the GEMM's K blocks (multiples of 256): the f32 path decodes
-    // whole rows once per block of rows and hands out their slices (several blocks of 6 rows;
-    // then the same single block in two calls in a row, int8 then int4).
+    // whole rows and keeps each block's slice (several blocks of 6 rows; then the same single
+    // block in two calls in a row, int8 then int4).
     {false, 10, 20, 1300, 40}, {false, 10, 6, 1300, 40}, {true, 10, 6, 1300, 40},
 };
 
@@ -598,7 +598,7 @@ const Fp8Case kFp8Cases[] = {
     {1, 37, 70, 16, 32}, {3, 200, 300, 128, 128}, {5, 9, 129, 128, 128}, {1, 1, 1, 1, 1},
     {2, 130, 256, 128, 128}, {4, 17, 33, 8, 16}, {7, 40, 45, 128, 128},
     {12, 9, 2100, 128, 128},  // tiled GEMM with K cut into slices
-    {6, 7, 1300, 128, 80},    // slices that do not start a block: whole rows decoded once
+    {6, 7, 1300, 128, 80},    // slices that do not start a block: decoded from whole rows
 };
 
 struct RandomFp8Weight {

@@ -2,7 +2,6 @@
 // x, tiled GEMM above) x a layout check, and BatchedMatMul (one weight per head) on the same
 // GEMV kernel. Every kernel's arguments share one cpu::ActivationArgs.
 #include <algorithm>
-#include <atomic>
 #include <string>
 #include <vector>
 
@@ -136,7 +135,7 @@ struct MatMulCall {
   // Whether the fused decoders take the columns from col_begin alone (DecodeSlice).
   bool DecodesSlice(int64_t col_begin) const {
     if (quant_ok) return cpu::DequantizeSliceAligned(quant, col_begin);
-    return fp8_ok && col_begin % fp8.block_cols == 0;
+    return fp8_ok && cpu::Fp8DequantizeSliceAligned(fp8, col_begin);
   }
   // Columns [col_begin, col_begin + col_count) of rows [j0, j0 + nb), col_count floats each
   // (needs DecodesSlice(col_begin)).
@@ -202,35 +201,24 @@ void Fp8Gemv(const MatMulCall& c, ThreadPool& pool) {
 
 // Prefill and batches over a non-dense weight: the tiled GEMM (gemm.h) pulls f32 panels through
 // a callback. Panels narrower than the row (fewer rows of x than the packed panels take, K over
-// kGemmKcMax) decode just their columns where the format's groups allow (blocks start at
-// multiples of kGemmKcUnit); otherwise the K blocks of one row range, which come in column order
-// on one thread (gemm.h), share one decoding of the whole rows. Decoding the whole row for every
-// block had cost 9 decodes per row at K = 8960 (int8 batch-8 decode with DH_INTEGER_DOT=off:
-// 5.6 -> 12.6 tokens/s; bench/README.md "Zen 1, session 14").
+// kGemmKcMax) decode just their columns where the format allows: every K block starts at a
+// multiple of kGemmKcUnit, so groups of 32-256 and FP8's 128-column blocks always do. Decoding
+// the whole row per block had cost 9 decodes per row at K = 8960 (int8 batch-8 decode with
+// DH_INTEGER_DOT=off: 5.6 -> 12.6 tokens/s; bench/README.md "Zen 1, session 14"); only the rare
+// layouts left (other group sizes, formats the reference decoder reads) still do that.
 void DequantGemm(const MatMulCall& c, ThreadPool& pool) {
-  static std::atomic<uint64_t> calls{0};
-  const uint64_t call = calls.fetch_add(1, std::memory_order_relaxed) + 1;
   const int64_t k = c.k();
-  const cpu::WeightRowsFn rows_fn = [&c, k, call](int64_t row_begin, int64_t count,
-                                                  int64_t col_begin, int64_t col_count,
-                                                  float* dst) {
+  const cpu::WeightRowsFn rows_fn = [&](int64_t row_begin, int64_t count, int64_t col_begin,
+                                        int64_t col_count, float* dst) {
     if (col_begin == 0 && col_count == k) return c.DecodeRows(row_begin, count, dst);
-    if (c.DecodesSlice(col_begin)) return c.DecodeSlice(row_begin, count, col_begin, col_count, dst);
-    struct DecodedRows {  // this thread's last decoded rows: of which call, which rows
-      uint64_t call = 0;
-      int64_t row_begin = -1, count = 0;
-      std::vector<float> values;  // [count][k], grown once
-    };
-    thread_local DecodedRows d;
-    if (d.call != call || d.row_begin != row_begin || d.count != count) {
-      if (d.values.size() < static_cast<size_t>(count * k)) d.values.resize(count * k);
-      c.DecodeRows(row_begin, count, d.values.data());
-      d.call = call;
-      d.row_begin = row_begin;
-      d.count = count;
+    if (c.DecodesSlice(col_begin)) {
+      return c.DecodeSlice(row_begin, count, col_begin, col_count, dst);
     }
+    thread_local std::vector<float> full;
+    if (full.size() < static_cast<size_t>(count * k)) full.resize(count * k);
+    c.DecodeRows(row_begin, count, full.data());
     for (int64_t j = 0; j < count; ++j) {
-      std::copy_n(d.values.data() + j * k + col_begin, col_count, dst + j * col_count);
+      std::copy_n(full.data() + j * k + col_begin, col_count, dst + j * col_count);
     }
   };
   cpu::Gemm(GemmOver(c.dense, c.n(), &rows_fn), pool);

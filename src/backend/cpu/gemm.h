@@ -44,8 +44,7 @@ constexpr int64_t kGemmMinParallelWork = int64_t{1} << 18;
 // col_count <= kGemmKcMax, or whole rows (col_begin 0, col_count k) when the packed panels take
 // the call (GemmUsesPanels); count <= GemmMaxBlockRows().
 // Called concurrently from the pool's threads (disjoint rows or columns); must not throw. Each
-// weight element is requested exactly once per Gemm call, and the column blocks of one row range
-// one after another, in column order, on one thread (a callback may decode the rows once).
+// weight element is requested exactly once per Gemm call.
 using WeightRowsFn = std::function<void(int64_t row_begin, int64_t count, int64_t col_begin,
                                         int64_t col_count, float* out)>;
 

@@ -172,11 +172,15 @@ constexpr int PickImm(int c) {
 template <int kPer>
 DH_IDOT_TARGET inline __attribute__((always_inline)) VecF PickInHalvesF(VecF v, int c) {
   static_assert(kPer == 2 || kPer == 4);
-  switch (c) {
-    case 0: return PermuteImmF<PickImm<kPer>(0)>(v);
-    case 1: return PermuteImmF<PickImm<kPer>(1)>(v);
-    case 2: return PermuteImmF<PickImm<kPer>(kPer == 2 ? 2 : 0)>(v);
-    default: return PermuteImmF<PickImm<kPer>(kPer == 2 ? 3 : 1)>(v);
+  if constexpr (kPer == 4) {  // two chunks per run
+    return c == 0 ? PermuteImmF<PickImm<4>(0)>(v) : PermuteImmF<PickImm<4>(1)>(v);
+  } else {  // four chunks per run
+    switch (c) {
+      case 0: return PermuteImmF<PickImm<2>(0)>(v);
+      case 1: return PermuteImmF<PickImm<2>(1)>(v);
+      case 2: return PermuteImmF<PickImm<2>(2)>(v);
+      default: return PermuteImmF<PickImm<2>(3)>(v);
+    }
   }
 }
 // Bytes of weight codes per vector; f32 lanes per vector.

@@ -57,7 +57,8 @@ struct Fp8Codes {
 
 // sums[r] = dot(x row r, dequant(row q)) for MR rows of x (stride xs), the row's k codes scaled
 // by s[b] per block b of `block` columns: each weight vector is decoded and scaled once, in
-// registers, and used for all MR rows. The one accumulator skeleton of the int8 and FP8 kernels.
+// registers, and used for all MR rows (one row: each block's sum is scaled instead). The one
+// accumulator skeleton of the int8 and FP8 kernels.
 template <int MR, class Codes>
 HWY_INLINE void DotBlocks(const typename Codes::Code* HWY_RESTRICT q, const float* HWY_RESTRICT s,
                           int64_t k, int64_t block, const float* HWY_RESTRICT x, int64_t xs,
@@ -86,18 +87,21 @@ HWY_INLINE void DotBlocks(const typename Codes::Code* HWY_RESTRICT q, const floa
       }
       for (; c + L <= c1; c += L) b0 = hn::MulAdd(Codes::Load(df, q + c), hn::LoadU(df, x + c), b0);
       acc0[0] = hn::MulAdd(hn::Add(b0, b1), vs, acc0[0]);
-    }
-    for (; c + 2 * L <= c1; c += 2 * L) {
-      const VF w0 = hn::Mul(Codes::Load(df, q + c), vs);
-      const VF w1 = hn::Mul(Codes::Load(df, q + c + L), vs);
-      for (int r = 0; r < MR; ++r) {
-        acc0[r] = hn::MulAdd(w0, hn::LoadU(df, x + r * xs + c), acc0[r]);
-        acc1[r] = hn::MulAdd(w1, hn::LoadU(df, x + r * xs + c + L), acc1[r]);
+    } else {
+      for (; c + 2 * L <= c1; c += 2 * L) {
+        const VF w0 = hn::Mul(Codes::Load(df, q + c), vs);
+        const VF w1 = hn::Mul(Codes::Load(df, q + c + L), vs);
+        for (int r = 0; r < MR; ++r) {
+          acc0[r] = hn::MulAdd(w0, hn::LoadU(df, x + r * xs + c), acc0[r]);
+          acc1[r] = hn::MulAdd(w1, hn::LoadU(df, x + r * xs + c + L), acc1[r]);
+        }
       }
-    }
-    for (; c + L <= c1; c += L) {
-      const VF w0 = hn::Mul(Codes::Load(df, q + c), vs);
-      for (int r = 0; r < MR; ++r) acc0[r] = hn::MulAdd(w0, hn::LoadU(df, x + r * xs + c), acc0[r]);
+      for (; c + L <= c1; c += L) {
+        const VF w0 = hn::Mul(Codes::Load(df, q + c), vs);
+        for (int r = 0; r < MR; ++r) {
+          acc0[r] = hn::MulAdd(w0, hn::LoadU(df, x + r * xs + c), acc0[r]);
+        }
+      }
     }
     for (; c < c1; ++c) {
       const float w = Codes::One(q[c]) * s[bi];
@@ -389,12 +393,17 @@ void Fp8MatMulRange(const Fp8MatMulArgs& a, int64_t n_begin, int64_t n_end) {
   HWY_DYNAMIC_DISPATCH(Fp8MatMulRangeImpl)(a, n_begin, n_end);
 }
 
+bool Fp8DequantizeSliceAligned(const Fp8MatMulArgs& a, int64_t col_begin) {
+  return a.block_cols > 0 && col_begin % a.block_cols == 0;
+}
+
 void Fp8DequantizeRows(const Fp8MatMulArgs& a, int64_t row_begin, int64_t count, float* out,
                        int64_t col_begin, int64_t col_count) {
   DH_CHECK(a.block_rows > 0 && a.block_cols > 0 && a.k > 0, "fp8 dequantize: k={} block {}x{}",
            a.k, a.block_rows, a.block_cols);
   if (col_count < 0) col_count = a.k - col_begin;
-  DH_CHECK(col_begin >= 0 && col_begin + col_count <= a.k && col_begin % a.block_cols == 0,
+  DH_CHECK(col_begin >= 0 && col_begin + col_count <= a.k &&
+               Fp8DequantizeSliceAligned(a, col_begin),
            "fp8 dequantize: columns [{}, +{}) of k={} blocks of {}", col_begin, col_count, a.k,
            a.block_cols);
   if (count <= 0 || col_count <= 0) return;

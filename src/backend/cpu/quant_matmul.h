@@ -65,8 +65,11 @@ struct Fp8MatMulArgs : ActivationArgs {
 void Fp8MatMulRange(const Fp8MatMulArgs& a, int64_t n_begin, int64_t n_end);
 
 // Decodes weight rows [row_begin, row_begin + count) into out (count x k f32, row-major); with
-// col_begin (a multiple of block_cols) / col_count, only those columns (count x col_count).
+// col_begin / col_count, only those columns (count x col_count), col_begin needing
+// Fp8DequantizeSliceAligned.
 void Fp8DequantizeRows(const Fp8MatMulArgs& a, int64_t row_begin, int64_t count, float* out,
                        int64_t col_begin = 0, int64_t col_count = -1);
+// Whether column col_begin starts a slice Fp8DequantizeRows decodes: the start of a block.
+bool Fp8DequantizeSliceAligned(const Fp8MatMulArgs& a, int64_t col_begin);
 
 }  // namespace dh::cpu
