@@ -21,6 +21,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/membw.h"
+#include "host_bytes.h"
 
 namespace dh {
 namespace {
@@ -48,7 +49,7 @@ std::vector<int64_t> ParseList(const char* s) {
 }
 
 // Unique pseudo-random weights in [-1, 1): identical pages would let the VM merge them.
-void FillUnique(std::vector<uint8_t>& bytes, DType dtype, uint64_t seed) {
+void FillUnique(HostBytes& bytes, DType dtype, uint64_t seed) {
   uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
   const size_t n = bytes.size() / DTypeSize(dtype);
   for (size_t i = 0; i < n; ++i) {
@@ -87,10 +88,10 @@ double FmaPeakPerCpuSecond() {
 // weights come from memory, not cache), best of repeated passes within `seconds`.
 double TimeMatMul(CpuBackend& cpu, DType dtype, int64_t m, int64_t n, int64_t k, size_t copies,
                   double seconds, const std::string& kernel, double* cpu_seconds) {
-  std::vector<std::vector<uint8_t>> store(copies);
+  std::vector<HostBytes> store;
   std::vector<Weight> weights;
   for (size_t c = 0; c < copies; ++c) {
-    store[c].resize(static_cast<size_t>(n * k) * DTypeSize(dtype));
+    store.emplace_back(static_cast<size_t>(n * k) * DTypeSize(dtype));
     FillUnique(store[c], dtype, c + 1);
     weights.push_back(Weight::Dense(Tensor(store[c].data(), dtype, {n, k})));
   }

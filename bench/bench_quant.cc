@@ -21,6 +21,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/membw.h"
 #include "backend/cpu/quant_vnni.h"
+#include "host_bytes.h"
 
 namespace dh {
 namespace {
@@ -54,9 +55,8 @@ struct Format {
 
 // One weight with its own storage.
 struct Stored {
-  std::vector<uint8_t> q, zeros;
-  std::vector<float> scales;       // fp8
-  std::vector<uint16_t> scales16;  // int8, int4 (f16)
+  HostBytes q, zeros;
+  HostBytes scales;  // fp8: f32 per block; int8, int4: f16 per group
   Weight w;
 };
 
@@ -66,16 +66,29 @@ uint8_t RandomByte() {
   return static_cast<uint8_t>(g_state >> 56);
 }
 
+// Random codes (each byte & mask), or `count` copies of `value` (scales, zero points), in host
+// memory.
+HostBytes RandomBytes(size_t n, uint8_t mask) {
+  HostBytes b(n);
+  for (size_t i = 0; i < n; ++i) b.data()[i] = RandomByte() & mask;
+  return b;
+}
+template <typename T>
+HostBytes Filled(size_t count, T value) {
+  HostBytes b(count * sizeof(T));
+  for (size_t i = 0; i < count; ++i) std::memcpy(b.data() + i * sizeof(T), &value, sizeof(T));
+  return b;
+}
+
 Stored Make(const Format& f, int64_t n, int64_t k) {
   Stored s;
   s.w.format = f.format;
   s.w.rows = n;
   s.w.cols = k;
   if (f.format == WeightFormat::kFp8Block) {
-    s.q.resize(n * k);
-    for (auto& b : s.q) b = RandomByte() & 0xf7;  // no NaN (0x7f / 0xff)
+    s.q = RandomBytes(n * k, 0xf7);  // no NaN (0x7f / 0xff)
     const int64_t br = (n + 127) / 128, bc = (k + 127) / 128;
-    s.scales.assign(br * bc, 0.01f);
+    s.scales = Filled(br * bc, 0.01f);
     s.w.block_rows = s.w.block_cols = 128;
     s.w.data = Tensor(s.q.data(), DType::kF8E4M3, {n, k});
     s.w.scales = Tensor(s.scales.data(), DType::kF32, {br, bc});
@@ -84,15 +97,14 @@ Stored Make(const Format& f, int64_t n, int64_t k) {
   const bool int4 = f.format == WeightFormat::kInt4;
   const int64_t g = f.group > 0 ? f.group : k, groups = (k + g - 1) / g;
   const int64_t row_bytes = int4 ? (k + 1) / 2 : k;
-  s.q.resize(n * row_bytes);
-  for (auto& b : s.q) b = RandomByte();
-  s.scales16.assign(n * groups, F32ToF16(0.01f));
+  s.q = RandomBytes(n * row_bytes, 0xff);
+  s.scales = Filled(n * groups, F32ToF16(0.01f));
   s.w.group_size = static_cast<int>(g);
   s.w.data = Tensor(s.q.data(), int4 ? DType::kU8 : DType::kI8, {n, row_bytes});
-  s.w.scales = Tensor(s.scales16.data(), DType::kF16, {n, groups});
+  s.w.scales = Tensor(s.scales.data(), DType::kF16, {n, groups});
   if (int4) {
     const int64_t zero_bytes = (groups + 1) / 2;
-    s.zeros.assign(n * zero_bytes, 0x88);  // zero point 8 in every group
+    s.zeros = Filled<uint8_t>(n * zero_bytes, 0x88);  // zero point 8 in every group
     s.w.zeros = Tensor(s.zeros.data(), DType::kU8, {n, zero_bytes});
   }
   return s;
