@@ -178,26 +178,34 @@ HWY_INLINE void DotInt4(const uint8_t* HWY_RESTRICT q, const float* HWY_RESTRICT
   }
 }
 
-// Dequantizes an int4 row into we (even columns) and wo (odd columns), kb each.
-HWY_INLINE void DequantInt4(const uint8_t* HWY_RESTRICT q, const float* HWY_RESTRICT s,
-                            const float* HWY_RESTRICT mn, int64_t kb, int64_t gb,
-                            float* HWY_RESTRICT we, float* HWY_RESTRICT wo) {
+// Dequantizes the int4 columns [0, n) of a row (byte b holds column 2b in its low nibble and
+// 2b + 1 in its high one; gb bytes per group) into out[0, n) in column order: each vector of
+// bytes gives its even and odd columns, stored interleaved. (Decoding into even and odd halves
+// and interleaving them one float at a time had made the int4 f32 GEMM of 8 rows 2.3x slower
+// than int8's: bench/README.md "Benchmark weights in huge pages, int4 decoding".)
+HWY_INLINE void DequantInt4Row(const uint8_t* HWY_RESTRICT q, const float* HWY_RESTRICT s,
+                               const float* HWY_RESTRICT mn, int64_t n, int64_t gb,
+                               float* HWY_RESTRICT out) {
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
-  for (int64_t b0 = 0, gi = 0; b0 < kb; b0 += gb, ++gi) {
-    const int64_t b1 = std::min(kb, b0 + gb);
+  const int64_t whole = n / 2;  // bytes with both columns inside [0, n)
+  for (int64_t b0 = 0, gi = 0; b0 < whole; b0 += gb, ++gi) {
+    const int64_t b1 = std::min(whole, b0 + gb);
     const VF vs = hn::Set(df, s[gi]), vm = hn::Set(df, mn[gi]);
     int64_t b = b0;
     for (; b + L <= b1; b += L) {
       VF lo, hi;
       LoadNibbles(df, q + b, &lo, &hi);
-      hn::StoreU(hn::MulAdd(lo, vs, vm), df, we + b);
-      hn::StoreU(hn::MulAdd(hi, vs, vm), df, wo + b);
+      hn::StoreInterleaved2(hn::MulAdd(lo, vs, vm), hn::MulAdd(hi, vs, vm), df, out + 2 * b);
     }
     for (; b < b1; ++b) {
-      we[b] = static_cast<float>(q[b] & 15) * s[gi] + mn[gi];
-      wo[b] = static_cast<float>(q[b] >> 4) * s[gi] + mn[gi];
+      out[2 * b] = static_cast<float>(q[b] & 15) * s[gi] + mn[gi];
+      out[2 * b + 1] = static_cast<float>(q[b] >> 4) * s[gi] + mn[gi];
     }
+  }
+  if (n % 2 != 0) {  // the last column, alone in the low nibble of its byte
+    const int64_t gi = whole / gb;
+    out[n - 1] = static_cast<float>(q[whole] & 15) * s[gi] + mn[gi];
   }
 }
 
@@ -300,8 +308,6 @@ void DequantizeRowsImpl(const QuantMatMulArgs& a, int64_t row_begin, int64_t cou
   const uint8_t* qbase = static_cast<const uint8_t*>(a.q);
   const int64_t kb = (n + 1) / 2, gb = g >= k ? kb : g / 2;  // int4: bytes of the slice, a group
   const int64_t g0 = c0 / g, groups = g >= k ? 1 : (n + g - 1) / g;
-  thread_local std::vector<float> halves;  // grown once per thread, reused
-  halves.resize(a.int4 ? 2 * kb : 0);
   thread_local RowParams p;
   p.Fit(groups);
   const float* s = p.s.data();
@@ -314,9 +320,7 @@ void DequantizeRowsImpl(const QuantMatMulArgs& a, int64_t row_begin, int64_t cou
                                g, o);
       continue;
     }
-    DequantInt4(qbase + j * a.q_stride + c0 / 2, s, p.mn.data(), kb, gb, halves.data(),
-                halves.data() + kb);
-    for (int64_t c = 0; c < n; ++c) o[c] = halves[(c % 2) * kb + c / 2];
+    DequantInt4Row(qbase + j * a.q_stride + c0 / 2, s, p.mn.data(), n, gb, o);
   }
 }
 
