@@ -1,14 +1,17 @@
-// What a different int4 byte order would gain the one-row AVX2 integer kernel (decode), one
-// thread, weights in L2. Two stand-alone loops compute the same dots of int4 weights (groups of
-// 32, f16 scales, 4-bit zero points) with int8 x, and must agree:
-//   canonical  the layout every backend reads (weight.h: each group's 16 code bytes in column
-//              order), the arithmetic of the AVX2 kernel (quant_int_dot-inl.h): per 32-byte chunk
-//              (two groups) two vpmaddubsw, one vpmaddwd, one conversion, one scale pick, one FMA;
+// What the byte order of int4 codes costs the one-row AVX2 integer kernel (decode), one thread,
+// weights in L2. Three stand-alone loops compute the same dots of int4 weights (groups of 32, f16
+// scales, 4-bit zero points) with int8 x, and must agree:
+//   per-chunk  the layout every backend reads (weight.h: each group's 16 code bytes in column
+//              order) and the AVX2 kernel's arithmetic before session 15: per 32-byte chunk (two
+//              groups) two vpmaddubsw, one vpmaddwd, one conversion, one scale pick, one FMA;
+//   folded     the same layout, the kernel's arithmetic since (quant_int_dot-inl.h RunDotsAvx2):
+//              the int16 pair sums of a run's 4 chunks folded by three vphaddw, then one
+//              vpmaddwd, conversion and FMA per run of 8 groups;
 //   runs       each run of 8 groups (128 bytes) stored so that chunk c holds bytes 4c..4c+3 of
-//              every group of the run (x codes permuted alike, once per call): the int16 pair
-//              sums of the run's 4 chunks add up per group without overflow (16 products of at
-//              most 15 * 127 each), so one vpmaddwd, conversion and FMA serve 8 groups.
-// No backend uses the "runs" order yet: it would be a CPU-specific layout made at load
+//              every group of the run (x codes permuted alike, once per call): the run's int16
+//              pair sums add up per group with plain adds (at most 16 products of 15 * 127 per
+//              lane), then one vpmaddwd, conversion and FMA per run.
+// No backend uses the "runs" order: it would be a CPU-specific layout made at load
 // (bench/README.md "Benchmark weights in huge pages, int4 decoding").
 // Usage: bench_int4_layout [--reps N]   (x86-64 with AVX2, FMA and F16C; elsewhere it exits)
 #include <chrono>
@@ -64,8 +67,12 @@ DH_ISA __m256 ZeroTerm(const uint8_t* z, int g0, __m256 scales, const float* x_s
   return _mm256_fnmadd_ps(zs, _mm256_loadu_ps(x_sum + g0), acc);
 }
 
-template <bool kRuns>
+enum class Variant { kPerChunk, kFolded, kRuns };
+constexpr const char* kVariantNames[] = {"per-chunk", "folded", "runs"};
+
+template <Variant kV>
 DH_ISA void Rows(Data& d) {
+  constexpr bool kRuns = kV == Variant::kRuns;
   const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
   const __m256i half_order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
   const int8_t* xe = kRuns ? d.xe_runs.data() : d.xe.data();
@@ -81,6 +88,7 @@ DH_ISA void Rows(Data& d) {
       mins = ZeroTerm(d.zeros.data() + j * kGroups / 2, g0, sv, d.x_sum.data(), mins);
       if constexpr (kRuns) {
         __m256i p = _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {
           const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b + 32 * c));
           const __m256i lo = _mm256_and_si256(v, low4);
@@ -92,8 +100,26 @@ DH_ISA void Rows(Data& d) {
                                                 _mm256_maddubs_epi16(hi, _mm256_loadu_si256(ox))));
         }
         a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), comb, a0);
+      } else if constexpr (kV == Variant::kFolded) {
+        __m256i pairs[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b + 32 * c));
+          const __m256i lo = _mm256_and_si256(v, low4);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+          const auto* ex = reinterpret_cast<const __m256i*>(xe + b + 32 * c);
+          const auto* ox = reinterpret_cast<const __m256i*>(xo + b + 32 * c);
+          pairs[c] = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256(ex)),
+                                      _mm256_maddubs_epi16(hi, _mm256_loadu_si256(ox)));
+        }
+        // Lanes [g0 g0 g2 g2 g4 g4 g6 g6 | g1 g1 g3 g3 g5 g5 g7 g7]: the products in that order.
+        const __m256i folded = _mm256_hadd_epi16(_mm256_hadd_epi16(pairs[0], pairs[1]),
+                                                 _mm256_hadd_epi16(pairs[2], pairs[3]));
+        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(folded, ones)),
+                             _mm256_permutevar8x32_ps(comb, half_order), a0);
       } else {
         const __m256 arranged = _mm256_permutevar8x32_ps(comb, half_order);
+#pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {
           const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b + 32 * c));
           const __m256i lo = _mm256_and_si256(v, low4);
@@ -141,13 +167,13 @@ double ClockHz() {
          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-template <bool kRuns>
+template <Variant kV>
 double SecondsPerCall(Data& d, int reps) {
-  Rows<kRuns>(d);  // warm-up: weights into L2
+  Rows<kV>(d);  // warm-up: weights into L2
   double best = 1e30;
   for (int round = 0; round < 5; ++round) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (int r = 0; r < reps; ++r) Rows<kRuns>(d);
+    for (int r = 0; r < reps; ++r) Rows<kV>(d);
     best = std::min(
         best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
   }
@@ -203,25 +229,34 @@ int Main(int argc, char** argv) {
     d.x_sum.push_back(sum * d.x_scale.back());
   }
   d.out.resize(kN);
-  Rows<false>(d);
-  const std::vector<float> canonical = d.out;
-  Rows<true>(d);
-  for (int j = 0; j < kN; ++j) {
-    const float tol = 1e-5f * (1.0f + std::fabs(canonical[j]));
-    if (std::fabs(d.out[j] - canonical[j]) > tol) {
-      std::printf("bench_int4_layout: row %d differs: %g against %g\n", j, d.out[j], canonical[j]);
-      return 1;
+  Rows<Variant::kPerChunk>(d);
+  const std::vector<float> per_chunk = d.out;
+  for (int v = 1; v < 3; ++v) {
+    if (v == 1) {
+      Rows<Variant::kFolded>(d);
+    } else {
+      Rows<Variant::kRuns>(d);
+    }
+    for (int j = 0; j < kN; ++j) {
+      const float tol = 1e-5f * (1.0f + std::fabs(per_chunk[j]));
+      if (std::fabs(d.out[j] - per_chunk[j]) > tol) {
+        std::printf("bench_int4_layout: %s row %d differs: %g against %g\n", kVariantNames[v], j,
+                    d.out[j], per_chunk[j]);
+        return 1;
+      }
     }
   }
   const double hz = ClockHz();
   const double chunks = static_cast<double>(kN) * kRowBytes / 32;
   std::printf("clock estimate %.2f GHz; %d x %d int4 (groups of 32), one thread, in cache\n",
               hz / 1e9, kN, kK);
-  std::printf("| layout | us per call | cycles per 64 weights |\n|---|---:|---:|\n");
+  std::printf("| variant | us per call | cycles per 64 weights |\n|---|---:|---:|\n");
   for (int round = 0; round < 2; ++round) {
-    for (bool runs : {false, true}) {
-      const double s = runs ? SecondsPerCall<true>(d, reps) : SecondsPerCall<false>(d, reps);
-      std::printf("| %s | %.1f | %.2f |\n", runs ? "runs" : "canonical", s * 1e6, s * hz / chunks);
+    for (int v = 0; v < 3; ++v) {
+      const double s = v == 0   ? SecondsPerCall<Variant::kPerChunk>(d, reps)
+                       : v == 1 ? SecondsPerCall<Variant::kFolded>(d, reps)
+                                : SecondsPerCall<Variant::kRuns>(d, reps);
+      std::printf("| %s | %.1f | %.2f |\n", kVariantNames[v], s * 1e6, s * hz / chunks);
     }
   }
   return 0;

@@ -327,6 +327,33 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void Chunk(
 
 constexpr int64_t ChunkColsOf(bool int4) { return int4 ? 2 * kBytes : kBytes; }
 
+#if !DH_IDOT_VNNI
+// A run of 4 chunks (8 groups of 32, 128 code bytes at q) against one row of x (even and odd
+// columns' codes at xe, xo): the i32 dot of each group, in the lane order [0 2 4 6 | 1 3 5 7]
+// (the runs' arranged scale products). Each chunk's vpmaddubsw pair sums (int16, 8 lanes per
+// group) are folded with three vphaddw, so one vpmaddwd serves the run instead of one per
+// chunk (Zen 1, cache-resident one row, stand-alone: 12.7-12.8 -> 11.6-11.7 cycles per chunk;
+// bench/README.md "Benchmark weights in huge pages, int4 decoding"). No int16 lane overflows: after
+// the folds each holds 16 of its group's 32 products of codes 0..15 and x codes -127..127, at
+// most 16 * 15 * 127 = 30480 in magnitude (IntegerDotExtremeCodesExact reaches it).
+DH_IDOT_TARGET inline __attribute__((always_inline)) VecI RunDotsAvx2(const uint8_t* q,
+                                                                      const uint8_t* xe,
+                                                                      const uint8_t* xo) {
+  const VecI low4 = SetI8(0x0f);
+  VecI pairs[4];
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const VecI v = LoadI(q + c * kBytes);
+    const VecI lo = AndI(v, low4), hi = AndI(Shr4(v), low4);
+    pairs[c] = _mm256_add_epi16(_mm256_maddubs_epi16(lo, LoadI(xe + c * kBytes)),
+                                _mm256_maddubs_epi16(hi, LoadI(xo + c * kBytes)));
+  }
+  const VecI folded = _mm256_hadd_epi16(_mm256_hadd_epi16(pairs[0], pairs[1]),
+                                        _mm256_hadd_epi16(pairs[2], pairs[3]));
+  return _mm256_madd_epi16(folded, _mm256_set1_epi16(1));
+}
+#endif
+
 // One row of x streams each weight row once, and on Zen 1 (256 bits) the hardware prefetcher
 // left the two-thread M = 1 kernels well below their in-cache rate from memory: the 256-bit
 // kernels prefetch the codes kPrefetchAhead bytes ahead (rows lie back to back, so this runs
@@ -501,6 +528,13 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
         for (int r = 0; r < kPicked; ++r) {
           arranged[r] = arrange(kRunComb ? MulF(sv, LoadF(xb[r] + g0)) : sv);
         }
+#if !DH_IDOT_VNNI
+        if constexpr (kRunComb && MR == 1) {
+          facc[0] = FmaF(ToF(RunDotsAvx2(q + b, xc[0] + b, xc[0] + half + b)), arranged[0],
+                         facc[0]);
+          continue;
+        }
+#endif
 #pragma GCC unroll 16
         for (int c = 0; c < kSuper; ++c) {
           VecF comb[kPicked];
