@@ -332,8 +332,10 @@ constexpr int64_t ChunkColsOf(bool int4) { return int4 ? 2 * kBytes : kBytes; }
 // columns' codes at xe, xo): the i32 dot of each group, in the lane order [0 2 4 6 | 1 3 5 7]
 // (the runs' arranged scale products). Each chunk's vpmaddubsw pair sums (int16, 8 lanes per
 // group) are folded with three vphaddw, so one vpmaddwd serves the run instead of one per
-// chunk (Zen 1, cache-resident one row, stand-alone: 12.7-12.8 -> 11.6-11.7 cycles per chunk;
-// bench/README.md "Benchmark weights in huge pages, int4 decoding"). No int16 lane overflows: after
+// chunk; called once per row of x, which reloads the run's codes from L1 (Zen 1, 8960 x 1536
+// from memory, two threads: one row 592-626 -> 568-575 us, 4 rows 1769-1814 -> 1610-1626,
+// 8 rows 3597-3722 -> 3178-3268; bench/README.md "Benchmark weights in huge pages, int4
+// decoding"). No int16 lane overflows: after
 // the folds each holds 16 of its group's 32 products of codes 0..15 and x codes -127..127, at
 // most 16 * 15 * 127 = 30480 in magnitude (IntegerDotExtremeCodesExact reaches it).
 DH_IDOT_TARGET inline __attribute__((always_inline)) VecI RunDotsAvx2(const uint8_t* q,
@@ -529,9 +531,12 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
           arranged[r] = arrange(kRunComb ? MulF(sv, LoadF(xb[r] + g0)) : sv);
         }
 #if !DH_IDOT_VNNI
-        if constexpr (kRunComb && MR == 1) {
-          facc[0] = FmaF(ToF(RunDotsAvx2(q + b, xc[0] + b, xc[0] + half + b)), arranged[0],
-                         facc[0]);
+        if constexpr (kRunComb) {
+#pragma GCC unroll 16
+          for (int r = 0; r < MR; ++r) {
+            facc[r] = FmaF(ToF(RunDotsAvx2(q + b, xc[r] + b, xc[r] + half + b)), arranged[r],
+                           facc[r]);
+          }
           continue;
         }
 #endif
