@@ -508,8 +508,8 @@ TEST_F(QuantMatMulTest, IntegerDotPathsAgree) {
 TEST_F(QuantMatMulTest, IntegerDotExtremeCodesExact) {
   const auto paths = AvailablePaths();
   if (paths.empty()) GTEST_SKIP() << "CPU has no integer-dot kernel (no AVX2)";
-  // 3 rows of x, and one (int4: the one-row kernel folds a run's int16 pair sums, each lane
-  // then at its largest, 16 * 15 * 127).
+  // 3 rows of x, and one row (the AVX2 int4 kernel folds each run's int16 pair sums per row of
+  // x; with codes 15 and x codes 127 every lane reaches its largest value, 16 * 15 * 127).
   for (const auto& [int4, m] : {std::pair{false, 3}, std::pair{true, 3}, std::pair{true, 1}}) {
     const Case c{int4, m, 4, 256, 32};
     Rng rng(17);

@@ -332,12 +332,12 @@ constexpr int64_t ChunkColsOf(bool int4) { return int4 ? 2 * kBytes : kBytes; }
 // columns' codes at xe, xo): the i32 dot of each group, in the lane order [0 2 4 6 | 1 3 5 7]
 // (the runs' arranged scale products). Each chunk's vpmaddubsw pair sums (int16, 8 lanes per
 // group) are folded with three vphaddw, so one vpmaddwd serves the run instead of one per
-// chunk; called once per row of x, which reloads the run's codes from L1 (Zen 1, 8960 x 1536
-// from memory, two threads: one row 592-626 -> 568-575 us, 4 rows 1769-1814 -> 1610-1626,
-// 8 rows 3597-3722 -> 3178-3268; bench/README.md "Benchmark weights in huge pages, int4
-// decoding"). No int16 lane overflows: after
-// the folds each holds 16 of its group's 32 products of codes 0..15 and x codes -127..127, at
-// most 16 * 15 * 127 = 30480 in magnitude (IntegerDotExtremeCodesExact reaches it).
+// chunk. Called once per row of x, which reloads the run's codes from L1. Zen 1, 8960 x 1536
+// from memory, two threads: one row 592-626 -> 568-575 us, 4 rows 1769-1814 -> 1610-1626, 8 rows
+// 3597-3722 -> 3178-3268 (bench/README.md "Benchmark weights in huge pages, int4 decoding").
+// No int16 lane overflows: after the folds each holds 16 of its group's 32 products of codes
+// 0..15 and x codes -127..127, at most 16 * 15 * 127 = 30480 in magnitude
+// (IntegerDotExtremeCodesExact reaches it).
 DH_IDOT_TARGET inline __attribute__((always_inline)) VecI RunDotsAvx2(const uint8_t* q,
                                                                       const uint8_t* xe,
                                                                       const uint8_t* xo) {
@@ -523,7 +523,8 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
           mins_done = g0 + kLanes;
         }
         // int4 groups of 32 = x blocks (kRunComb): the products x_scale * w_scale once per
-        // group for the run, each chunk picking its own; else each chunk its weight scales.
+        // group for the run, each chunk picking its own (AVX2: the run's dots folded first, one
+        // FMA per run); else each chunk its weight scales.
         constexpr int kPicked = kRunComb ? MR : 1;  // products per x row, or the scales once
         VecF arranged[kPicked];
 #pragma GCC unroll 16
