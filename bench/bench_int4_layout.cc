@@ -67,13 +67,28 @@ DH_ISA __m256 ZeroTerm(const uint8_t* z, int g0, __m256 scales, const float* x_s
   return _mm256_fnmadd_ps(zs, _mm256_loadu_ps(x_sum + g0), acc);
 }
 
+// The int16 pair sums of the 32-byte chunk at byte b of a row (codes q) against x's codes of the
+// even and odd columns: two vpmaddubsw, as the kernel forms them.
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256i PairSums(const uint8_t* q,
+                                                                                const int8_t* xe,
+                                                                                const int8_t* xo,
+                                                                                int b) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b));
+  const __m256i lo = _mm256_and_si256(v, low4);
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+  return _mm256_add_epi16(
+      _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe + b))),
+      _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xo + b))));
+}
+
 enum class Variant { kPerChunk, kFolded, kRuns };
 constexpr const char* kVariantNames[] = {"per-chunk", "folded", "runs"};
 
 template <Variant kV>
 DH_ISA void Rows(Data& d) {
   constexpr bool kRuns = kV == Variant::kRuns;
-  const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  const __m256i ones = _mm256_set1_epi16(1);
   const __m256i half_order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
   const int8_t* xe = kRuns ? d.xe_runs.data() : d.xe.data();
   const int8_t* xo = kRuns ? d.xo_runs.data() : d.xo.data();
@@ -90,27 +105,14 @@ DH_ISA void Rows(Data& d) {
         __m256i p = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {
-          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b + 32 * c));
-          const __m256i lo = _mm256_and_si256(v, low4);
-          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-          const auto* ex = reinterpret_cast<const __m256i*>(xe + b + 32 * c);
-          const auto* ox = reinterpret_cast<const __m256i*>(xo + b + 32 * c);
-          p = _mm256_add_epi16(p,
-                               _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256(ex)),
-                                                _mm256_maddubs_epi16(hi, _mm256_loadu_si256(ox))));
+          p = _mm256_add_epi16(p, PairSums(q, xe, xo, b + 32 * c));
         }
         a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), comb, a0);
       } else if constexpr (kV == Variant::kFolded) {
         __m256i pairs[4];
 #pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {
-          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b + 32 * c));
-          const __m256i lo = _mm256_and_si256(v, low4);
-          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-          const auto* ex = reinterpret_cast<const __m256i*>(xe + b + 32 * c);
-          const auto* ox = reinterpret_cast<const __m256i*>(xo + b + 32 * c);
-          pairs[c] = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256(ex)),
-                                      _mm256_maddubs_epi16(hi, _mm256_loadu_si256(ox)));
+          pairs[c] = PairSums(q, xe, xo, b + 32 * c);
         }
         // Lanes [g0 g0 g2 g2 g4 g4 g6 g6 | g1 g1 g3 g3 g5 g5 g7 g7]: the products in that order.
         const __m256i folded = _mm256_hadd_epi16(_mm256_hadd_epi16(pairs[0], pairs[1]),
@@ -121,14 +123,8 @@ DH_ISA void Rows(Data& d) {
         const __m256 arranged = _mm256_permutevar8x32_ps(comb, half_order);
 #pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {
-          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b + 32 * c));
-          const __m256i lo = _mm256_and_si256(v, low4);
-          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-          const auto* ex = reinterpret_cast<const __m256i*>(xe + b + 32 * c);
-          const auto* ox = reinterpret_cast<const __m256i*>(xo + b + 32 * c);
-          const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256(ex)),
-                                                 _mm256_maddubs_epi16(hi, _mm256_loadu_si256(ox)));
-          const __m256 dots = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+          const __m256 dots =
+              _mm256_cvtepi32_ps(_mm256_madd_epi16(PairSums(q, xe, xo, b + 32 * c), ones));
           __m256 pick;  // chunk c's two groups in each half (immediate in-half permute)
           switch (c) {
             case 0:

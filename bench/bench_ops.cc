@@ -21,7 +21,6 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/membw.h"
-#include "host_bytes.h"
 
 namespace dh {
 namespace {
@@ -49,17 +48,18 @@ std::vector<int64_t> ParseList(const char* s) {
 }
 
 // Unique pseudo-random weights in [-1, 1): identical pages would let the VM merge them.
-void FillUnique(HostBytes& bytes, DType dtype, uint64_t seed) {
+void FillUnique(Buffer& bytes, DType dtype, uint64_t seed) {
   uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
   const size_t n = bytes.size() / DTypeSize(dtype);
+  auto* out = static_cast<uint8_t*>(bytes.data());
   for (size_t i = 0; i < n; ++i) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     const float v = static_cast<float>(static_cast<int64_t>(s >> 40) - (1 << 23)) / (1 << 23);
     if (dtype == DType::kF32) {
-      std::memcpy(bytes.data() + i * 4, &v, 4);
+      std::memcpy(out + i * 4, &v, 4);
     } else {
       const uint16_t h = F32ToBF16(v);
-      std::memcpy(bytes.data() + i * 2, &h, 2);
+      std::memcpy(out + i * 2, &h, 2);
     }
   }
 }
@@ -88,12 +88,15 @@ double FmaPeakPerCpuSecond() {
 // weights come from memory, not cache), best of repeated passes within `seconds`.
 double TimeMatMul(CpuBackend& cpu, DType dtype, int64_t m, int64_t n, int64_t k, size_t copies,
                   double seconds, const std::string& kernel, double* cpu_seconds) {
-  std::vector<HostBytes> store;
+  // The backend's own host memory (2 MiB pages where the kernel gives them), as a loaded model's
+  // weights get; std::vector's 4 KiB pages read 0-5 % slower (bench/README.md "Benchmark
+  // weights in huge pages").
+  std::vector<std::unique_ptr<Buffer>> store;
   std::vector<Weight> weights;
   for (size_t c = 0; c < copies; ++c) {
-    store.emplace_back(static_cast<size_t>(n * k) * DTypeSize(dtype));
-    FillUnique(store[c], dtype, c + 1);
-    weights.push_back(Weight::Dense(Tensor(store[c].data(), dtype, {n, k})));
+    store.push_back(cpu.Allocate(static_cast<size_t>(n * k) * DTypeSize(dtype)));
+    FillUnique(*store[c], dtype, c + 1);
+    weights.push_back(Weight::Dense(Tensor(store[c]->data(), dtype, {n, k})));
   }
   std::vector<float> x(m * k, 0.5f), out(m * n);
   const Tensor xt(x.data(), DType::kF32, {m, k}), ot(out.data(), DType::kF32, {m, n});

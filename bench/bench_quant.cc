@@ -15,13 +15,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/membw.h"
 #include "backend/cpu/quant_vnni.h"
-#include "host_bytes.h"
 
 namespace dh {
 namespace {
@@ -53,10 +53,12 @@ struct Format {
   int group;  // 0: per row
 };
 
-// One weight with its own storage.
+// One weight with its own storage, in the backend's host memory (2 MiB pages where the kernel
+// gives them) as a loaded model's weights are; std::vector's 4 KiB pages read 0-5 % slower
+// (bench/README.md "Benchmark weights in huge pages").
 struct Stored {
-  HostBytes q, zeros;
-  HostBytes scales;  // fp8: f32 per block; int8, int4: f16 per group
+  std::unique_ptr<Buffer> q, zeros;
+  std::unique_ptr<Buffer> scales;  // fp8: f32 per block; int8, int4: f16 per group
   Weight w;
 };
 
@@ -66,46 +68,48 @@ uint8_t RandomByte() {
   return static_cast<uint8_t>(g_state >> 56);
 }
 
-// Random codes (each byte & mask), or `count` copies of `value` (scales, zero points), in host
-// memory.
-HostBytes RandomBytes(size_t n, uint8_t mask) {
-  HostBytes b(n);
-  for (size_t i = 0; i < n; ++i) b.data()[i] = RandomByte() & mask;
+// Random codes (each byte & mask), or `count` copies of `value` (scales, zero points), in the
+// backend's host memory.
+std::unique_ptr<Buffer> RandomBytes(Backend& backend, size_t n, uint8_t mask) {
+  auto b = backend.Allocate(n);
+  auto* p = static_cast<uint8_t*>(b->data());
+  for (size_t i = 0; i < n; ++i) p[i] = RandomByte() & mask;
   return b;
 }
 template <typename T>
-HostBytes Filled(size_t count, T value) {
-  HostBytes b(count * sizeof(T));
-  for (size_t i = 0; i < count; ++i) std::memcpy(b.data() + i * sizeof(T), &value, sizeof(T));
+std::unique_ptr<Buffer> Filled(Backend& backend, size_t count, T value) {
+  auto b = backend.Allocate(count * sizeof(T));
+  auto* p = static_cast<uint8_t*>(b->data());
+  for (size_t i = 0; i < count; ++i) std::memcpy(p + i * sizeof(T), &value, sizeof(T));
   return b;
 }
 
-Stored Make(const Format& f, int64_t n, int64_t k) {
+Stored Make(Backend& backend, const Format& f, int64_t n, int64_t k) {
   Stored s;
   s.w.format = f.format;
   s.w.rows = n;
   s.w.cols = k;
   if (f.format == WeightFormat::kFp8Block) {
-    s.q = RandomBytes(n * k, 0xf7);  // no NaN (0x7f / 0xff)
+    s.q = RandomBytes(backend, n * k, 0xf7);  // no NaN (0x7f / 0xff)
     const int64_t br = (n + 127) / 128, bc = (k + 127) / 128;
-    s.scales = Filled(br * bc, 0.01f);
+    s.scales = Filled(backend, br * bc, 0.01f);
     s.w.block_rows = s.w.block_cols = 128;
-    s.w.data = Tensor(s.q.data(), DType::kF8E4M3, {n, k});
-    s.w.scales = Tensor(s.scales.data(), DType::kF32, {br, bc});
+    s.w.data = Tensor(s.q->data(), DType::kF8E4M3, {n, k});
+    s.w.scales = Tensor(s.scales->data(), DType::kF32, {br, bc});
     return s;
   }
   const bool int4 = f.format == WeightFormat::kInt4;
   const int64_t g = f.group > 0 ? f.group : k, groups = (k + g - 1) / g;
   const int64_t row_bytes = int4 ? (k + 1) / 2 : k;
-  s.q = RandomBytes(n * row_bytes, 0xff);
-  s.scales = Filled(n * groups, F32ToF16(0.01f));
+  s.q = RandomBytes(backend, n * row_bytes, 0xff);
+  s.scales = Filled(backend, n * groups, F32ToF16(0.01f));
   s.w.group_size = static_cast<int>(g);
-  s.w.data = Tensor(s.q.data(), int4 ? DType::kU8 : DType::kI8, {n, row_bytes});
-  s.w.scales = Tensor(s.scales.data(), DType::kF16, {n, groups});
+  s.w.data = Tensor(s.q->data(), int4 ? DType::kU8 : DType::kI8, {n, row_bytes});
+  s.w.scales = Tensor(s.scales->data(), DType::kF16, {n, groups});
   if (int4) {
     const int64_t zero_bytes = (groups + 1) / 2;
-    s.zeros = Filled<uint8_t>(n * zero_bytes, 0x88);  // zero point 8 in every group
-    s.w.zeros = Tensor(s.zeros.data(), DType::kU8, {n, zero_bytes});
+    s.zeros = Filled<uint8_t>(backend, n * zero_bytes, 0x88);  // zero point 8 in every group
+    s.w.zeros = Tensor(s.zeros->data(), DType::kU8, {n, zero_bytes});
   }
   return s;
 }
@@ -157,7 +161,7 @@ int Main(int argc, char** argv) {
     std::vector<Stored> copies;
     size_t total = 0;
     while (total < (o.working_set_mb << 20) || copies.empty()) {
-      copies.push_back(Make(f, o.n, o.k));
+      copies.push_back(Make(cpu, f, o.n, o.k));
       total += copies.back().w.nbytes();
     }
     const size_t bytes = copies[0].w.nbytes();

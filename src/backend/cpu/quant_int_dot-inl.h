@@ -271,6 +271,23 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void AddMins(
   }
 }
 
+// The low and high nibbles of each byte of v: int4 codes of the even and odd columns.
+DH_IDOT_TARGET inline __attribute__((always_inline)) void SplitNibbles(VecI v, VecI* lo,
+                                                                       VecI* hi) {
+  const VecI low4 = SetI8(0x0f);
+  *lo = AndI(v, low4);
+  *hi = AndI(Shr4(v), low4);
+}
+
+#if !DH_IDOT_VNNI
+// AVX2: the int16 pair sums of one int4 chunk (nibbles lo, hi) against x's codes of the even and
+// odd columns (xe, xo).
+DH_IDOT_TARGET inline __attribute__((always_inline)) VecI PairSumsInt4(VecI lo, VecI hi, VecI xe,
+                                                                       VecI xo) {
+  return _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
+}
+#endif
+
 // One vector of codes v (bytes [b, b + kBytes) of the weight row) times MR rows of quantized x,
 // added to facc with the per-lane scales x_scale * wsl. The i32 lane dots are exact on every
 // path (quant_int256.h shows why AVX2's saturating pair sums never saturate here).
@@ -287,18 +304,15 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void Chunk(
     return comb_in != nullptr ? comb_in[r] : MulF(LoadF(xl[r] + lane0), wsl);
   };
   if constexpr (kInt4) {
-    const VecI low4 = SetI8(0x0f);
-    const VecI lo = AndI(v, low4);
-    const VecI hi = AndI(Shr4(v), low4);
+    VecI lo, hi;
+    SplitNibbles(v, &lo, &hi);
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       const VecI xe = LoadI(xc[r] + b), xo = LoadI(xc[r] + half + b);
 #if DH_IDOT_VNNI
       const VecI acc = Dpbusd(Dpbusd(ZeroI(), lo, xe), hi, xo);
 #else
-      const VecI pairs =
-          _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
-      const VecI acc = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+      const VecI acc = _mm256_madd_epi16(PairSumsInt4(lo, hi, xe, xo), _mm256_set1_epi16(1));
 #endif
       const VecF comb = comb_of(r);
       facc[r] = FmaF(ToF(acc), comb, facc[r]);
@@ -341,14 +355,12 @@ constexpr int64_t ChunkColsOf(bool int4) { return int4 ? 2 * kBytes : kBytes; }
 DH_IDOT_TARGET inline __attribute__((always_inline)) VecI RunDotsAvx2(const uint8_t* q,
                                                                       const uint8_t* xe,
                                                                       const uint8_t* xo) {
-  const VecI low4 = SetI8(0x0f);
   VecI pairs[4];
 #pragma GCC unroll 4
   for (int c = 0; c < 4; ++c) {
-    const VecI v = LoadI(q + c * kBytes);
-    const VecI lo = AndI(v, low4), hi = AndI(Shr4(v), low4);
-    pairs[c] = _mm256_add_epi16(_mm256_maddubs_epi16(lo, LoadI(xe + c * kBytes)),
-                                _mm256_maddubs_epi16(hi, LoadI(xo + c * kBytes)));
+    VecI lo, hi;
+    SplitNibbles(LoadI(q + c * kBytes), &lo, &hi);
+    pairs[c] = PairSumsInt4(lo, hi, LoadI(xe + c * kBytes), LoadI(xo + c * kBytes));
   }
   const VecI folded = _mm256_hadd_epi16(_mm256_hadd_epi16(pairs[0], pairs[1]),
                                         _mm256_hadd_epi16(pairs[2], pairs[3]));
@@ -760,12 +772,9 @@ DH_IDOT_TARGET void PackedRows(const QuantMatMulArgs& a, const QuantizedActs& x,
       const int32_t* wb = codes + b * kSteps * kLanes;
       VecI w[8];  // int4: low then high nibbles of each step (dword 2 * step + half); int8: steps
       if constexpr (kInt4) {
-        const VecI low4 = SetI8(0x0f);
 #pragma GCC unroll 8
         for (int st = 0; st < kSteps; ++st) {
-          const VecI v = LoadI(wb + st * kLanes);
-          w[2 * st] = AndI(v, low4);
-          w[2 * st + 1] = AndI(Shr4(v), low4);
+          SplitNibbles(LoadI(wb + st * kLanes), &w[2 * st], &w[2 * st + 1]);
         }
       } else {
 #pragma GCC unroll 8
