@@ -656,8 +656,15 @@ constexpr int64_t StepsPerBlock() {
 // Packs weight rows [j0, j0 + rows) (rows <= kLanes) into t: whole kLanes x kLanes blocks of
 // dwords by in-register transposes, the rest (a row's last bytes, a partial tile) byte by byte.
 // Scales (and int4 zero terms) are widened row by row into scratch and transposed the same way.
+// The transposes read kLanes rows at once, a pattern the hardware prefetchers do not follow from
+// memory, so each one also prefetches the same columns of the next tile's next_rows rows (0: no
+// next tile): the next tile's lines arrive spread over this tile's packing. A burst of the whole
+// next tile's lines before this tile's micro-kernel (the earlier form) measured slower on Zen 5:
+// bench_quant --threads 2 --m 8, 8960 x 1536 from memory, three rounds alternated: int4
+// 704-728 -> 572-615 us, int8 795-931 -> 737-770 (bench/README.md "Zen 5, session 16").
 template <bool kInt4>
-DH_IDOT_TARGET void PackTile(const QuantMatMulArgs& a, int64_t j0, int64_t rows, PackedTile* t) {
+DH_IDOT_TARGET void PackTile(const QuantMatMulArgs& a, int64_t j0, int64_t rows,
+                             int64_t next_rows, PackedTile* t) {
   const int64_t k = a.k, g = a.group_size < k ? a.group_size : k;
   const int64_t row_len = kInt4 ? (k + 1) / 2 : k;
   const int64_t nblocks = (k + kXBlock - 1) / kXBlock;
@@ -671,7 +678,11 @@ DH_IDOT_TARGET void PackTile(const QuantMatMulArgs& a, int64_t j0, int64_t rows,
   int32_t* codes = t->codes.data();
   int64_t s = 0;
   if (rows == kLanes) {
+    const uint8_t* next = q0 + kLanes * a.q_stride;
     for (; 4 * (s + kLanes) <= row_len; s += kLanes) {
+      for (int64_t i = 0; i < next_rows && (4 * s) % 64 == 0; ++i) {
+        __builtin_prefetch(next + i * a.q_stride + 4 * s, 0, 3);
+      }
       TransposeDwords(q0 + 4 * s, a.q_stride, codes + s * kLanes);
     }
   }
@@ -873,19 +884,8 @@ DH_IDOT_TARGET void PackedAll(const QuantMatMulArgs& a, const QuantizedActs& x, 
   const int64_t quads = (a.m + 3) / 4;
   for (int64_t j0 = n_begin; j0 < n_end; j0 += kLanes) {
     const int64_t rows = n_end - j0 < kLanes ? n_end - j0 : kLanes;
-    PackTile<kInt4>(a, j0, rows, &tile);
-    // The next tile's rows, line by line in address order: the transposes read kLanes rows at
-    // once, a pattern the hardware prefetchers do not follow from memory.
-    if (j0 + kLanes < n_end) {
-      const int64_t next_rows = n_end - j0 - kLanes < kLanes ? n_end - j0 - kLanes : kLanes;
-      const uint8_t* p = static_cast<const uint8_t*>(a.q) + (j0 + kLanes) * a.q_stride;
-      const int64_t row_len = kInt4 ? (a.k + 1) / 2 : a.k;
-      for (int64_t i = 0; i < next_rows; ++i) {
-        for (int64_t c = 0; c < row_len; c += 64) {
-          __builtin_prefetch(p + i * a.q_stride + c, 0, 3);
-        }
-      }
-    }
+    const int64_t after = n_end - j0 - rows;  // rows left for the next tiles
+    PackTile<kInt4>(a, j0, rows, after < kLanes ? after : kLanes, &tile);
     int64_t q = 0;
     for (; q + kPackedQuads <= quads; q += kPackedQuads) {
       PackedRows<kPackedQuads, kInt4>(a, x, tile, q, j0, rows);
