@@ -242,14 +242,16 @@ TEST_F(GemmTest, BackendMatMulAroundTheGemvCrossover) {
   });
 }
 
+// Whether Highway may dispatch to an AVX-512 target (not on an AVX2 machine, nor under
+// DH_CPU_TIER=avx2|avxvnni): the bf16 dot kernel runs only then.
+bool Avx512TargetsOn() { return (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0; }
+
 // The AVX512-BF16 kernel against the exact f32 x: each output within its rounding bound
 // sum_i |x_i - bf16(x_i)| * |w_i| (<= 2^-9 sum_i |x_i w_i|) plus 1e-5 of the output's scale; and
 // with the kernel turned off the same call is exact again.
 TEST_F(GemmTest, Bf16DotWithinRoundingBoundOfExactX) {
   if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
-  if ((hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) == 0) {
-    GTEST_SKIP() << "the AVX-512 targets are off (DH_CPU_TIER)";
-  }
+  if (!Avx512TargetsOn()) GTEST_SKIP() << "the AVX-512 targets are off (DH_CPU_TIER)";
   ThreadPool pool(2);
   for (const int64_t m : {8, 37}) {  // the unpacked few-row kernel and the packed one
     SCOPED_TRACE(fmt::format("M={}", m));
@@ -306,8 +308,7 @@ TEST_F(GemmTest, Bf16DotOnlyWithAnAvx512Target) {
   a.k = 64;
   a.wtype = cpu::WType::kBF16;
   ForEachTarget([&] {
-    const bool avx512 = (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0;
-    EXPECT_EQ(cpu::UseBf16Dot(a), avx512 && cpu::Bf16DotAvailable());
+    EXPECT_EQ(cpu::UseBf16Dot(a), Avx512TargetsOn() && cpu::Bf16DotAvailable());
   });
   a.wtype = cpu::WType::kF32;
   EXPECT_FALSE(cpu::UseBf16Dot(a));

@@ -678,7 +678,9 @@ DH_IDOT_TARGET void PackTile(const QuantMatMulArgs& a, int64_t j0, int64_t rows,
   if (rows == kLanes) {
     const uint8_t* next = q0 + kLanes * a.q_stride;
     for (; 4 * (s + kLanes) <= row_len; s += kLanes) {
-      for (int64_t i = 0; i < next_rows; ++i) __builtin_prefetch(next + i * a.q_stride + 4 * s, 0, 3);
+      for (int64_t i = 0; i < next_rows; ++i) {
+        __builtin_prefetch(next + i * a.q_stride + 4 * s, 0, 3);
+      }
       TransposeDwords(q0 + 4 * s, a.q_stride, codes + s * kLanes);
     }
   }
