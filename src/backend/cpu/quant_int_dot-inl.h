@@ -657,9 +657,16 @@ constexpr int64_t StepsPerBlock() {
 // dwords by in-register transposes, the rest (a row's last bytes, a partial tile) byte by byte.
 // Scales (and int4 zero terms) are widened row by row into scratch and transposed the same way.
 // The transposes read kLanes rows at once, a pattern the hardware prefetchers do not follow from
-// memory, so on 512 bits each one also prefetches the same 64 columns of the next tile's
-// next_rows rows (0: none): the next tile's lines arrive spread over this tile's packing. The
-// 256-bit kernels pass 0 and keep PackedAll's burst (see there).
+// memory, so the next tile's rows are prefetched. kSpreadPrefetch (512 bits): each transpose
+// prefetches the same 64 columns of the next tile's next_rows rows, so those lines arrive spread
+// over this tile's packing. Otherwise (256 bits) PackedAll prefetches the next tile in one burst,
+// line by line, after PackTile (Zen 1: int8 M = 8 from memory 1225 -> 782 us against none). On
+// Zen 5 the spread form beat the burst on 512 bits (bench_quant --threads 2 --m 8, 8960 x 1536,
+// three rounds alternated: int4 672-704 -> 587-591 us, int8 813-876 -> 741-757) and was no
+// faster on 256 bits (DH_CPU_TIER=avx2 int4 pp512 120-122 against 116-120 tokens/s;
+// bench/README.md "Zen 5, session 16").
+constexpr bool kSpreadPrefetch = DH_IDOT_BITS == 512;
+
 template <bool kInt4>
 DH_IDOT_TARGET void PackTile(const QuantMatMulArgs& a, int64_t j0, int64_t rows,
                              int64_t next_rows, PackedTile* t) {
@@ -678,8 +685,10 @@ DH_IDOT_TARGET void PackTile(const QuantMatMulArgs& a, int64_t j0, int64_t rows,
   if (rows == kLanes) {
     const uint8_t* next = q0 + kLanes * a.q_stride;
     for (; 4 * (s + kLanes) <= row_len; s += kLanes) {
-      for (int64_t i = 0; i < next_rows; ++i) {
-        __builtin_prefetch(next + i * a.q_stride + 4 * s, 0, 3);
+      if constexpr (kSpreadPrefetch) {
+        for (int64_t i = 0; i < next_rows; ++i) {
+          __builtin_prefetch(next + i * a.q_stride + 4 * s, 0, 3);
+        }
       }
       TransposeDwords(q0 + 4 * s, a.q_stride, codes + s * kLanes);
     }
@@ -884,14 +893,8 @@ DH_IDOT_TARGET void PackedAll(const QuantMatMulArgs& a, const QuantizedActs& x, 
     const int64_t rows = n_end - j0 < kLanes ? n_end - j0 : kLanes;
     const int64_t after = n_end - j0 - rows;  // rows of the next tiles
     const int64_t next_rows = after < kLanes ? after : kLanes;
-    PackTile<kInt4>(a, j0, rows, DH_IDOT_BITS == 512 ? next_rows : 0, &tile);
-    // 256 bits: the next tile's lines in one burst, in address order (Zen 1: int8 M = 8 from
-    // memory 1225 -> 782 us against none). 512 bits: spread over PackTile's transposes instead;
-    // the burst measured slower on Zen 5 (bench_quant --threads 2 --m 8, 8960 x 1536, three
-    // rounds alternated: int4 672-704 -> 587-591 us, int8 813-876 -> 741-757), while on 256 bits
-    // the spread form was no faster there (DH_CPU_TIER=avx2 int4 pp512 120-122 against 116-120
-    // tokens/s; bench/README.md "Zen 5, session 16").
-    if (DH_IDOT_BITS == 256 && next_rows > 0) {
+    PackTile<kInt4>(a, j0, rows, next_rows, &tile);
+    if (!kSpreadPrefetch && next_rows > 0) {  // the burst (PackTile says why and when)
       const uint8_t* p = static_cast<const uint8_t*>(a.q) + (j0 + kLanes) * a.q_stride;
       const int64_t row_len = kInt4 ? (a.k + 1) / 2 : a.k;
       for (int64_t i = 0; i < next_rows; ++i) {
