@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes the device check's summary.json (to stdout) from the logs in OUTDIR: stage results, the
 roofline (copy bandwidth, cuBLAS bf16 GEMM rate), per model the decode/prefill rates of
-deepharness and their fractions of the roofline, the per-op times of a decode step, and the
-PyTorch ratio. Figures are only copied or derived from what the run measured."""
+deepharness and their fractions of the roofline, the per-op times of a decode step, the
+agreement of its logits with the CPU path's, and the PyTorch ratio. Figures are only copied or
+derived from what the run measured."""
 import json
 import os
 import sys
@@ -45,7 +46,7 @@ def main(out):
             m["weight_bytes"] = dec.get("weight_bytes")
             m["active_weight_bytes_per_token"] = dec.get("active_weight_bytes_per_token")
             for r in dec.get("results", []):
-                if r.get("test") != "tg":
+                if not str(r.get("test", "")).startswith("tg"):
                     continue
                 tps = r["tokens_per_s_mean"]
                 steps = tps / r["batch"]
@@ -60,7 +61,7 @@ def main(out):
         pre = load_json_log(os.path.join(out, f"prefill_{name}.log"))
         if pre:
             for r in pre.get("results", []):
-                if r.get("test") == "pp":
+                if str(r.get("test", "")).startswith("pp"):
                     row = {"tokens_per_s": r["tokens_per_s_mean"], "gflops": r.get("gflops")}
                     shapes = [k for k in gemm if k[0] == 2048]
                     if r.get("gflops") and shapes:
@@ -71,12 +72,19 @@ def main(out):
                             row["cublas_bf16_tflops_same_shapes"] = ref
                             row["fraction_of_cublas"] = r["gflops"] / 1e3 / ref
                     m["prefill_2048"] = row
+        agree = load_json_log(os.path.join(out, f"agree_{name}.log"))
+        if agree:
+            m["logits_vs_cpu"] = agree
         ops = load_json_log(os.path.join(out, f"optimes_{name}.json"))
         if ops:
             steps = 8  # optimes runs --gen 8 --batch 1 (one prefill-free decode step per token)
             m["decode_step_op_ms"] = {k: {"calls_per_step": v["count"] / steps,
                                           "ms_per_step": v["ms"] / steps}
                                       for k, v in ops.get("ops", {}).items()}
+        ops = load_json_log(os.path.join(out, f"optimes_prefill_{name}.json"))
+        if ops:  # one 2048-token prefill (bench --repeat 1 --warmup 0)
+            m["prefill_op_ms"] = {k: {"calls": v["count"], "ms": v["ms"]}
+                                  for k, v in ops.get("ops", {}).items()}
         torch = load_json_log(os.path.join(out, f"torch_{name}.log"))
         if torch:
             m["torch"] = torch

@@ -2,6 +2,7 @@
 // host fallback for what the kernels do not take (cuda_backend.h).
 #include "backend/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -277,37 +278,93 @@ void CudaBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, T
     return;
   }
   const void* b = bias.empty() ? nullptr : bias.data;
-  const int belem = bias.empty() ? 0 : *ElemOf(bias.dtype);
-  const int M = static_cast<int>(xr->rows), N = static_cast<int>(w.rows),
-            K = static_cast<int>(xr->cols);
+  DenseMatMul(*xr, *wr, b, bias.empty() ? 0 : *ElemOf(bias.dtype), *o, false);
+}
+
+void CudaBackend::DenseMatMul(const cuda::Rows& xr, const cuda::Rows& wr, const void* b,
+                              int belem, const cuda::Rows& o, bool batched) {
+  const int M = static_cast<int>(xr.rows), N = static_cast<int>(wr.rows),
+            K = static_cast<int>(xr.cols);
+  const bool f32 = wr.elem == cuda::kElemF32;
   if (M <= cuda::kMaxGemvRows) {
     Begin();
-    Check(cuda::Gemv(*xr, *wr, b, belem, *o, stream_), "gemv");
-    End(wr->elem == cuda::kElemF32 ? "MatMul gemv f32" : "MatMul gemv 16-bit");
+    Check(cuda::Gemv(xr, wr, b, belem, o, stream_), "gemv");
+    End(batched ? (f32 ? "BatchedMatMul gemv f32" : "BatchedMatMul gemv 16-bit")
+                : (f32 ? "MatMul gemv f32" : "MatMul gemv 16-bit"));
     return;
   }
   Begin();
-  const float alpha = 1.0f, beta = 0.0f;
+  const float one = 1.0f, zero = 0.0f;
   // Row-major out[M, N] = x[M, K] w[N, K]^T is column-major out^T = w^T(op T) x^T.
-  if (wr->elem == cuda::kElemF32) {
-    CheckBlas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha,
-                          static_cast<const float*>(wr->data), static_cast<int>(wr->stride),
-                          static_cast<const float*>(xr->data), static_cast<int>(xr->stride), &beta,
-                          static_cast<float*>(o->data), static_cast<int>(o->stride)),
+  const auto sgemm = [&](const float* w, int rows, int ldw, float* out) {
+    CheckBlas(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, rows, M, K, &one, w, ldw,
+                          static_cast<const float*>(xr.data), static_cast<int>(xr.stride), &zero,
+                          out, static_cast<int>(o.stride)),
               "sgemm");
+  };
+  if (f32) {
+    sgemm(static_cast<const float*>(wr.data), N, static_cast<int>(wr.stride),
+          static_cast<float*>(o.data));
+  } else if (wr.elem == cuda::kElemBF16) {
+    // x = x0 + x1 + x2 in bf16 parts: three tensor-core passes with f32 sums give the products
+    // of x itself, where one pass over bf16(x) would round the activations (~2^-9 relative). The
+    // weights are read three times: stacking the parts as rows of one GEMM would read them once
+    // (not yet measured on a GPU).
+    constexpr int kParts = 3;
+    const size_t part = static_cast<size_t>(M) * K;
+    auto* xs = static_cast<uint16_t*>(Scratch(3, kParts * part * 2));
+    Check(cuda::SplitBf16(xr, xs, kParts, stream_), "split activations");
+    for (int p = 0; p < kParts; ++p) {
+      CheckBlas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, wr.data,
+                             CUDA_R_16BF, static_cast<int>(wr.stride), xs + p * part, CUDA_R_16BF,
+                             K, p == 0 ? &zero : &one, o.data, CUDA_R_32F,
+                             static_cast<int>(o.stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                "gemm");
+    }
   } else {
-    // Activations are rounded to the weight's 16-bit type for the tensor cores; products are
-    // summed in f32.
-    const cudaDataType_t t = wr->elem == cuda::kElemBF16 ? CUDA_R_16BF : CUDA_R_16F;
-    void* xs = Scratch(3, static_cast<size_t>(M) * K * 2);
-    Check(cuda::ConvertRows(*xr, xs, wr->elem, stream_), "convert activations");
-    CheckBlas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, wr->data, t,
-                           static_cast<int>(wr->stride), xs, t, K, &beta, o->data, CUDA_R_32F,
-                           static_cast<int>(o->stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-              "gemm");
+    // f16's range is too narrow to split activations into: widen the weight rows to f32, at most
+    // 64 MiB at a time.
+    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t{16} << 20) / K));
+    auto* wf = static_cast<float*>(Scratch(4, static_cast<size_t>(chunk * K) * sizeof(float)));
+    for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+      cuda::Rows part = wr;
+      part.data = static_cast<char*>(wr.data) + n0 * wr.stride * 2;  // f16: 2 bytes
+      part.rows = std::min<int64_t>(chunk, N - n0);
+      Check(cuda::WidenRows(part, wf, stream_), "widen weights");
+      sgemm(wf, static_cast<int>(part.rows), K, static_cast<float*>(o.data) + n0);
+    }
   }
-  if (b != nullptr) Check(cuda::AddBias(*o, b, belem, stream_), "bias");
-  End(wr->elem == cuda::kElemF32 ? "MatMul cublas f32" : "MatMul cublas 16-bit");
+  if (b != nullptr) Check(cuda::AddBias(o, b, belem, stream_), "bias");
+  End(batched ? (f32 ? "BatchedMatMul cublas f32" : "BatchedMatMul cublas 16-bit")
+              : (f32 ? "MatMul cublas f32" : "MatMul cublas 16-bit"));
+}
+
+// Per head, the dense MatMul on strided views of x and out (MLA's absorbed projections).
+void CudaBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) {
+  bool ok = x.ndim == 3 && out.ndim == 3 && x.dtype == DType::kF32 &&
+            out.dtype == DType::kF32 && x.stride[2] == 1 && out.stride[2] == 1 &&
+            x.shape[0] == out.shape[0] && static_cast<int64_t>(w.size()) <= x.shape[1] &&
+            static_cast<int64_t>(w.size()) <= out.shape[1] && x.shape[0] <= INT32_MAX &&
+            x.shape[2] <= INT32_MAX && out.shape[2] <= INT32_MAX && x.stride[0] <= INT32_MAX &&
+            out.stride[0] <= INT32_MAX && x.stride[0] >= 0 && out.stride[0] >= 0;
+  std::vector<cuda::Rows> ws;
+  for (size_t h = 0; ok && h < w.size(); ++h) {
+    auto wr = w[h].format == WeightFormat::kDense && w[h].perm.empty()
+                  ? AsRows(w[h].data, false) : std::nullopt;
+    ok = wr && wr->rows == w[h].rows && wr->cols == x.shape[2] && wr->rows == out.shape[2];
+    if (ok) ws.push_back(*wr);
+  }
+  if (!ok) {
+    HostFallbackBackend::BatchedMatMul(x, w, out);
+    return;
+  }
+  for (size_t h = 0; h < ws.size(); ++h) {
+    cuda::Rows xh{static_cast<float*>(x.data) + h * x.stride[1], cuda::kElemF32, x.shape[0],
+                  x.shape[2], x.shape[0] > 1 ? x.stride[0] : x.shape[2]};
+    cuda::Rows oh{static_cast<float*>(out.data) + h * out.stride[1], cuda::kElemF32,
+                  out.shape[0], out.shape[2], out.shape[0] > 1 ? out.stride[0] : out.shape[2]};
+    DenseMatMul(xh, ws[h], nullptr, 0, oh, true);
+  }
 }
 
 void CudaBackend::Rope(Tensor x, const Tensor& positions, const RopeParams& p) {

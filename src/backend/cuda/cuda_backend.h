@@ -20,6 +20,9 @@
 #include "base/status.h"
 
 namespace dh {
+namespace cuda {
+struct Rows;  // cuda_kernels.h
+}  // namespace cuda
 
 class CudaBackend : public HostFallbackBackend {
  public:
@@ -42,6 +45,7 @@ class CudaBackend : public HostFallbackBackend {
   void AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
                   Tensor out) override;
   void MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) override;
+  void BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) override;
   void Rope(Tensor x, const Tensor& positions, const RopeParams& p) override;
   void KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache, KvCacheView v_cache,
                const Tensor& slot_mapping) override;
@@ -65,9 +69,15 @@ class CudaBackend : public HostFallbackBackend {
 
  private:
   CudaBackend(const BackendOptions& options, int device);
-  // Device scratch of at least `bytes` (slot 0..3), grown on demand; valid until the next call
+  // Device scratch of at least `bytes` (slot 0..4), grown on demand; valid until the next call
   // with the same slot.
   void* Scratch(int slot, size_t bytes);
+  // out = x w^T (+ bias) for dense rows: the GEMV kernel up to kMaxGemvRows rows of x, cuBLAS
+  // above, with products of the f32 activations as they are (as the CPU path's): f32 weights by
+  // SGEMM, bf16 by three tensor-core GEMMs over x split into bf16 parts, f16 widened to f32 in
+  // chunks. `batched` names the op in the timings.
+  void DenseMatMul(const cuda::Rows& x, const cuda::Rows& w, const void* bias, int bias_elem,
+                   const cuda::Rows& out, bool batched);
   // Op timing (DH_CUDA_OP_TIMES): Begin records a start event, End the stop event and the total.
   void Begin();
   void End(const char* op);
@@ -80,7 +90,7 @@ class CudaBackend : public HostFallbackBackend {
     void* data = nullptr;
     size_t bytes = 0;
   };
-  ScratchSlot scratch_[4];
+  ScratchSlot scratch_[5];
   std::string times_path_;
   cudaEvent_t ev_start_ = nullptr, ev_stop_ = nullptr;
   struct OpTime {

@@ -163,6 +163,29 @@ __global__ void ConvertRowsKernel(Rows x, void* out, int out_elem) {
   }
 }
 
+__global__ void SplitBf16Kernel(Rows x, __nv_bfloat16* out, int parts) {
+  const int64_t n = x.rows * x.cols;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = e / x.cols, c = e % x.cols;
+    float rest = static_cast<const float*>(x.data)[r * x.stride + c];
+    for (int p = 0; p < parts; ++p) {
+      const __nv_bfloat16 b = __float2bfloat16(rest);
+      out[p * n + e] = b;
+      rest -= __bfloat162float(b);  // exact: the rounding error of a coarser format
+    }
+  }
+}
+
+__global__ void WidenRowsKernel(Rows w, float* out) {
+  const int64_t n = w.rows * w.cols;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = e / w.cols, c = e % w.cols;
+    out[e] = LoadF(w.data, w.elem, r * w.stride + c);
+  }
+}
+
 // ---- rope, kv write ----
 
 __global__ void RopeKernel(View x, const int32_t* positions, const float* inv_freq, RopeArgs a) {
@@ -409,6 +432,7 @@ __device__ __forceinline__ float ToF(__nv_bfloat16 v) { return __bfloat162float(
 __device__ __forceinline__ float ToF(__half v) { return __half2float(v); }
 
 constexpr int kGemvWarps = 8;
+constexpr int kGemvUnroll = 4;
 
 // One warp per weight row n; `vec`: 8-element (16- or 32-byte) loads of w and x.
 template <typename WT, bool kVec>
@@ -424,7 +448,28 @@ __global__ void GemvKernel(Rows x, Rows w, const void* bias, int bias_elem, Rows
 #pragma unroll
   for (int m = 0; m < kMaxGemvRows; ++m) acc[m] = 0.0f;
   if (kVec) {
-    for (int64_t k = int64_t{lane} * 8; k < K; k += 32 * 8) {
+    // kGemvUnroll 16-byte weight loads in flight per lane before the first is used: one load at
+    // a time leaves a decode step's GEMVs latency-bound (about a fifth of the copy bandwidth).
+    constexpr int64_t kStep = 32 * 8;
+    int64_t k = int64_t{lane} * 8;
+    for (; k + (kGemvUnroll - 1) * kStep < K; k += kGemvUnroll * kStep) {
+      float wf[kGemvUnroll][8];
+#pragma unroll
+      for (int u = 0; u < kGemvUnroll; ++u) Load8(wr + k + u * kStep, wf[u]);
+#pragma unroll
+      for (int u = 0; u < kGemvUnroll; ++u) {
+#pragma unroll
+        for (int m = 0; m < kMaxGemvRows; ++m) {
+          if (m < M) {
+            float xf[8];
+            Load8(xb + m * x.stride + k + u * kStep, xf);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) acc[m] += wf[u][i] * xf[i];
+          }
+        }
+      }
+    }
+    for (; k < K; k += kStep) {
       float wf[8];
       Load8(wr + k, wf);
 #pragma unroll
@@ -541,6 +586,19 @@ cudaError_t GatherRows(Rows x, const int32_t* rows, int64_t n, Rows out, cudaStr
 cudaError_t ConvertRows(Rows x, void* out, int out_elem, cudaStream_t s) {
   if (x.rows * x.cols == 0) return cudaSuccess;
   ConvertRowsKernel<<<Blocks(x.rows * x.cols), kThreads, 0, s>>>(x, out, out_elem);
+  return cudaGetLastError();
+}
+
+cudaError_t SplitBf16(Rows x, void* out, int parts, cudaStream_t s) {
+  if (x.rows * x.cols == 0) return cudaSuccess;
+  SplitBf16Kernel<<<Blocks(x.rows * x.cols), kThreads, 0, s>>>(
+      x, static_cast<__nv_bfloat16*>(out), parts);
+  return cudaGetLastError();
+}
+
+cudaError_t WidenRows(Rows w, float* out, cudaStream_t s) {
+  if (w.rows * w.cols == 0) return cudaSuccess;
+  WidenRowsKernel<<<Blocks(w.rows * w.cols), kThreads, 0, s>>>(w, out);
   return cudaGetLastError();
 }
 

@@ -95,6 +95,13 @@ cudaError_t ScatterRows(const float* ys, const int32_t* pairs, int64_t n, int64_
 cudaError_t MoeCombine(const float* y, const int32_t* ids, const float* weights, int64_t tokens,
                        int k, Rows out, cudaStream_t s);
 
+// x as `parts` bf16 [rows, cols] matrices, contiguous one after the other in out, whose sum is x:
+// with 3 parts exactly (8 + 8 + 8 significant bits) for every normal f32, so tensor-core GEMMs
+// over the parts give f32 activations' products.
+cudaError_t SplitBf16(Rows x, void* out, int parts, cudaStream_t s);
+// out [rows, cols] contiguous f32 = w (f32/bf16/f16 rows).
+cudaError_t WidenRows(Rows w, float* out, cudaStream_t s);
+
 // out[m, n] = x[m, :] . w[n, :] (+ bias[n]) for M <= kMaxGemvRows: one warp per weight row, f32
 // accumulation (decode's bandwidth-bound case). w: dense f32/bf16/f16 rows.
 inline constexpr int kMaxGemvRows = 8;
