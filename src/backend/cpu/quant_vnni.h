@@ -16,7 +16,9 @@
 // int4 codes (0..15) are the unsigned operand against signed x directly.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "backend/cpu/quant_matmul.h"
@@ -76,6 +78,26 @@ bool UseIntegerDot(const QuantMatMulArgs& a);
 // with (half_width) or without 128-bit vector units (CpuHalfWidthVectorUnits).
 bool AutoPrefersIntegerDot(const QuantMatMulArgs& a, IntegerDotPath path, bool half_width);
 
+// Storage on 64-byte boundaries: the kernels load x's codes and lane scales a vector at a time,
+// and from a 16-byte aligned vector every 512-bit load straddles two cache lines. Zen 5, in cache
+// (bench_quant --threads 1 --cpu-time 1 --n 512 --mb 1 --m 1, eight alternations, quartiles):
+// vnni512 int4 12.5-12.6 -> 12.2-12.3 us, int8 18.9-19.0 -> 18.5-18.6; whole-model decode moved
+// within the machine's drift (bench/README.md "Zen 5, session 17").
+template <typename T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() = default;
+  template <typename U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) {}  // NOLINT: rebinding, as the standard's
+  T* allocate(size_t n) {
+    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64}));
+  }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
+  bool operator==(const CacheLineAllocator&) const { return true; }
+};
+template <typename T>
+using LineVector = std::vector<T, CacheLineAllocator<T>>;
+
 // x of one MatMul call, quantized once and shared by all threads. Two layouts:
 //  - by rows (the per-row kernels): codes [m][row_bytes], lane_scales [m][lanes],
 //    block_scales [m][blocks], group_sums [m][groups];
@@ -93,10 +115,10 @@ struct QuantizedActs {
   int64_t lanes = 0;      // i32 lanes per x row (one scale each)
   int64_t groups = 0;     // int4: weight groups per row
   int64_t blocks = 0;     // blocks of 32 columns per row
-  std::vector<uint8_t> codes;        // int8 weights: u8 (q + 128); int4 weights: s8 even | odd
-  std::vector<float> lane_scales;    // by rows: [m][lanes], the x block scale of each lane
-  std::vector<float> group_sums;     // int4: by rows [m][groups], f32 sum of x over each group
-  std::vector<float> block_scales;   // by rows: [m][blocks], the scale of each 32-column block
+  LineVector<uint8_t> codes;         // int8 weights: u8 (q + 128); int4 weights: s8 even | odd
+  LineVector<float> lane_scales;     // by rows: [m][lanes], the x block scale of each lane
+  LineVector<float> group_sums;      // int4: by rows [m][groups], f32 sum of x over each group
+  LineVector<float> block_scales;    // by rows: [m][blocks], the scale of each 32-column block
 };
 
 // Quantizes a.x (m rows of k) for the integer kernel of a's format and group size, packed when
