@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA device check (docs/backends.md "The device check"): one run on a GPU machine (made for
-# one H200, 16 cores; about 10 minutes) that
+# one H200, 16 cores; about 3 minutes with prebuilt binaries, first on 2026-12-04) that
 #   1. builds deepharness with DH_CUDA=on for sm_90 (+ compute_90 PTX),
-#   2. runs the kernel conformance suite and the golden model tests on the cuda backend (and fails
+#   2. runs the kernel conformance suite and the golden model tests on the cuda backend (an error
 #      if they were skipped), and the golden tests again under compute-sanitizer's memcheck,
 #   3. measures device-to-device copy bandwidth and cuBLAS's bf16 GEMM rate (dh_cuda_roofline),
 #   4. benchmarks decode (batch 1 and 32) and a 2048-token prefill on random bf16 checkpoints of

@@ -88,7 +88,7 @@ struct CacheLineAllocator {
   using value_type = T;
   CacheLineAllocator() = default;
   template <typename U>
-  CacheLineAllocator(const CacheLineAllocator<U>&) {}  // NOLINT: rebinding, as the standard's
+  CacheLineAllocator(const CacheLineAllocator<U>&) {}  // NOLINT: implicit, as rebinding needs
   T* allocate(size_t n) {
     return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64}));
   }

@@ -346,7 +346,8 @@ void CudaBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tens
             x.shape[0] == out.shape[0] && static_cast<int64_t>(w.size()) <= x.shape[1] &&
             static_cast<int64_t>(w.size()) <= out.shape[1] && x.shape[0] <= INT32_MAX &&
             x.shape[2] <= INT32_MAX && out.shape[2] <= INT32_MAX && x.stride[0] <= INT32_MAX &&
-            out.stride[0] <= INT32_MAX && x.stride[0] >= 0 && out.stride[0] >= 0;
+            out.stride[0] <= INT32_MAX && x.stride[0] >= 0 && out.stride[0] >= 0 &&
+            x.stride[1] >= 0 && out.stride[1] >= 0;
   std::vector<cuda::Rows> ws;
   for (size_t h = 0; ok && h < w.size(); ++h) {
     auto wr = w[h].format == WeightFormat::kDense && w[h].perm.empty()

@@ -448,8 +448,10 @@ __global__ void GemvKernel(Rows x, Rows w, const void* bias, int bias_elem, Rows
 #pragma unroll
   for (int m = 0; m < kMaxGemvRows; ++m) acc[m] = 0.0f;
   if (kVec) {
-    // kGemvUnroll 16-byte weight loads in flight per lane before the first is used: one load at
-    // a time leaves a decode step's GEMVs latency-bound (about a fifth of the copy bandwidth).
+    // kGemvUnroll 16-byte weight loads in flight per lane before the first is used. On the H200
+    // this left decode where it was (Qwen2-1.5B batch 1 249 -> 255 tokens/s; its GEMVs read
+    // about 0.87 TB/s either way): ~200 small launches a step, not load latency, bound it there
+    // (docs/backends.md "First run on a GPU").
     constexpr int64_t kStep = 32 * 8;
     int64_t k = int64_t{lane} * 8;
     for (; k + (kGemvUnroll - 1) * kStep < K; k += kGemvUnroll * kStep) {
