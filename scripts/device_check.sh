@@ -21,8 +21,9 @@
 #
 # The GPU machine's image has the CUDA toolkit but not Debian's -dev packages (Highway, fmt, ...),
 # so there the build stage cannot configure. scripts/device_bundle.sh builds here and gathers the
-# binaries with the shared libraries they need; with DH_DEVICE_CHECK_PREBUILT=DIR this script skips
-# the build and runs the binaries in DIR (LD_LIBRARY_PATH=DIR/lib).
+# binaries with the shared libraries they need (found through their RUNPATH, $ORIGIN/lib, so the
+# environment of the other stages, PyTorch's among them, is left alone); with
+# DH_DEVICE_CHECK_PREBUILT=DIR this script skips the build and runs the binaries in DIR.
 set -uo pipefail
 
 if [[ $# -ne 1 ]]; then
@@ -90,19 +91,19 @@ GEN="Unix Makefiles"
 command -v ninja > /dev/null && GEN=Ninja
 
 # ---- 1. build ----
+PROGRAMS=(deepharness kernel_tests golden_tests dh_cuda_roofline)
 if [[ -n ${DH_DEVICE_CHECK_PREBUILT:-} ]]; then
   BUILD=$(cd "$DH_DEVICE_CHECK_PREBUILT" && pwd) || fail "DH_DEVICE_CHECK_PREBUILT: no such folder"
-  for b in deepharness kernel_tests golden_tests dh_cuda_roofline; do
+  for b in "${PROGRAMS[@]}"; do
     [[ -x $BUILD/$b ]] || fail "DH_DEVICE_CHECK_PREBUILT: $BUILD/$b is missing"
   done
-  export LD_LIBRARY_PATH="$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   log "prebuilt binaries in $BUILD"
 else
 stage configure 120 cmake -S "$ROOT" -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DDH_CUDA=on \
   "-DCMAKE_CUDA_ARCHITECTURES=90-real;90-virtual" "-DCMAKE_CUDA_COMPILER=$NVCC" ||
   fail "configure failed: see $OUT/configure.log (missing packages? scripts/setup.sh lists them)"
-stage build 360 cmake --build "$BUILD" -j "$JOBS" --target deepharness kernel_tests golden_tests \
-  dh_cuda_roofline || fail "build failed: see $OUT/build.log"
+stage build 360 cmake --build "$BUILD" -j "$JOBS" --target "${PROGRAMS[@]}" ||
+  fail "build failed: see $OUT/build.log"
 fi
 
 # ---- 2. correctness on the cuda backend ----

@@ -368,26 +368,23 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) VecI RunDotsAvx2(const uint
 }
 #endif
 
-// One row of x streams each weight row once, and on Zen 1 (256 bits) the hardware prefetcher
-// left the two-thread M = 1 kernels well below their in-cache rate from memory: the 256-bit
-// kernels prefetch the codes kPrefetchAhead bytes ahead (rows lie back to back, so this runs
-// into the next rows). bench_quant M = 1, 8960 x 1536, two threads, 512 / 1024 / 2048 bytes
-// ahead alternated twice: int8 1073-1121 / 997-1021 / 978-1002 us, int4 639-648 / 618-621 /
-// 608-642 us (none: int8 1149, int4 682-708; bench/README.md "Zen 1, session 12").
-constexpr int64_t kPrefetchAhead = 1024;
-// The 512-bit one-row kernel prefetches its two-chunk steps kPrefetchAhead512 bytes ahead. Zen 5,
-// old / new alternated (bench/README.md "Zen 5, session 17"): bench_quant --threads 2 --m 1
-// (8960 x 1536 from memory), five rounds, medians int8 266 -> 209 us, int4 147 -> 131 (4096
-// ahead: 224 and 131); Qwen2-1.5B decode tg32, four rounds, int8 18.9-34.1 -> 31.5-40.3 and int4
-// 38.2-52.6 -> 37.9-59.2 tokens/s; V2-Lite's 4-layer shape int4 decode, three rounds,
-// 122-135 -> 143-150. In cache (--n 512 --mb 1, one thread) it costs 1-2 %.
-constexpr int64_t kPrefetchAhead512 = 8192;
+// One row of x streams each weight row once, and the hardware prefetcher alone left the
+// two-thread M = 1 kernels well below their in-cache rate from memory, so they prefetch the codes
+// kPrefetchAhead bytes ahead (rows lie back to back, so this runs into the next rows): the
+// 256-bit kernels in their runs of chunks, the 512-bit kernel in its two-chunk steps.
+// Zen 1 (256 bits), bench_quant M = 1, 8960 x 1536, two threads, 512 / 1024 / 2048 bytes ahead
+// alternated twice: int8 1073-1121 / 997-1021 / 978-1002 us, int4 639-648 / 618-621 / 608-642 us
+// (none: int8 1149, int4 682-708; bench/README.md "Zen 1, session 12").
+// Zen 5 (512 bits), alternated (bench/README.md "Zen 5, session 17"): the same bench_quant call,
+// five rounds, medians int8 266 -> 209 us, int4 147 -> 131 (4096 ahead: 224 and 131);
+// Qwen2-1.5B decode tg32, four rounds, int8 18.9-34.1 -> 31.5-40.3 and int4 38.2-52.6 ->
+// 37.9-59.2 tokens/s; V2-Lite's 4-layer shape int4 decode, three rounds, 122-135 -> 143-150. In
+// cache (--n 512 --mb 1, one thread) it costs 1-2 %.
+constexpr int64_t kPrefetchAhead = DH_IDOT_BITS == 512 ? 8192 : 1024;
 DH_IDOT_TARGET inline __attribute__((always_inline)) void PrefetchCodes(const uint8_t* p,
                                                                         int64_t bytes) {
-  if constexpr (DH_IDOT_BITS == 256) {
-    for (int64_t i = 0; i < bytes; i += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + i), _MM_HINT_T0);
-    }
+  for (int64_t i = 0; i < bytes; i += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + i), _MM_HINT_T0);
   }
 }
 
@@ -571,11 +568,7 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
       }
     }
     for (; b + 2 * kBytes <= full; b += 2 * kBytes) {  // two chunks, two accumulator sets
-      if constexpr (DH_IDOT_BITS == 512) {
-        _mm_prefetch(reinterpret_cast<const char*>(q + b + kPrefetchAhead512), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(q + b + kPrefetchAhead512 + kBytes),
-                     _MM_HINT_T0);
-      }
+      if constexpr (DH_IDOT_BITS == 512) PrefetchCodes(q + b, 2 * kBytes);  // 256: in the runs
       const VecI v0 = LoadI(q + b), v1 = LoadI(q + b + kBytes);
       const VecF w0 = scales_at(b, true);
       const VecF w1 = scales_at(b + kBytes, true);

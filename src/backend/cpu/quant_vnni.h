@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backend/cpu/quant_matmul.h"
+#include "base/host_memory.h"
 #include "base/thread_pool.h"
 
 namespace dh::cpu {
@@ -78,11 +79,11 @@ bool UseIntegerDot(const QuantMatMulArgs& a);
 // with (half_width) or without 128-bit vector units (CpuHalfWidthVectorUnits).
 bool AutoPrefersIntegerDot(const QuantMatMulArgs& a, IntegerDotPath path, bool half_width);
 
-// Storage on 64-byte boundaries: the kernels load x's codes and lane scales a vector at a time,
-// and from a 16-byte aligned vector every 512-bit load straddles two cache lines. Zen 5, in cache
-// (bench_quant --threads 1 --cpu-time 1 --n 512 --mb 1 --m 1, eight alternations, quartiles):
-// vnni512 int4 12.5-12.6 -> 12.2-12.3 us, int8 18.9-19.0 -> 18.5-18.6; whole-model decode moved
-// within the machine's drift (bench/README.md "Zen 5, session 17").
+// Storage on 64-byte boundaries (AllocateHostMemory): the kernels load x's codes and lane scales
+// a vector at a time, and from a 16-byte aligned vector every 512-bit load straddles two cache
+// lines. Zen 5, in cache (bench_quant --threads 1 --cpu-time 1 --n 512 --mb 1 --m 1, eight
+// alternations, quartiles): vnni512 int4 12.5-12.6 -> 12.2-12.3 us, int8 18.9-19.0 -> 18.5-18.6;
+// whole-model decode moved within the machine's drift (bench/README.md "Zen 5, session 17").
 template <typename T>
 struct CacheLineAllocator {
   using value_type = T;
@@ -90,9 +91,12 @@ struct CacheLineAllocator {
   template <typename U>
   CacheLineAllocator(const CacheLineAllocator<U>&) {}  // NOLINT: implicit, as rebinding needs
   T* allocate(size_t n) {
-    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64}));
+    if (n == 0) return nullptr;
+    void* p = AllocateHostMemory(n * sizeof(T));
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
   }
-  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
+  void deallocate(T* p, size_t n) { FreeHostMemory(p, n * sizeof(T)); }
   bool operator==(const CacheLineAllocator&) const { return true; }
 };
 template <typename T>

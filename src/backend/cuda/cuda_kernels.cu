@@ -432,7 +432,6 @@ __device__ __forceinline__ float ToF(__nv_bfloat16 v) { return __bfloat162float(
 __device__ __forceinline__ float ToF(__half v) { return __half2float(v); }
 
 constexpr int kGemvWarps = 8;
-constexpr int kGemvUnroll = 4;
 
 // One warp per weight row n; `vec`: 8-element (16- or 32-byte) loads of w and x.
 template <typename WT, bool kVec>
@@ -448,30 +447,7 @@ __global__ void GemvKernel(Rows x, Rows w, const void* bias, int bias_elem, Rows
 #pragma unroll
   for (int m = 0; m < kMaxGemvRows; ++m) acc[m] = 0.0f;
   if (kVec) {
-    // kGemvUnroll 16-byte weight loads in flight per lane before the first is used. On the H200
-    // this left decode where it was (Qwen2-1.5B batch 1 249 -> 255 tokens/s; its GEMVs read
-    // about 0.87 TB/s either way): ~200 small launches a step, not load latency, bound it there
-    // (docs/backends.md "First run on a GPU").
-    constexpr int64_t kStep = 32 * 8;
-    int64_t k = int64_t{lane} * 8;
-    for (; k + (kGemvUnroll - 1) * kStep < K; k += kGemvUnroll * kStep) {
-      float wf[kGemvUnroll][8];
-#pragma unroll
-      for (int u = 0; u < kGemvUnroll; ++u) Load8(wr + k + u * kStep, wf[u]);
-#pragma unroll
-      for (int u = 0; u < kGemvUnroll; ++u) {
-#pragma unroll
-        for (int m = 0; m < kMaxGemvRows; ++m) {
-          if (m < M) {
-            float xf[8];
-            Load8(xb + m * x.stride + k + u * kStep, xf);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) acc[m] += wf[u][i] * xf[i];
-          }
-        }
-      }
-    }
-    for (; k < K; k += kStep) {
+    for (int64_t k = int64_t{lane} * 8; k < K; k += 32 * 8) {
       float wf[8];
       Load8(wr + k, wf);
 #pragma unroll
