@@ -6,6 +6,9 @@
 //                    [--n 8960] [--k 1536] [--cpu-time 1] [--formats
 //                    int8,int8-row,int4,int4-g128,fp8] [--packed-min-rows R]
 // --packed-min-rows R runs the integer kernels' packed tiles from M = R (default: the engine's).
+// int8 / int4 weights also run prepacked (CpuBackend::PrepareWeight's tiles; path name
+// "+tiles") on every integer kernel, alternated with the row layout, where the engine would
+// prepack (the best kernel is vnni512; not with DH_PREPACKED_TILES=off).
 // --cpu-time 1 (with --threads 1, where the calling thread does all the work) times the calling
 // thread's CPU time instead of wall time: with a cache-resident working set (--mb 1 --n 256) it
 // measures the kernels' compute rate even on a busy machine.
@@ -60,6 +63,7 @@ struct Stored {
   std::unique_ptr<Buffer> q, zeros;
   std::unique_ptr<Buffer> scales;  // fp8: f32 per block; int8, int4: f16 per group
   Weight w;
+  Weight tiled;  // w with CpuBackend::PrepareWeight's prepacked tiles; else empty
 };
 
 uint64_t g_state = 0x9e3779b97f4a7c15ull;
@@ -163,6 +167,10 @@ int Main(int argc, char** argv) {
     while (total < (o.working_set_mb << 20) || copies.empty()) {
       copies.push_back(Make(cpu, f, o.n, o.k));
       total += copies.back().w.nbytes();
+      if (f.format != WeightFormat::kFp8Block) {
+        Result<Weight> p = cpu.PrepareWeight(copies.back().w);
+        if (p.ok() && !p->packed.empty()) copies.back().tiled = *p;
+      }
     }
     const size_t bytes = copies[0].w.nbytes();
     for (int64_t m : o.ms) {
@@ -178,22 +186,26 @@ int Main(int argc, char** argv) {
         if (integer && (!int_fmt || !cpu::IntegerDotPathAvailable(path))) continue;
         cpu::SetIntegerDotForTest(integer ? cpu::IntegerDot::kOn : cpu::IntegerDot::kOff);
         cpu::SetIntegerDotPathForTest(path);
-        for (const Stored& s : copies) cpu.MatMul(xt, s.w, Tensor(), ot);  // warm-up pass
-        int64_t calls = 0;
-        const double t0 = Now(o.cpu_time);
-        double elapsed = 0;
-        do {
-          for (const Stored& s : copies) cpu.MatMul(xt, s.w, Tensor(), ot);
-          calls += static_cast<int64_t>(copies.size());
-          elapsed = Now(o.cpu_time) - t0;
-        } while (elapsed < o.seconds);
-        const double per_call = elapsed / static_cast<double>(calls);
-        const double gbs = static_cast<double>(bytes) / per_call / 1e9;
-        const double gops = 2.0 * static_cast<double>(m * o.n * o.k) / per_call / 1e9;
-        std::printf("| %s | %s | %lld | %.1f | %.2f | %.1f | %.1f |\n", f.name,
-                    integer ? cpu::IntegerDotPathName(path) : "f32",
-                    static_cast<long long>(m), per_call * 1e6, gbs, 100.0 * gbs / bw, gops);
-        std::fflush(stdout);
+        for (const bool tiled : {false, true}) {
+          if (tiled && (!integer || copies[0].tiled.empty())) continue;
+          auto weight = [&](const Stored& s) -> const Weight& { return tiled ? s.tiled : s.w; };
+          for (const Stored& s : copies) cpu.MatMul(xt, weight(s), Tensor(), ot);  // warm-up
+          int64_t calls = 0;
+          const double t0 = Now(o.cpu_time);
+          double elapsed = 0;
+          do {
+            for (const Stored& s : copies) cpu.MatMul(xt, weight(s), Tensor(), ot);
+            calls += static_cast<int64_t>(copies.size());
+            elapsed = Now(o.cpu_time) - t0;
+          } while (elapsed < o.seconds);
+          const double per_call = elapsed / static_cast<double>(calls);
+          const double gbs = static_cast<double>(bytes) / per_call / 1e9;
+          const double gops = 2.0 * static_cast<double>(m * o.n * o.k) / per_call / 1e9;
+          std::printf("| %s | %s%s | %lld | %.1f | %.2f | %.1f | %.1f |\n", f.name,
+                      integer ? cpu::IntegerDotPathName(path) : "f32", tiled ? "+tiles" : "",
+                      static_cast<long long>(m), per_call * 1e6, gbs, 100.0 * gbs / bw, gops);
+          std::fflush(stdout);
+        }
       }
     }
   }

@@ -48,6 +48,11 @@ struct Weight {
   // with x gathered as x[:, perm], i.e. out[r][j] = sum_c value[j][c] * x[r][perm[c]]. Empty:
   // identity.
   Tensor perm;
+  // A backend's second copy of the same weight in its own kernels' layout, made by
+  // Backend::PrepareWeight and owned by that backend (the CPU backend's prepacked int4 tiles,
+  // backend/cpu/quant_vnni.h); the fields above stay valid. Empty: none. Code that changes
+  // data or rows must clear it.
+  Tensor packed;
 
   bool empty() const { return data.empty(); }
   // A dense weight over `t` ([rows, cols] or, for vectors, [n]).

@@ -464,6 +464,115 @@ TEST_F(QuantMatMulTest, PackedTilesMatchPerRowKernel) {
   EXPECT_GT(tested, 20);
 }
 
+// Prepacked tiles (quant_vnni.h, PrepackTiles: what CpuBackend::PrepareWeight makes), int8 and
+// int4, on every integer kernel, forced at every M: within the quantization bound of the
+// reference and within f32 summation order of the per-row kernel, as the tiles packed per call
+// above; ranges split at tile boundaries as the backend splits them, partial last tiles, odd K,
+// both zero offsets. The 256-bit kernels read each tile as two halves.
+TEST_F(QuantMatMulTest, PrepackedTilesMatchPerRowKernel) {
+  const auto paths = AvailablePaths();
+  if (paths.empty()) GTEST_SKIP() << "CPU has no integer-dot kernel (no AVX2)";
+  Rng rng(29);
+  std::vector<Case> cases(std::begin(kCases), std::end(kCases));
+  for (const Case& c : {Case{true, 1, 40, 1536, 32}, Case{true, 2, 47, 2048, 32},
+                        Case{false, 1, 40, 1536, 32}, Case{false, 3, 47, 2048, 2048},
+                        Case{false, 8, 33, 640, 128}, Case{false, 5, 17, 1111, 1111},
+                        Case{true, 3, 33, 640, 128}, Case{true, 8, 16, 256, 64},
+                        Case{true, 9, 65, 1111, 1111}, Case{true, 4, 31, 1408, 32},
+                        Case{true, 12, 18, 96, 96}}) {
+    cases.push_back(c);
+  }
+  int tested = 0;
+  for (const Case& c : cases) {
+    if (!cpu::PrepackSupports(c.int4, c.k, c.group)) continue;
+    ++tested;
+    RandomWeight rw(rng, c);
+    const size_t bytes = cpu::PrepackedBytes(c.int4, c.n, c.k, c.group);
+    ASSERT_GT(bytes, 0u) << Name(c);
+    std::vector<uint8_t> tiles(bytes + 64, 0xcd);  // a canary past the end
+    uint8_t* base = tiles.data();
+    Owned x(DType::kF32, {c.m, c.k}), per_row(DType::kF32, {c.m, c.n + 3}),
+        got(DType::kF32, {c.m, c.n + 3}), want(DType::kF32, {c.m, c.n});
+    rng.Fill(x, -2.0f, 2.0f);
+    {
+      cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, true, got, c.n + 3);
+      const int64_t ntiles = (c.n + cpu::kPrepackedRows - 1) / cpu::kPrepackedRows;
+      cpu::PrepackTiles(a, c.n, 0, ntiles / 2, base);  // in two calls, as the pool does
+      cpu::PrepackTiles(a, c.n, ntiles / 2, ntiles, base);
+      for (size_t i = bytes; i < tiles.size(); ++i) ASSERT_EQ(tiles[i], 0xcd) << Name(c);
+    }
+    ref_.MatMul(x.t, rw.w, rw.bias.t, want.t);
+    std::vector<float> row(c.k);
+    std::vector<double> mag(c.n);
+    for (int64_t j = 0; j < c.n; ++j) {
+      ref::DecodeWeightRow(rw.w, j, row.data());
+      for (float v : row) mag[j] += 2.0 * std::fabs(v) + 2.0;
+      mag[j] += std::fabs(rw.bias.f32()[j]);
+    }
+    for (cpu::IntegerDotPath path : paths) {
+      const std::string what = std::string(cpu::IntegerDotPathName(path)) + " " + Name(c);
+      for (bool tiled : {false, true}) {
+        cpu::SetPackedMinRowsForTest(tiled ? 1 : int64_t{1} << 40);
+        cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, true, tiled ? got : per_row, c.n + 3);
+        if (tiled) a.tiles = base;
+        cpu::QuantizedActs acts;
+        cpu::QuantizeActs(a, &acts);
+        ASSERT_EQ(acts.packed, tiled);
+        const int64_t cut = std::min<int64_t>(c.n, cpu::kPrepackedRows);
+        const int64_t cut2 = std::max(cut, (c.n - 1) / cpu::kPrepackedRows * cpu::kPrepackedRows);
+        cpu::IntegerDotRangeOn(path, a, acts, 0, cut);
+        cpu::IntegerDotRangeOn(path, a, acts, cut, cut2);
+        cpu::IntegerDotRangeOn(path, a, acts, cut2, c.n);
+      }
+      cpu::SetPackedMinRowsForTest(0);
+      ExpectWithinQuantBound(c, rw.w, x, c.k, true, rw.bias, got.f32(), c.n + 3,
+                             want.ToVector(), "prepacked " + what);
+      for (int64_t r = 0; r < c.m; ++r) {
+        for (int64_t j = 0; j < c.n; ++j) {
+          const float g = got.f32()[r * (c.n + 3) + j], p = per_row.f32()[r * (c.n + 3) + j];
+          ASSERT_LE(std::fabs(g - p), 1e-5 * mag[j]) << "prepacked vs per-row " << what
+                                                     << " row " << r << " col " << j;
+        }
+      }
+    }
+  }
+  EXPECT_GT(tested, 30);
+}
+
+// CpuBackend::PrepareWeight: int8 and int4 weights get their prepacked copy where the CPU's best
+// kernel is vnni512, and MatMul over the prepared weight gives the unprepared
+// one's outputs within f32 summation order at every M, the default thresholds included.
+TEST_F(QuantMatMulTest, PreparedWeightMatchesRowLayout) {
+  Rng rng(31);
+  for (const Case& c : {Case{true, 1, 70, 512, 32}, Case{true, 2, 70, 512, 32},
+                        Case{true, 3, 70, 512, 32}, Case{true, 8, 70, 512, 32},
+                        Case{true, 40, 37, 256, 128}, Case{false, 1, 20, 256, 32},
+                        Case{false, 3, 20, 256, 32}, Case{false, 9, 20, 256, 256}}) {
+    RandomWeight rw(rng, c);
+    Result<Weight> prepared = cpu_.PrepareWeight(rw.w);
+    ASSERT_TRUE(prepared.ok()) << prepared.status().message();
+    const bool want_tiles = cpu::PrepackWanted();
+    ASSERT_EQ(!prepared->packed.empty(), want_tiles) << Name(c);
+    if (want_tiles) {
+      EXPECT_EQ(prepared->packed.nbytes(), cpu::PrepackedBytes(c.int4, c.n, c.k, c.group));
+    }
+    Owned x(DType::kF32, {c.m, c.k}), a(DType::kF32, {c.m, c.n}), b(DType::kF32, {c.m, c.n});
+    rng.Fill(x, -2.0f, 2.0f);
+    cpu_.MatMul(x.t, rw.w, rw.bias.t, a.t);
+    cpu_.MatMul(x.t, *prepared, rw.bias.t, b.t);
+    std::vector<float> row(c.k);
+    for (int64_t j = 0; j < c.n; ++j) {
+      ref::DecodeWeightRow(rw.w, j, row.data());
+      double mag = std::fabs(rw.bias.f32()[j]);
+      for (float v : row) mag += 2.0 * std::fabs(v) + 2.0;
+      for (int64_t r = 0; r < c.m; ++r) {
+        ASSERT_LE(std::fabs(a.f32()[r * c.n + j] - b.f32()[r * c.n + j]), 1e-5 * mag)
+            << Name(c) << " row " << r << " col " << j;
+      }
+    }
+  }
+}
+
 // All integer kernels compute the same exact i32 lane dots, so their outputs differ only by f32
 // summation order: within 1e-5 of sum |lane terms| (bounded here by sum_c |w_c| * max|x| plus
 // the int4 min term's sum_g |min_g| * |sum x_g|, and the bias).

@@ -26,6 +26,9 @@ class CpuBackend : public ReferenceBackend {
   // "target=<Highway target> cpu=<the CPU's SIMD features>" (compile-cache key).
   std::string KernelTag() const override;
   bool Supports(const OpDesc& op) const override;
+  // int8 / int4 weights the integer kernels take get a prepacked copy beside the row layout
+  // (quant_vnni.h "Prepacked tiles"; PrepackWanted says when); others pass unchanged.
+  Result<Weight> PrepareWeight(const Weight& w) override;
 
   ThreadPool& pool() { return *pool_; }
 
@@ -76,6 +79,8 @@ class CpuBackend : public ReferenceBackend {
                  int64_t hidden, int64_t inter);
 
   std::unique_ptr<ThreadPool> pool_;
+  std::mutex prepacked_mu_;
+  std::vector<std::unique_ptr<Buffer>> prepacked_;  // PrepareWeight's copies, kept to the end
   // A one-thread pool: everything it is given runs on the calling thread and it keeps no state
   // while doing so, so the pool's workers may all use it at once.
   std::unique_ptr<ThreadPool> inline_pool_;

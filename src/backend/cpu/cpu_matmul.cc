@@ -107,6 +107,7 @@ struct MatMulCall {
         quant.zero_stride = w.zeros.stride[0];
         quant.zero_offset = w.zero_offset;
       }
+      if (!w.packed.empty()) quant.tiles = w.packed.as<const uint8_t>();
       quant.group_size = w.group_size;
     }
     fp8_ok = Fp8KernelApplies(w);
@@ -290,8 +291,11 @@ const MatMulKernel kMatMulKernels[] = {
      [](const MatMulCall& c) { return c.m() >= 4 ? "gemm-int-dot" : "gemv-int-dot"; },
      cpu::IntegerDotName,
      [](const MatMulCall& c) {
-       return fmt::format("matmul {} {} g{} {} M={} N={} K={}", c.kind(),
+       return fmt::format("matmul {} {} g{} {}{} M={} N={} K={}", c.kind(),
                           WeightFormatName(c.w.format), c.w.group_size, cpu::IntegerDotName(),
+                          c.quant.tiles != nullptr && c.m() >= cpu::PrepackedMinRows(c.quant.int4)
+                              ? " prepacked-tiles"
+                              : "",
                           c.m(), c.n(), c.k());
      },
      QuantIntegerDot},
@@ -333,6 +337,34 @@ const MatMulKernel kMatMulKernels[] = {
 };
 
 }  // namespace
+
+Result<Weight> CpuBackend::PrepareWeight(const Weight& w) {
+  const bool int4 = w.format == WeightFormat::kInt4;
+  if (!w.packed.empty() || !cpu::PrepackWanted() || !QuantKernelApplies(w) ||
+      !cpu::PrepackSupports(int4, w.cols, w.group_size)) {
+    return w;
+  }
+  const size_t bytes = cpu::PrepackedBytes(int4, w.rows, w.cols, w.group_size);
+  if (bytes == 0) return w;
+  std::unique_ptr<Buffer> buf = Allocate(bytes);
+  if (buf == nullptr || buf->data() == nullptr) {
+    return ResourceExhausted("no memory for the prepacked copy of a {} weight ({} bytes)",
+                             WeightFormatName(w.format), bytes);
+  }
+  MatMulCall c(w);
+  c.dense.k = w.cols;
+  c.Prepare();
+  auto* dst = static_cast<uint8_t*>(buf->data());
+  const int64_t tiles = (w.rows + cpu::kPrepackedRows - 1) / cpu::kPrepackedRows;
+  pool_->ParallelFor(static_cast<size_t>(tiles), 1, [&](size_t b, size_t e) {
+    cpu::PrepackTiles(c.quant, w.rows, static_cast<int64_t>(b), static_cast<int64_t>(e), dst);
+  });
+  Weight out = w;
+  out.packed = Tensor(dst, DType::kU8, {static_cast<int64_t>(bytes)});
+  std::lock_guard<std::mutex> lock(prepacked_mu_);
+  prepacked_.push_back(std::move(buf));
+  return out;
+}
 
 void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) {
   MatMulOn(*pool_, x, w, bias, out);

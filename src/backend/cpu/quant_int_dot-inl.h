@@ -759,12 +759,39 @@ DH_IDOT_TARGET void PackTile(const QuantMatMulArgs& a, int64_t j0, int64_t rows,
 #endif
 }
 
-// Outputs [j0, j0 + rows) of the x rows of quads [q0, q0 + kQuads) (packed QuantizedActs) from
-// a packed tile. All x addresses are fixed offsets from one pointer per quad.
-template <int kQuads, bool kInt4>
-DH_IDOT_TARGET void PackedRows(const QuantMatMulArgs& a, const QuantizedActs& x,
-                               const PackedTile& t, int64_t q0, int64_t j0, int64_t rows) {
-  constexpr int MR = 4 * kQuads;
+// How far ahead of the block being read PackedRows prefetches a prepacked weight's stream
+// (Zen 5, one thread, M = 1: 1024 bytes 504 us, 4096 460, 8192 462, 16384 349; 32768 no
+// better than 16384 on two threads).
+constexpr int64_t kTileAhead = 16384;
+
+// Where PackedRows finds a tile: packed by this call (PackedTile: f32 scales and zero terms,
+// kLanes dwords per step) or prepacked at load (quant_vnni.h, PrepackedLayout: f16 scales and
+// zero nibbles, 16 dwords per step, this kernel's lanes from lane0).
+struct TileRef {
+  const int32_t* codes = nullptr;  // step s of this tile's lanes at codes + s * (lanes per step)
+  const float* scales = nullptr;   // per call: [group][kLanes]
+  const float* zs = nullptr;       // per call, int4: [group][kLanes]
+  const int32_t* corr = nullptr;   // int8 with VNNI: [block][lanes per step]
+  const uint16_t* h = nullptr;     // prepacked: f16 scales, group g's from h + 16 * g
+  const uint8_t* z = nullptr;      // prepacked int4: zero nibbles, group g's from z + 8 * g
+};
+
+DH_IDOT_TARGET inline TileRef RefOf(const PackedTile& t) {
+  TileRef r;
+  r.codes = t.codes.data();
+  r.scales = t.scales.data();
+  r.zs = t.zs.data();
+  r.corr = t.corr.data();
+  return r;
+}
+
+// Outputs [j0, j0 + rows) of x rows [4 * q0, 4 * q0 + MR) (packed QuantizedActs; rows past a.m
+// are padding and not stored) from one tile. All x addresses are fixed offsets from one pointer
+// per quad. kPre: the tile is prepacked.
+template <int MR, bool kInt4, bool kPre>
+DH_IDOT_TARGET void PackedRows(const QuantMatMulArgs& a, const QuantizedActs& x, const TileRef& t,
+                               int64_t q0, int64_t j0, int64_t rows) {
+  constexpr int kQuads = (MR + 3) / 4;
   const int64_t k = a.k, g = a.group_size < k ? a.group_size : k;
   const int64_t nblocks = x.blocks;
   const int64_t ngroups = (k + g - 1) / g;
@@ -782,29 +809,37 @@ DH_IDOT_TARGET void PackedRows(const QuantMatMulArgs& a, const QuantizedActs& x,
   VecF facc[MR];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) facc[r] = ZeroF();
-  const int32_t* codes = t.codes.data();
+  const int32_t* codes = t.codes;
+  const int64_t step = kPre ? kPrepackedRows : kLanes;
+  const VecF off = SetF(static_cast<float>(a.zero_offset));
 #if !DH_IDOT_VNNI
   const VecI ones16 = _mm256_set1_epi16(1);
 #endif
   for (int64_t gi = 0; gi < ngroups; ++gi) {
-    const VecF ws = LoadF(t.scales.data() + gi * kLanes);
+    const VecF ws = kPre ? WidenHalves(t.h + gi * kPrepackedRows) : LoadF(t.scales + gi * kLanes);
     const int64_t b_end = (gi + 1) * blocks_per_group < nblocks ? (gi + 1) * blocks_per_group
                                                                 : nblocks;
     for (int64_t b = gi * blocks_per_group; b < b_end; ++b) {
-      const int32_t* wb = codes + b * kSteps * kLanes;
+      const int32_t* wb = codes + b * kSteps * step;
+      if constexpr (kPre) {  // the stream ahead: this block's lines, kTileAhead bytes on
+#pragma GCC unroll 8
+        for (int l = 0; l < kSteps; ++l) {
+          __builtin_prefetch(reinterpret_cast<const char*>(wb) + kTileAhead + 64 * l, 0, 3);
+        }
+      }
       VecI w[8];  // int4: low then high nibbles of each step (dword 2 * step + half); int8: steps
       if constexpr (kInt4) {
 #pragma GCC unroll 8
         for (int st = 0; st < kSteps; ++st) {
-          SplitNibbles(LoadI(wb + st * kLanes), &w[2 * st], &w[2 * st + 1]);
+          SplitNibbles(LoadI(wb + st * step), &w[2 * st], &w[2 * st + 1]);
         }
       } else {
 #pragma GCC unroll 8
-        for (int st = 0; st < kSteps; ++st) w[st] = LoadI(wb + st * kLanes);
+        for (int st = 0; st < kSteps; ++st) w[st] = LoadI(wb + st * step);
       }
 #if DH_IDOT_VNNI
       VecI start = ZeroI();
-      if constexpr (!kInt4) start = LoadI(t.corr.data() + b * kLanes);
+      if constexpr (!kInt4) start = LoadI(t.corr + b * step);
 #else
       VecI absw[8];
       if constexpr (!kInt4) {
@@ -855,7 +890,9 @@ DH_IDOT_TARGET void PackedRows(const QuantMatMulArgs& a, const QuantizedActs& x,
       }
     }
     if constexpr (kInt4) {
-      const VecF zs = LoadF(t.zs.data() + gi * kLanes);
+      // Prepacked: (zero nibble + offset) * scale of this group's kLanes rows, formed here.
+      const VecF zs = kPre ? ZeroTimesScale(t.z + gi * (kPrepackedRows / 2), 0, off, ws)
+                           : LoadF(t.zs + gi * kLanes);
 #pragma GCC unroll 16
       for (int r = 0; r < MR; ++r) {
         facc[r] = FnmaF(zs, SetF(gs[r / 4][gi * 4 + r % 4]), facc[r]);
@@ -886,13 +923,31 @@ DH_IDOT_TARGET void PackedRows(const QuantMatMulArgs& a, const QuantizedActs& x,
 // block (8 rows on 512 bits, 4 on 256).
 constexpr int kPackedQuads = DH_IDOT_BITS == 512 ? 2 : 1;
 
+// Every row of x (packed) over one tile: up to 4 rows in one pass of MR = m rows (decode and
+// small batches), more in passes of kPackedQuads quads and one of a quad.
+template <bool kInt4, bool kPre>
+DH_IDOT_TARGET void PassesOverTile(const QuantMatMulArgs& a, const QuantizedActs& x,
+                                   const TileRef& t, int64_t j0, int64_t rows) {
+  switch (a.m) {
+    case 1: return PackedRows<1, kInt4, kPre>(a, x, t, 0, j0, rows);
+    case 2: return PackedRows<2, kInt4, kPre>(a, x, t, 0, j0, rows);
+    case 3: return PackedRows<3, kInt4, kPre>(a, x, t, 0, j0, rows);
+    default: break;
+  }
+  const int64_t quads = (a.m + 3) / 4;
+  int64_t q = 0;
+  for (; q + kPackedQuads <= quads; q += kPackedQuads) {
+    PackedRows<4 * kPackedQuads, kInt4, kPre>(a, x, t, q, j0, rows);
+  }
+  if (q < quads) PackedRows<4, kInt4, kPre>(a, x, t, q, j0, rows);
+}
+
 // Every row of x (packed) over weight rows [n_begin, n_end), one packed tile of kLanes rows at a
 // time.
 template <bool kInt4>
 DH_IDOT_TARGET void PackedAll(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t n_begin,
                               int64_t n_end) {
   thread_local PackedTile tile;  // grown once per thread
-  const int64_t quads = (a.m + 3) / 4;
   for (int64_t j0 = n_begin; j0 < n_end; j0 += kLanes) {
     const int64_t rows = n_end - j0 < kLanes ? n_end - j0 : kLanes;
     const int64_t after = n_end - j0 - rows;  // rows of the next tiles
@@ -905,11 +960,38 @@ DH_IDOT_TARGET void PackedAll(const QuantMatMulArgs& a, const QuantizedActs& x, 
         for (int64_t c = 0; c < row_len; c += 64) __builtin_prefetch(p + i * a.q_stride + c, 0, 3);
       }
     }
-    int64_t q = 0;
-    for (; q + kPackedQuads <= quads; q += kPackedQuads) {
-      PackedRows<kPackedQuads, kInt4>(a, x, tile, q, j0, rows);
+    PassesOverTile<kInt4, false>(a, x, RefOf(tile), j0, rows);
+  }
+}
+
+// Every row of x (packed) over weight rows [n_begin, n_end) of a prepacked weight (a.tiles;
+// n_begin a multiple of kPrepackedRows), tile by tile: the 512-bit kernel takes a tile's 16
+// lanes at once, the 256-bit ones in two halves of 8. Consecutive tiles are one stream, which
+// PackedRows prefetches kTileAhead bytes ahead; a tile's scales and zero points, read from its
+// first block on, are prefetched when it starts. Zen 5, bench_quant --threads 2 --m 1,8 int4
+// 8960 x 1536 from memory, vnni512 (bench/README.md "Zen 5, session 18"): without either
+// prefetch the tiles ran M = 1 at 264 us and M = 8 at 930 (the row kernel 197 / 636); with
+// both, 155-185 and 300-356 (rows 136-179 / 545-578).
+template <bool kInt4>
+DH_IDOT_TARGET void PrepackedAll(const QuantMatMulArgs& a, const QuantizedActs& x,
+                                 int64_t n_begin, int64_t n_end) {
+  const PrepackedLayout l = PrepackedLayoutOf(kInt4, a.k, a.group_size);
+  for (int64_t t0 = n_begin; t0 < n_end; t0 += kPrepackedRows) {
+    const uint8_t* tile = a.tiles + t0 / kPrepackedRows * l.tile_bytes;
+    // This tile's scales and zero points, wanted from its first block on, in one burst.
+    for (int64_t o = l.scale_offset; o < l.tile_bytes; o += 64) __builtin_prefetch(tile + o, 0, 3);
+    for (int64_t lane0 = 0; lane0 < kPrepackedRows && t0 + lane0 < n_end; lane0 += kLanes) {
+      TileRef ref;
+      ref.codes = reinterpret_cast<const int32_t*>(tile) + lane0;
+      ref.h = reinterpret_cast<const uint16_t*>(tile + l.scale_offset) + lane0;
+      if constexpr (kInt4) {
+        ref.z = tile + l.extra_offset + lane0 / 2;
+      } else {
+        ref.corr = reinterpret_cast<const int32_t*>(tile + l.extra_offset) + lane0;
+      }
+      const int64_t rows = n_end - t0 - lane0 < kLanes ? n_end - t0 - lane0 : kLanes;
+      PassesOverTile<kInt4, true>(a, x, ref, t0 + lane0, rows);
     }
-    if (q < quads) PackedRows<1, kInt4>(a, x, tile, q, j0, rows);
   }
 }
 
@@ -918,7 +1000,10 @@ DH_IDOT_TARGET void PackedAll(const QuantMatMulArgs& a, const QuantizedActs& x, 
 // memory once.
 template <bool kInt4>
 void DotAll(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t n_begin, int64_t n_end) {
-  if (x.packed) return PackedAll<kInt4>(a, x, n_begin, n_end);
+  if (x.packed) {
+    if (a.tiles != nullptr) return PrepackedAll<kInt4>(a, x, n_begin, n_end);
+    return PackedAll<kInt4>(a, x, n_begin, n_end);
+  }
   int64_t row_bytes = kInt4 ? (a.k + 1) / 2 : a.k;
   if (row_bytes < 1) row_bytes = 1;
   int64_t tile = a.m <= 4 ? n_end - n_begin : (32 << 10) / row_bytes;

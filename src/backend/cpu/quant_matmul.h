@@ -21,6 +21,9 @@ struct QuantMatMulArgs : ActivationArgs {
   int64_t zero_stride = 0;           // bytes between weight rows of zeros
   int zero_offset = 0;               // int4: z = nibble + zero_offset
   int64_t group_size = 0;
+  // The same weight as prepacked tiles (quant_vnni.h, PrepackTiles), or null. The integer
+  // kernels' tiles read these instead of q / scales / zeros; the other kernels ignore them.
+  const uint8_t* tiles = nullptr;
 };
 
 // Whether the kernels handle this layout (int4 groups must not split a byte: even group size,

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string_view>
 
 #include "backend/cpu/quant_int256.h"
@@ -70,6 +71,13 @@ std::atomic<IntegerDotPath> g_path{StartChoice().path};
 // lost to the per-row kernel at 8-16 rows and won from 64.
 constexpr int64_t kPackedMinRows512 = 8;
 constexpr int64_t kPackedMinRows256 = 32;
+// Over prepacked weights on 512 bits (bench_quant --threads 2, 8960 x 1536 from memory, two
+// rounds, bench/README.md "Zen 5, session 18"): int4 tiles against the per-row kernel at M = 3
+// 254-161 against 274-210 us, at M = 1 155-186 against 136-179 (and slower in whole-model
+// decode: V2-Lite 4 layers 107-109 against 125 tokens/s); int8 tiles at M = 3-4 lost one round
+// and won the other, from M = 5 won both (489-502 against 545-711 us).
+constexpr int64_t kPrepackedMinRowsInt4 = 3;
+constexpr int64_t kPrepackedMinRowsInt8 = 5;
 std::atomic<int64_t> g_packed_min_rows{0};  // 0: the defaults
 
 constexpr int64_t kBlock = 32;  // x columns per quantization block
@@ -108,6 +116,13 @@ int64_t PackedMinRows() {
   if (forced > 0) return forced;
   return ActiveIntegerDotPath() == IntegerDotPath::kVnni512 ? kPackedMinRows512
                                                            : kPackedMinRows256;
+}
+
+int64_t PrepackedMinRows(bool int4) {
+  const int64_t forced = g_packed_min_rows.load(std::memory_order_relaxed);
+  if (forced > 0) return forced;
+  if (ActiveIntegerDotPath() != IntegerDotPath::kVnni512) return kPackedMinRows256;
+  return int4 ? kPrepackedMinRowsInt4 : kPrepackedMinRowsInt8;
 }
 
 void SetPackedMinRowsForTest(int64_t rows) { g_packed_min_rows.store(rows > 0 ? rows : 0); }
@@ -369,11 +384,75 @@ bool PackedTilesSupport(int64_t k, int64_t group_size) {
   return group_size >= k || group_size % kBlock == 0;
 }
 
+bool PrepackWanted() {
+  static const bool off = [] {
+    const char* v = std::getenv("DH_PREPACKED_TILES");
+    return v != nullptr && std::string_view(v) == "off";
+  }();
+  return !off && BestIntegerDotPath() == IntegerDotPath::kVnni512 &&
+         StartChoice().mode != IntegerDot::kOff;
+}
+
+bool PrepackSupports(bool int4, int64_t k, int64_t group_size) {
+  return QuantMatMulSupports(int4, k, group_size) && PackedTilesSupport(k, group_size) &&
+         IntegerDotSupports(int4, k, group_size);
+}
+
+size_t PrepackedBytes(bool int4, int64_t n, int64_t k, int64_t group_size) {
+  if (n <= 0 || k <= 0 || group_size <= 0 || k > (int64_t{1} << 40)) return 0;
+  const int64_t tiles = (n + kPrepackedRows - 1) / kPrepackedRows;
+  const int64_t tile_bytes = PrepackedLayoutOf(int4, k, group_size).tile_bytes;
+  if (tiles > std::numeric_limits<int64_t>::max() / tile_bytes) return 0;
+  return static_cast<size_t>(tiles * tile_bytes);
+}
+
+void PrepackTiles(const QuantMatMulArgs& a, int64_t n, int64_t tile_begin, int64_t tile_end,
+                  uint8_t* dst) {
+  const PrepackedLayout l = PrepackedLayoutOf(a.int4, a.k, a.group_size);
+  const int64_t row_bytes = a.int4 ? (a.k + 1) / 2 : a.k;
+  const int64_t block_bytes = l.steps_per_block * 4;  // of one row
+  const auto* q = static_cast<const uint8_t*>(a.q);
+  for (int64_t t = tile_begin; t < tile_end; ++t) {
+    uint8_t* tile = dst + t * l.tile_bytes;
+    std::memset(tile, 0, static_cast<size_t>(l.tile_bytes));
+    auto* codes = reinterpret_cast<uint32_t*>(tile);
+    auto* scales = reinterpret_cast<uint16_t*>(tile + l.scale_offset);
+    uint8_t* extra = tile + l.extra_offset;
+    for (int64_t i = 0; i < kPrepackedRows && t * kPrepackedRows + i < n; ++i) {
+      const int64_t j = t * kPrepackedRows + i;
+      const uint8_t* row = q + j * a.q_stride;
+      for (int64_t s = 0; 4 * s < row_bytes; ++s) {
+        uint8_t bytes[4] = {};
+        std::memcpy(bytes, row + 4 * s, static_cast<size_t>(std::min<int64_t>(4, row_bytes - 4 * s)));
+        std::memcpy(codes + s * kPrepackedRows + i, bytes, 4);
+      }
+      for (int64_t gi = 0; gi < l.groups; ++gi) {
+        scales[gi * kPrepackedRows + i] = a.scales[j * a.scale_stride + gi];
+        if (a.int4) {
+          const int z = ZeroNibble(a.zeros + j * a.zero_stride, gi);
+          extra[gi * (kPrepackedRows / 2) + i / 2] |= static_cast<uint8_t>(z << ((i & 1) * 4));
+        }
+      }
+      if (!a.int4) {
+        for (int64_t b = 0; b < l.blocks; ++b) {
+          int32_t sum = 0;
+          for (int64_t c = b * block_bytes; c < (b + 1) * block_bytes && c < row_bytes; ++c) {
+            sum += static_cast<int8_t>(row[c]);
+          }
+          const int32_t corr = -128 * sum;
+          std::memcpy(extra + (b * kPrepackedRows + i) * 4, &corr, 4);
+        }
+      }
+    }
+  }
+}
+
 void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts, ThreadPool* pool) {
   const int64_t k = a.k, m = a.m;
   const int64_t g = std::min(a.group_size, k);
   acts->m = m;
-  acts->packed = m >= PackedMinRows() && PackedTilesSupport(k, a.group_size);
+  acts->packed = (m >= (a.tiles != nullptr ? PrepackedMinRows(a.int4) : PackedMinRows())) &&
+                 PackedTilesSupport(k, a.group_size);
   // Per-thread scratch, grown once: no heap allocation per call once the shapes were seen.
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> bs;
@@ -457,6 +536,8 @@ void IntegerDotRangeOn(IntegerDotPath path, const QuantMatMulArgs& a, const Quan
            "integer dot {}: {} k={} group={} m={} (prepared for m={})", IntegerDotPathName(path),
            a.int4 ? "int4" : "int8", a.k, a.group_size, a.m, acts.m);
   if (n_begin >= n_end || a.m <= 0) return;
+  DH_CHECK(a.tiles == nullptr || !acts.packed || n_begin % kPrepackedRows == 0,
+           "prepacked tiles start at row {}", n_begin);
   if (path != IntegerDotPath::kVnni512) {
     return IntegerDot256Range(path == IntegerDotPath::kAvxVnni, a, acts, n_begin, n_end);
   }

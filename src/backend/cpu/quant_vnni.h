@@ -57,6 +57,9 @@ void SetIntegerDotPathForTest(IntegerDotPath path);
 // each lie in one weight group always take the per-row kernel. The setter overrides it for
 // every kernel (tests and microbenchmarks; 0 restores the defaults).
 int64_t PackedMinRows();
+// The same over a prepacked weight (a.tiles), where no call packs: on vnni512 3 rows for int4
+// and 5 for int8, else PackedMinRows(); the setter overrides both.
+int64_t PrepackedMinRows(bool int4);
 void SetPackedMinRowsForTest(int64_t rows);
 
 // Whether the CPU has `path`, and the best integer kernel it has.
@@ -126,15 +129,64 @@ struct QuantizedActs {
 };
 
 // Quantizes a.x (m rows of k) for the integer kernel of a's format and group size, packed when
-// a.m >= PackedMinRows() and PackedTilesSupport(k, group_size).
+// PackedTilesSupport(k, group_size) and a.m >= PackedMinRows() or the weight is prepacked
+// (a.tiles: every m takes the tiles then).
 // With a pool, the rows of a packed layout are quantized on all its threads.
 void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts, ThreadPool* pool = nullptr);
 
 // Whether the packed tiles take the layout: every x block of 32 columns inside one weight group.
 bool PackedTilesSupport(int64_t k, int64_t group_size);
 
+// ---- Prepacked tiles ----
+// An int8 or int4 weight laid out once, at load (CpuBackend::PrepareWeight), the way the packed
+// tiles read it (quant_int_dot-inl.h, "Packed tiles"), so no call packs: small batches skip the
+// per-call transposes, and every call reads the weight as one stream. Rows in tiles of 16 (the
+// last one padded with zero rows), each tile_bytes long:
+//   codes   [blocks][steps][16 lanes] dwords: step s of lane i is bytes [4s, 4s + 4) of row
+//           16t + i (int8: 4 columns; int4: 8, low nibbles the even ones), zero past the row;
+//           4 steps per block of 32 columns for int4, 8 for int8;
+//   scales  [groups][16] f16 at scale_offset;
+//   int4: zeros [groups][8] bytes at extra_offset, lane i's nibble in byte i / 2 (low first);
+//   int8: corr [blocks][16] i32 at extra_offset, -128 * the sum of the block's codes (the VNNI
+//         kernels' x holds q + 128; quant_int_dot-inl.h).
+// int4 takes the same bytes per weight as the row layout (a tile rounds to 64 bytes), int8
+// 1/8 more (the sums). The 256-bit kernels read a tile as two halves of 8 lanes. Every group
+// must span whole blocks of 32 columns (PackedTilesSupport).
+struct PrepackedLayout {
+  int64_t blocks = 0, groups = 0, steps_per_block = 0;
+  int64_t scale_offset = 0, extra_offset = 0, tile_bytes = 0;
+};
+constexpr int64_t kPrepackedRows = 16;
+inline PrepackedLayout PrepackedLayoutOf(bool int4, int64_t k, int64_t group_size) {
+  PrepackedLayout l;
+  const int64_t g = group_size < k ? group_size : k;
+  l.blocks = (k + 31) / 32;
+  l.groups = (k + g - 1) / g;
+  l.steps_per_block = int4 ? 4 : 8;
+  l.scale_offset = l.blocks * l.steps_per_block * kPrepackedRows * 4;
+  l.extra_offset = l.scale_offset + l.groups * kPrepackedRows * 2;
+  const int64_t extra = int4 ? l.groups * kPrepackedRows / 2 : l.blocks * kPrepackedRows * 4;
+  l.tile_bytes = (l.extra_offset + extra + 63) / 64 * 64;
+  return l;
+}
+// Whether a layout (format, k, group_size, as QuantMatMulSupports takes it) can be prepacked.
+bool PrepackSupports(bool int4, int64_t k, int64_t group_size);
+// Whether the backend makes prepacked copies: the CPU's best integer kernel is vnni512 (the
+// 256-bit kernels ran no faster over tiles below 8 rows of x, so there the copy would only cost
+// memory), the integer path was not switched off at start (DH_INTEGER_DOT=off), and
+// DH_PREPACKED_TILES is not "off" (the row layout alone: half the memory of quantized weights
+// held in RAM, the per-call packing back).
+bool PrepackWanted();
+// Bytes the prepacked copy of a weight of n rows takes (0 when it would overflow).
+size_t PrepackedBytes(bool int4, int64_t n, int64_t k, int64_t group_size);
+// Writes tiles [tile_begin, tile_end) of the weight `a` (int4, q, scales, zeros, k, group_size;
+// n rows) to dst, which holds the whole prepacked weight.
+void PrepackTiles(const QuantMatMulArgs& a, int64_t n, int64_t tile_begin, int64_t tile_end,
+                  uint8_t* dst);
+
 // Rows [n_begin, n_end) of the output of `a` with the active integer kernel (needs
-// UseIntegerDot(a) or IntegerDotAvailable() && IntegerDotSupports(...)).
+// UseIntegerDot(a) or IntegerDotAvailable() && IntegerDotSupports(...)). Packed acts over a
+// prepacked weight (a.tiles) take n_begin at a multiple of kPrepackedRows.
 void IntegerDotRange(const QuantMatMulArgs& a, const QuantizedActs& acts, int64_t n_begin,
                      int64_t n_end);
 // The same on a given kernel (needs IntegerDotPathAvailable(path)).
