@@ -118,6 +118,7 @@ Result<LoadedModel> LoadFromOptions(const ModelOptions& o, const BackendWrapper&
   BackendOptions bo;
   bo.num_threads = loaded.parallel.threads;
   bo.trace_kernels = o.trace_kernels;
+  bo.prepack_weights = o.prepack_weights;
   DH_ASSIGN_OR_RETURN(loaded.backend, CreateBackend(o.device, bo));
   DH_ASSIGN_OR_RETURN(loaded.observability,
                       Observability::Start(o.observe, loaded.parallel.options.rank, o.quiet));

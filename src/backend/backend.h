@@ -151,6 +151,9 @@ struct OpDesc {
 struct BackendOptions {
   int num_threads = 0;         // 0: all available CPUs
   bool trace_kernels = false;  // log the kernel chosen per op and shape
+  // Whether PrepareWeight may add a backend's own second copy of a weight (the CPU backend's
+  // prepacked tiles); `deepharness compile`, which only writes the cache, turns it off.
+  bool prepack_weights = true;
 };
 
 class Backend {

@@ -20,6 +20,7 @@ struct KnownWeightFields {
   int64_t rows, cols;
   int block_rows, block_cols, group_size, zero_offset;
   Tensor perm;
+  Tensor packed;  // not stored: the backend's own copy, which PrepareWeight remakes at load
 };
 
 std::optional<DType> DTypeFromName(std::string_view name) {

@@ -2,6 +2,7 @@
 // accelerate fall back to ReferenceBackend, and Supports() says false for them.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -80,7 +81,9 @@ class CpuBackend : public ReferenceBackend {
 
   std::unique_ptr<ThreadPool> pool_;
   std::mutex prepacked_mu_;
-  std::vector<std::unique_ptr<Buffer>> prepacked_;  // PrepareWeight's copies, kept to the end
+  std::vector<std::unique_ptr<Buffer>> prepacked_;  // chunks of PrepareWeight's copies, kept
+  size_t prepacked_used_ = 0;                        // bytes handed out of the last chunk
+  std::atomic<bool> prepack_skipped_{false};         // logged once when memory ran short
   // A one-thread pool: everything it is given runs on the calling thread and it keeps no state
   // while doing so, so the pool's workers may all use it at once.
   std::unique_ptr<ThreadPool> inline_pool_;

@@ -17,6 +17,8 @@
 #include "backend/kernel_note.h"
 #include "backend/reference/reference_ops.h"
 #include "base/check.h"
+#include "base/log.h"
+#include "base/memory_info.h"
 
 namespace dh {
 namespace {
@@ -340,29 +342,56 @@ const MatMulKernel kMatMulKernels[] = {
 
 Result<Weight> CpuBackend::PrepareWeight(const Weight& w) {
   const bool int4 = w.format == WeightFormat::kInt4;
-  if (!w.packed.empty() || !cpu::PrepackWanted() || !QuantKernelApplies(w) ||
+  if (!options().prepack_weights || !w.packed.empty() || !cpu::PrepackWanted() ||
+      !QuantKernelApplies(w) ||
       !cpu::PrepackSupports(int4, w.cols, w.group_size)) {
     return w;
   }
   const size_t bytes = cpu::PrepackedBytes(int4, w.rows, w.cols, w.group_size);
   if (bytes == 0) return w;
-  std::unique_ptr<Buffer> buf = Allocate(bytes);
-  if (buf == nullptr || buf->data() == nullptr) {
-    return ResourceExhausted("no memory for the prepacked copy of a {} weight ({} bytes)",
-                             WeightFormatName(w.format), bytes);
+  // The copy is a speed-up, not a need: skipped (the row layout serves every call) where it
+  // would leave less than kPrepackHeadroom of the memory this process may use, which the KV
+  // cache and the activations still want.
+  constexpr uint64_t kPrepackHeadroom = uint64_t{4} << 30;
+  const MemoryInfo mem = ReadMemoryInfo();
+  if (mem.available != 0 && mem.available < bytes + kPrepackHeadroom) {
+    if (!prepack_skipped_.exchange(true)) {
+      DH_LOG(Warning, "prepacked tiles: skipped from weight [{}, {}] on: {} left ({}), less than "
+                  "its {} + {} headroom (DH_PREPACKED_TILES=off skips them all)",
+                  w.rows, w.cols, FormatBytes(mem.available), mem.source, FormatBytes(bytes),
+                  FormatBytes(kPrepackHeadroom));
+    }
+    return w;
+  }
+  uint8_t* dst = nullptr;
+  {
+    // Copies are carved from chunks of at least kPrepackChunk bytes, so they lie in 2 MiB pages
+    // even when a weight is smaller (an expert of DeepSeek-V2-Lite: 1.6 MB); one 4 KiB page
+    // fault per few KiB made loading its 9 GiB of copies take 24 s under KVM.
+    constexpr size_t kPrepackChunk = size_t{64} << 20;
+    std::lock_guard<std::mutex> lock(prepacked_mu_);
+    const size_t need = (bytes + 63) / 64 * 64;
+    if (prepacked_.empty() || prepacked_.back()->size() - prepacked_used_ < need) {
+      std::unique_ptr<Buffer> chunk = Allocate(std::max(need, kPrepackChunk));
+      if (chunk == nullptr || chunk->data() == nullptr) {
+        return ResourceExhausted("no memory for the prepacked copy of a {} weight ({} bytes)",
+                                 WeightFormatName(w.format), bytes);
+      }
+      prepacked_.push_back(std::move(chunk));
+      prepacked_used_ = 0;
+    }
+    dst = static_cast<uint8_t*>(prepacked_.back()->data()) + prepacked_used_;
+    prepacked_used_ += need;
   }
   MatMulCall c(w);
   c.dense.k = w.cols;
   c.Prepare();
-  auto* dst = static_cast<uint8_t*>(buf->data());
   const int64_t tiles = (w.rows + cpu::kPrepackedRows - 1) / cpu::kPrepackedRows;
   pool_->ParallelFor(static_cast<size_t>(tiles), 1, [&](size_t b, size_t e) {
     cpu::PrepackTiles(c.quant, w.rows, static_cast<int64_t>(b), static_cast<int64_t>(e), dst);
   });
   Weight out = w;
   out.packed = Tensor(dst, DType::kU8, {static_cast<int64_t>(bytes)});
-  std::lock_guard<std::mutex> lock(prepacked_mu_);
-  prepacked_.push_back(std::move(buf));
   return out;
 }
 

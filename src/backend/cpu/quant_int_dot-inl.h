@@ -759,6 +759,21 @@ DH_IDOT_TARGET void PackTile(const QuantMatMulArgs& a, int64_t j0, int64_t rows,
 #endif
 }
 
+#if DH_IDOT_BITS == 512
+// The codes of one whole prepacked tile (16 rows at q0, q_stride apart; quant_vnni.h
+// PrepackTiles) by 16 x 16 dword transposes, as far as whole 64-byte runs of the rows go;
+// returns the steps written (the caller writes the rest).
+DH_IDOT_TARGET int64_t PrepackTileCodes(const uint8_t* q0, int64_t q_stride, int64_t row_bytes,
+                                        int32_t* codes) {
+  static_assert(kLanes == kPrepackedRows);
+  int64_t s = 0;
+  for (; 4 * (s + kLanes) <= row_bytes; s += kLanes) {
+    TransposeDwords(q0 + 4 * s, q_stride, codes + s * kLanes);
+  }
+  return s;
+}
+#endif
+
 // How far ahead of the block being read PackedRows prefetches a prepacked weight's stream
 // (Zen 5, one thread, M = 1: 1024 bytes 504 us, 4096 460, 8192 462, 16384 349; 32768 no
 // better than 16384 on two threads).

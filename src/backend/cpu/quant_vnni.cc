@@ -406,6 +406,11 @@ size_t PrepackedBytes(bool int4, int64_t n, int64_t k, int64_t group_size) {
   return static_cast<size_t>(tiles * tile_bytes);
 }
 
+// PrepackTileCodes of the 512-bit kernels (defined below, after they are included); 0 steps
+// where the CPU lacks them.
+int64_t PrepackTileCodes512(const uint8_t* q0, int64_t q_stride, int64_t row_bytes,
+                            int32_t* codes);
+
 void PrepackTiles(const QuantMatMulArgs& a, int64_t n, int64_t tile_begin, int64_t tile_end,
                   uint8_t* dst) {
   const PrepackedLayout l = PrepackedLayoutOf(a.int4, a.k, a.group_size);
@@ -418,10 +423,16 @@ void PrepackTiles(const QuantMatMulArgs& a, int64_t n, int64_t tile_begin, int64
     auto* codes = reinterpret_cast<uint32_t*>(tile);
     auto* scales = reinterpret_cast<uint16_t*>(tile + l.scale_offset);
     uint8_t* extra = tile + l.extra_offset;
+    // Whole tiles' codes by transposes where the CPU has them (1.2 s instead of 20 for
+    // DeepSeek-V2-Lite's 9 GiB on two Zen 5 cores), the rest dword by dword.
+    const int64_t done = (t + 1) * kPrepackedRows <= n
+                             ? PrepackTileCodes512(q + t * kPrepackedRows * a.q_stride, a.q_stride,
+                                                   row_bytes, reinterpret_cast<int32_t*>(codes))
+                             : 0;
     for (int64_t i = 0; i < kPrepackedRows && t * kPrepackedRows + i < n; ++i) {
       const int64_t j = t * kPrepackedRows + i;
       const uint8_t* row = q + j * a.q_stride;
-      for (int64_t s = 0; 4 * s < row_bytes; ++s) {
+      for (int64_t s = done; 4 * s < row_bytes; ++s) {
         uint8_t bytes[4] = {};
         std::memcpy(bytes, row + 4 * s, static_cast<size_t>(std::min<int64_t>(4, row_bytes - 4 * s)));
         std::memcpy(codes + s * kPrepackedRows + i, bytes, 4);
@@ -523,6 +534,16 @@ namespace {
 #undef DH_IDOT_NS
 #undef DH_IDOT_TARGET
 #endif  // __x86_64__
+
+int64_t PrepackTileCodes512(const uint8_t* q0, int64_t q_stride, int64_t row_bytes,
+                            int32_t* codes) {
+#if defined(__x86_64__)
+  if (IntegerDotPathAvailable(IntegerDotPath::kVnni512)) {
+    return vnni512_kernels::PrepackTileCodes(q0, q_stride, row_bytes, codes);
+  }
+#endif
+  return 0;
+}
 
 void IntegerDotRange(const QuantMatMulArgs& a, const QuantizedActs& acts, int64_t n_begin,
                      int64_t n_end) {
