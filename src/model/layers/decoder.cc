@@ -79,6 +79,7 @@ Result<std::unique_ptr<Model>> Decoder::Load(const ModelConfig& c, WeightLoader&
     if (tp.enabled()) {
       m->lm_head_.data = m->embed_.data.Slice0(vocab.first, vocab.count);
       m->lm_head_.rows = vocab.count;
+      m->lm_head_.packed = Tensor();  // a backend's copy holds every row
     }
   } else if (!tp.enabled()) {
     DH_ASSIGN_OR_RETURN(m->lm_head_, w.Matrix("lm_head.weight", c.vocab_size, c.hidden_size));
