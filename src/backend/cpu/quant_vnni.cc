@@ -423,8 +423,8 @@ void PrepackTiles(const QuantMatMulArgs& a, int64_t n, int64_t tile_begin, int64
     auto* codes = reinterpret_cast<uint32_t*>(tile);
     auto* scales = reinterpret_cast<uint16_t*>(tile + l.scale_offset);
     uint8_t* extra = tile + l.extra_offset;
-    // Whole tiles' codes by transposes where the CPU has them (1.2 s instead of 20 for
-    // DeepSeek-V2-Lite's 9 GiB on two Zen 5 cores), the rest dword by dword.
+    // Whole tiles' codes by 16 x 16 dword transposes where the CPU has AVX-512, the rest (and
+    // every tile elsewhere, e.g. in the tests' 256-bit runs) dword by dword.
     const int64_t done = (t + 1) * kPrepackedRows <= n
                              ? PrepackTileCodes512(q + t * kPrepackedRows * a.q_stride, a.q_stride,
                                                    row_bytes, reinterpret_cast<int32_t*>(codes))

@@ -129,8 +129,8 @@ struct QuantizedActs {
 };
 
 // Quantizes a.x (m rows of k) for the integer kernel of a's format and group size, packed when
-// PackedTilesSupport(k, group_size) and a.m >= PackedMinRows() or the weight is prepacked
-// (a.tiles: every m takes the tiles then).
+// PackedTilesSupport(k, group_size) and a.m >= PackedMinRows(), or a.m >= PrepackedMinRows(int4)
+// over a prepacked weight (a.tiles).
 // With a pool, the rows of a packed layout are quantized on all its threads.
 void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts, ThreadPool* pool = nullptr);
 
