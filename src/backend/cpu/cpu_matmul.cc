@@ -350,16 +350,14 @@ Result<Weight> CpuBackend::PrepareWeight(const Weight& w) {
   const size_t bytes = cpu::PrepackedBytes(int4, w.rows, w.cols, w.group_size);
   if (bytes == 0) return w;
   // The copy is a speed-up, not a need: skipped (the row layout serves every call) where it
-  // would leave less than kPrepackHeadroom of the memory this process may use, which the KV
-  // cache and the activations still want.
-  constexpr uint64_t kPrepackHeadroom = uint64_t{4} << 30;
+  // would leave less than kPrepackHeadroomBytes of the memory this process may use.
   const MemoryInfo mem = ReadMemoryInfo();
-  if (mem.available != 0 && mem.available < bytes + kPrepackHeadroom) {
+  if (mem.available != 0 && mem.available < bytes + cpu::kPrepackHeadroomBytes) {
     if (!prepack_skipped_.exchange(true)) {
       DH_LOG(Warning, "prepacked tiles: skipped from weight [{}, {}] on: {} left ({}), less than "
                   "its {} + {} headroom (DH_PREPACKED_TILES=off skips them all)",
                   w.rows, w.cols, FormatBytes(mem.available), mem.source, FormatBytes(bytes),
-                  FormatBytes(kPrepackHeadroom));
+                  FormatBytes(cpu::kPrepackHeadroomBytes));
     }
     return w;
   }
