@@ -401,6 +401,30 @@ TEST_F(QuantMatMulTest, PackedActsHoldTheRowsCodes) {
   EXPECT_GT(tested, 15);
 }
 
+// Per output column j: sum over the row of 2 |w| + 2 (|x| <= 2; covers the int4 min term) plus
+// |bias_j|, the scale of the f32 summation-order tolerance between integer kernels.
+std::vector<double> TermMagnitudes(const Case& c, const RandomWeight& rw) {
+  std::vector<float> row(c.k);
+  std::vector<double> mag(c.n);
+  for (int64_t j = 0; j < c.n; ++j) {
+    ref::DecodeWeightRow(rw.w, j, row.data());
+    for (float v : row) mag[j] += 2.0 * std::fabs(v) + 2.0;
+    mag[j] += std::fabs(rw.bias.t.as<const float>()[j]);
+  }
+  return mag;
+}
+
+// got and want (c.m rows of c.n outputs, `stride` apart) within 1e-5 * mag[j] of each other.
+void ExpectNearPerRow(const Case& c, Owned& got, Owned& want, int64_t stride,
+                      const std::vector<double>& mag, const std::string& what) {
+  for (int64_t r = 0; r < c.m; ++r) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      const float g = got.f32()[r * stride + j], p = want.f32()[r * stride + j];
+      ASSERT_LE(std::fabs(g - p), 1e-5 * mag[j]) << what << " row " << r << " col " << j;
+    }
+  }
+}
+
 // The packed tiles (kLanes weight rows side by side, quant_int_dot-inl.h) on every integer
 // kernel, forced at every M: within the quantization bound of the reference, and within f32
 // summation order of the per-row kernel (both take exact i32 dots of the same codes; here the
@@ -429,13 +453,7 @@ TEST_F(QuantMatMulTest, PackedTilesMatchPerRowKernel) {
         got(DType::kF32, {c.m, c.n + 3}), want(DType::kF32, {c.m, c.n});
     rng.Fill(x, -2.0f, 2.0f);
     ref_.MatMul(x.t, rw.w, rw.bias.t, want.t);
-    std::vector<float> row(c.k);
-    std::vector<double> mag(c.n);
-    for (int64_t j = 0; j < c.n; ++j) {
-      ref::DecodeWeightRow(rw.w, j, row.data());
-      for (float v : row) mag[j] += 2.0 * std::fabs(v) + 2.0;  // |x| <= 2; covers the min term
-      mag[j] += std::fabs(rw.bias.f32()[j]);
-    }
+    const std::vector<double> mag = TermMagnitudes(c, rw);
     for (cpu::IntegerDotPath path : paths) {
       const std::string what = std::string(cpu::IntegerDotPathName(path)) + " " + Name(c);
       for (bool packed : {false, true}) {
@@ -453,13 +471,8 @@ TEST_F(QuantMatMulTest, PackedTilesMatchPerRowKernel) {
       cpu::SetPackedMinRowsForTest(0);
       ExpectWithinQuantBound(c, rw.w, x, c.k, true, rw.bias, got.f32(), c.n + 3,
                              want.ToVector(), "packed " + what);
-      for (int64_t r = 0; r < c.m; ++r) {
-        for (int64_t j = 0; j < c.n; ++j) {
-          const float g = got.f32()[r * (c.n + 3) + j], p = per_row.f32()[r * (c.n + 3) + j];
-          ASSERT_LE(std::fabs(g - p), 1e-5 * mag[j]) << "packed vs per-row " << what << " row "
-                                                     << r << " col " << j;
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(
+          ExpectNearPerRow(c, got, per_row, c.n + 3, mag, "packed vs per-row " + what));
     }
   }
   EXPECT_GT(tested, 20);
@@ -503,13 +516,7 @@ TEST_F(QuantMatMulTest, PrepackedTilesMatchPerRowKernel) {
       for (size_t i = bytes; i < tiles.size(); ++i) ASSERT_EQ(tiles[i], 0xcd) << Name(c);
     }
     ref_.MatMul(x.t, rw.w, rw.bias.t, want.t);
-    std::vector<float> row(c.k);
-    std::vector<double> mag(c.n);
-    for (int64_t j = 0; j < c.n; ++j) {
-      ref::DecodeWeightRow(rw.w, j, row.data());
-      for (float v : row) mag[j] += 2.0 * std::fabs(v) + 2.0;
-      mag[j] += std::fabs(rw.bias.f32()[j]);
-    }
+    const std::vector<double> mag = TermMagnitudes(c, rw);
     for (cpu::IntegerDotPath path : paths) {
       const std::string what = std::string(cpu::IntegerDotPathName(path)) + " " + Name(c);
       for (bool tiled : {false, true}) {
@@ -528,13 +535,8 @@ TEST_F(QuantMatMulTest, PrepackedTilesMatchPerRowKernel) {
       cpu::SetPackedMinRowsForTest(0);
       ExpectWithinQuantBound(c, rw.w, x, c.k, true, rw.bias, got.f32(), c.n + 3,
                              want.ToVector(), "prepacked " + what);
-      for (int64_t r = 0; r < c.m; ++r) {
-        for (int64_t j = 0; j < c.n; ++j) {
-          const float g = got.f32()[r * (c.n + 3) + j], p = per_row.f32()[r * (c.n + 3) + j];
-          ASSERT_LE(std::fabs(g - p), 1e-5 * mag[j]) << "prepacked vs per-row " << what
-                                                     << " row " << r << " col " << j;
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(
+          ExpectNearPerRow(c, got, per_row, c.n + 3, mag, "prepacked vs per-row " + what));
     }
   }
   EXPECT_GT(tested, 30);
@@ -552,12 +554,13 @@ TEST_F(QuantMatMulTest, PreparedWeightMatchesRowLayout) {
     RandomWeight rw(rng, c);
     Result<Weight> prepared = cpu_.PrepareWeight(rw.w);
     ASSERT_TRUE(prepared.ok()) << prepared.status().message();
-    // A machine with little memory left skips the copy (PrepareWeight's headroom).
+    // A machine with little memory left takes no chunk for the copies (PrepareWeight's
+    // headroom; these weights are far smaller than one chunk).
     const MemoryInfo mem = ReadMemoryInfo();
     const bool want_tiles =
         cpu::PrepackWanted() &&
-        (mem.available == 0 || mem.available >= cpu::PrepackedBytes(c.int4, c.n, c.k, c.group) +
-                                                     cpu::kPrepackHeadroomBytes);
+        (mem.available == 0 ||
+         mem.available >= cpu::kPrepackChunkBytes + cpu::kPrepackHeadroomBytes);
     ASSERT_EQ(!prepared->packed.empty(), want_tiles) << Name(c);
     if (want_tiles) {
       EXPECT_EQ(prepared->packed.nbytes(), cpu::PrepackedBytes(c.int4, c.n, c.k, c.group));
@@ -566,16 +569,8 @@ TEST_F(QuantMatMulTest, PreparedWeightMatchesRowLayout) {
     rng.Fill(x, -2.0f, 2.0f);
     cpu_.MatMul(x.t, rw.w, rw.bias.t, a.t);
     cpu_.MatMul(x.t, *prepared, rw.bias.t, b.t);
-    std::vector<float> row(c.k);
-    for (int64_t j = 0; j < c.n; ++j) {
-      ref::DecodeWeightRow(rw.w, j, row.data());
-      double mag = std::fabs(rw.bias.f32()[j]);
-      for (float v : row) mag += 2.0 * std::fabs(v) + 2.0;
-      for (int64_t r = 0; r < c.m; ++r) {
-        ASSERT_LE(std::fabs(a.f32()[r * c.n + j] - b.f32()[r * c.n + j]), 1e-5 * mag)
-            << Name(c) << " row " << r << " col " << j;
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectNearPerRow(c, b, a, c.n, TermMagnitudes(c, rw), "prepared vs rows " + Name(c)));
   }
 }
 
@@ -591,13 +586,7 @@ TEST_F(QuantMatMulTest, IntegerDotPathsAgree) {
     RandomWeight rw(rng, c);
     Owned x(DType::kF32, {c.m, c.k}), first(DType::kF32, {c.m, c.n}), got(DType::kF32, {c.m, c.n});
     rng.Fill(x, -2.0f, 2.0f);
-    std::vector<float> row(c.k);
-    std::vector<double> mag(c.n);
-    for (int64_t j = 0; j < c.n; ++j) {
-      ref::DecodeWeightRow(rw.w, j, row.data());
-      for (float v : row) mag[j] += 2.0 * std::fabs(v) + 2.0;  // |x| <= 2; covers the min term
-      mag[j] += std::fabs(rw.bias.f32()[j]);
-    }
+    const std::vector<double> mag = TermMagnitudes(c, rw);
     for (size_t p = 0; p < paths.size(); ++p) {
       const cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, true, p == 0 ? first : got, c.n);
       cpu::QuantizedActs acts;

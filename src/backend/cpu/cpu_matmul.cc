@@ -349,28 +349,29 @@ Result<Weight> CpuBackend::PrepareWeight(const Weight& w) {
   }
   const size_t bytes = cpu::PrepackedBytes(int4, w.rows, w.cols, w.group_size);
   if (bytes == 0) return w;
-  // The copy is a speed-up, not a need: skipped (the row layout serves every call) where it
-  // would leave less than kPrepackHeadroomBytes of the memory this process may use.
-  const MemoryInfo mem = ReadMemoryInfo();
-  if (mem.available != 0 && mem.available < bytes + cpu::kPrepackHeadroomBytes) {
-    if (!prepack_skipped_.exchange(true)) {
-      DH_LOG(Warning, "prepacked tiles: skipped from weight [{}, {}] on: {} left ({}), less than "
-                  "its {} + {} headroom (DH_PREPACKED_TILES=off skips them all)",
-                  w.rows, w.cols, FormatBytes(mem.available), mem.source, FormatBytes(bytes),
-                  FormatBytes(cpu::kPrepackHeadroomBytes));
-    }
-    return w;
-  }
   uint8_t* dst = nullptr;
   {
-    // Copies are carved from chunks of at least kPrepackChunk bytes, so they lie in 2 MiB pages
+    // Copies are carved from chunks of at least kPrepackChunkBytes, so they lie in 2 MiB pages
     // even when a weight is smaller (an expert of DeepSeek-V2-Lite: 1.6 MB); one 4 KiB page
     // fault per few KiB made loading its 9 GiB of copies take 24 s under KVM.
-    constexpr size_t kPrepackChunk = size_t{64} << 20;
     std::lock_guard<std::mutex> lock(prepacked_mu_);
     const size_t need = (bytes + 63) / 64 * 64;
     if (prepacked_.empty() || prepacked_.back()->size() - prepacked_used_ < need) {
-      std::unique_ptr<Buffer> chunk = Allocate(std::max(need, kPrepackChunk));
+      const size_t chunk_bytes = std::max(need, cpu::kPrepackChunkBytes);
+      // The copies are a speed-up, not a need: a chunk that would leave less than
+      // kPrepackHeadroomBytes of the memory this process may use is not taken, and the weight
+      // keeps the row layout alone. Checked per chunk, not per weight (/proc reads at load).
+      const MemoryInfo mem = ReadMemoryInfo();
+      if (mem.available != 0 && mem.available < chunk_bytes + cpu::kPrepackHeadroomBytes) {
+        if (!prepack_skipped_.exchange(true)) {
+          DH_LOG(Warning, "prepacked tiles: skipped from weight [{}, {}] on: {} left ({}), less "
+                 "than a {} chunk + {} headroom (DH_PREPACKED_TILES=off skips them all)",
+                 w.rows, w.cols, FormatBytes(mem.available), mem.source,
+                 FormatBytes(chunk_bytes), FormatBytes(cpu::kPrepackHeadroomBytes));
+        }
+        return w;
+      }
+      std::unique_ptr<Buffer> chunk = Allocate(chunk_bytes);
       if (chunk == nullptr || chunk->data() == nullptr) {
         return ResourceExhausted("no memory for the prepacked copy of a {} weight ({} bytes)",
                                  WeightFormatName(w.format), bytes);

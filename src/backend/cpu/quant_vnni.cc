@@ -119,9 +119,10 @@ int64_t PackedMinRows() {
 }
 
 int64_t PrepackedMinRows(bool int4) {
-  const int64_t forced = g_packed_min_rows.load(std::memory_order_relaxed);
-  if (forced > 0) return forced;
-  if (ActiveIntegerDotPath() != IntegerDotPath::kVnni512) return kPackedMinRows256;
+  if (g_packed_min_rows.load(std::memory_order_relaxed) > 0 ||
+      ActiveIntegerDotPath() != IntegerDotPath::kVnni512) {
+    return PackedMinRows();
+  }
   return int4 ? kPrepackedMinRowsInt4 : kPrepackedMinRowsInt8;
 }
 
