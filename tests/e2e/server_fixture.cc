@@ -133,13 +133,38 @@ ServerProcess::~ServerProcess() {
   if (running()) Stop(SIGKILL, std::chrono::seconds(10));
 }
 
+namespace {
+
+// The port in the server's "listening on http://HOST:PORT" line; 0 while it has not written it.
+int ListeningPort(const std::string& log) {
+  const std::string mark = "listening on http://";
+  const size_t at = log.find(mark);
+  if (at == std::string::npos) return 0;
+  const size_t end = log.find_first_of(" \n", at + mark.size());
+  if (end == std::string::npos) return 0;
+  const size_t colon = log.rfind(':', end);
+  if (colon == std::string::npos || colon < at + mark.size()) return 0;
+  int port = 0;
+  for (size_t i = colon + 1; i < end; ++i) {
+    if (log[i] < '0' || log[i] > '9') return 0;
+    port = port * 10 + (log[i] - '0');
+    if (port > 65535) return 0;
+  }
+  return port;
+}
+
+}  // namespace
+
+// The server binds port 0 itself and says which port it got: a port picked here and passed in
+// could be taken by another test's server in between, and /health would then answer from that one.
 bool ServerProcess::Start(const std::vector<std::string>& extra, std::chrono::seconds timeout) {
-  port_ = FreePort();
-  log_path_ = (fs::temp_directory_path() /
-               ("dh-e2e-server-" + std::to_string(getpid()) + "-" + std::to_string(port_) + ".log"))
+  static int started = 0;
+  port_ = 0;
+  log_path_ = (fs::temp_directory_path() / ("dh-e2e-server-" + std::to_string(getpid()) + "-" +
+                                            std::to_string(++started) + ".log"))
                   .string();
   std::vector<std::string> args = {DH_BINARY, "serve", "--model-path", TestModelDir(),
-                                   "--port", std::to_string(port_), "--host", "127.0.0.1",
+                                   "--port", "0", "--host", "127.0.0.1",
                                    "--kv-cache-memory", "128MiB"};
   args.insert(args.end(), extra.begin(), extra.end());
   pid_ = fork();
@@ -156,7 +181,8 @@ bool ServerProcess::Start(const std::vector<std::string>& extra, std::chrono::se
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     if (!running()) return false;
-    if (Get("/health").status == 200) return true;
+    if (port_ == 0) port_ = ListeningPort(log());
+    if (port_ != 0 && Get("/health").status == 200) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return false;

@@ -57,8 +57,9 @@ class ServerProcess {
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
 
-  // Starts `deepharness serve --model-path <TestModelDir()> --port <free> <extra...>` and waits
-  // until /health is 200. Returns false (with log()) when it does not come up in `timeout`.
+  // Starts `deepharness serve --model-path <TestModelDir()> --port 0 <extra...>`, reads the port
+  // it bound from its log and waits until /health there is 200. Returns false (with log()) when
+  // it does not come up in `timeout`.
   bool Start(const std::vector<std::string>& extra = {},
              std::chrono::seconds timeout = std::chrono::seconds(120));
   // Sends `sig`, waits up to `timeout` and returns the exit status (-1: still running, killed).
