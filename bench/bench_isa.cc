@@ -5,6 +5,9 @@
 // which unit a kernel is bound by on the machine at hand (bench/README.md "Zen 1, session 14":
 // there vpmaddubsw / vpmaddwd take 2 cycles per ymm on one pipe, and the variable-index
 // vpermilps 4 against 1 for the immediate form).
+// With AVX512-VNNI a second table does the same on 512-bit registers (bench/README.md "Zen 5,
+// session 19": there vpdpbusd, vfmadd231ps and vmulps share two pipes, vcvtdq2ps and the shifts
+// do not).
 // Usage: bench_isa [--iters N]   (x86-64 with AVX2, FMA and F16C; elsewhere it says so and exits)
 #include <algorithm>
 #include <chrono>
@@ -91,6 +94,70 @@ DH_ISA double MaddubsPermilVar(int64_t iters) { DH_CHAINS(MADDUBS, PERMILVAR) }
 DH_ISA double MaddubsPermilImm(int64_t iters) { DH_CHAINS(MADDUBS, PERMILIMM) }
 DH_ISA double FmaCvtph(int64_t iters) { DH_CHAINS(FMA, CVTPH) }
 
+// GCC 12's AVX-512 intrinsics pass an "undefined" vector that -Wmaybe-uninitialized flags once
+// inlined (as in quant_vnni.cc).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// The same on 512-bit registers, for the AVX512-VNNI kernels (quant_int_dot-inl.h): which of
+// their instructions share the pipes of vpdpbusd. In a 6 + 6 mix of two instructions that
+// issue 2 per cycle each, 0.25 cycles per instruction means separate pipes, 0.5 shared ones.
+#define DH_ISA512 \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"), noinline))
+#define DH_CHAINS512(OP_A, OP_B)                                                              \
+  __m512i a0 = _mm512_set1_epi8(1), a1 = _mm512_set1_epi8(2), a2 = _mm512_set1_epi8(3),       \
+          a3 = _mm512_set1_epi8(4), a4 = _mm512_set1_epi8(5), a5 = _mm512_set1_epi8(6),       \
+          a6 = _mm512_set1_epi8(7), a7 = _mm512_set1_epi8(8), a8 = _mm512_set1_epi8(9),       \
+          a9 = _mm512_set1_epi8(10), a10 = _mm512_set1_epi8(11), a11 = _mm512_set1_epi8(12);  \
+  const __m512i b = _mm512_set1_epi8(3), c = _mm512_set1_epi8(5);                             \
+  (void)b;                                                                                    \
+  (void)c;                                                                                    \
+  const auto t0 = std::chrono::steady_clock::now();                                           \
+  for (int64_t i = 0; i < iters; ++i) {                                                       \
+    OP_A(a0) OP_A(a1) OP_A(a2) OP_A(a3) OP_A(a4) OP_A(a5);                                     \
+    OP_B(a6) OP_B(a7) OP_B(a8) OP_B(a9) OP_B(a10) OP_B(a11);                                   \
+    asm volatile("" ::"v"(a0), "v"(a1), "v"(a2), "v"(a3), "v"(a4), "v"(a5), "v"(a6), "v"(a7), \
+                 "v"(a8), "v"(a9), "v"(a10), "v"(a11));                                        \
+  }                                                                                           \
+  const double s = Seconds(t0);                                                               \
+  int32_t sink = _mm512_cvtsi512_si32(_mm512_xor_si512(a0, a11));                             \
+  asm volatile("" ::"r"(sink));                                                               \
+  return s / (12.0 * static_cast<double>(iters));
+
+#define ZPS(x) _mm512_castsi512_ps(x)
+#define ZDPBUSD(x) x = _mm512_dpbusd_epi32(x, b, c);
+#define ZFMA(x) x = _mm512_castps_si512(_mm512_fmadd_ps(ZPS(x), ZPS(b), ZPS(c)));
+#define ZMUL(x) x = _mm512_castps_si512(_mm512_mul_ps(ZPS(x), ZPS(b)));
+#define ZADDPS(x) x = _mm512_castps_si512(_mm512_add_ps(ZPS(x), ZPS(b)));
+#define ZCVTDQ(x) x = _mm512_castps_si512(_mm512_cvtepi32_ps(x));
+#define ZSRLW(x) x = _mm512_srli_epi16(x, 4);
+#define ZAND(x) x = _mm512_and_si512(x, b);
+#define ZADDB(x) x = _mm512_add_epi8(x, b);
+#define ZPERMD(x) x = _mm512_permutexvar_epi32(b, x);
+#define ZSHUFB(x) x = _mm512_shuffle_epi8(x, b);
+
+DH_ISA512 double Dpbusd512(int64_t iters) { DH_CHAINS512(ZDPBUSD, ZDPBUSD) }
+DH_ISA512 double Fma512(int64_t iters) { DH_CHAINS512(ZFMA, ZFMA) }
+DH_ISA512 double Mul512(int64_t iters) { DH_CHAINS512(ZMUL, ZMUL) }
+DH_ISA512 double AddPs512(int64_t iters) { DH_CHAINS512(ZADDPS, ZADDPS) }
+DH_ISA512 double Cvtdq512(int64_t iters) { DH_CHAINS512(ZCVTDQ, ZCVTDQ) }
+DH_ISA512 double Srlw512(int64_t iters) { DH_CHAINS512(ZSRLW, ZSRLW) }
+DH_ISA512 double And512(int64_t iters) { DH_CHAINS512(ZAND, ZAND) }
+DH_ISA512 double AddB512(int64_t iters) { DH_CHAINS512(ZADDB, ZADDB) }
+DH_ISA512 double Permd512(int64_t iters) { DH_CHAINS512(ZPERMD, ZPERMD) }
+DH_ISA512 double Shufb512(int64_t iters) { DH_CHAINS512(ZSHUFB, ZSHUFB) }
+DH_ISA512 double DpbusdFma512(int64_t iters) { DH_CHAINS512(ZDPBUSD, ZFMA) }
+DH_ISA512 double DpbusdMul512(int64_t iters) { DH_CHAINS512(ZDPBUSD, ZMUL) }
+DH_ISA512 double DpbusdAddPs512(int64_t iters) { DH_CHAINS512(ZDPBUSD, ZADDPS) }
+DH_ISA512 double DpbusdCvtdq512(int64_t iters) { DH_CHAINS512(ZDPBUSD, ZCVTDQ) }
+DH_ISA512 double DpbusdSrlw512(int64_t iters) { DH_CHAINS512(ZDPBUSD, ZSRLW) }
+DH_ISA512 double DpbusdAddB512(int64_t iters) { DH_CHAINS512(ZDPBUSD, ZADDB) }
+DH_ISA512 double DpbusdPermd512(int64_t iters) { DH_CHAINS512(ZDPBUSD, ZPERMD) }
+DH_ISA512 double DpbusdShufb512(int64_t iters) { DH_CHAINS512(ZDPBUSD, ZSHUFB) }
+
+#pragma GCC diagnostic pop
+
 struct Row {
   const char* name;
   double (*run)(int64_t);
@@ -118,6 +185,38 @@ const Row kRows[] = {
     {"vfmadd231ps + vcvtph2ps", FmaCvtph},
 };
 
+const Row kRows512[] = {
+    {"vpdpbusd zmm", Dpbusd512},
+    {"vfmadd231ps zmm", Fma512},
+    {"vmulps zmm", Mul512},
+    {"vaddps zmm", AddPs512},
+    {"vcvtdq2ps zmm", Cvtdq512},
+    {"vpsrlw zmm", Srlw512},
+    {"vpandd zmm", And512},
+    {"vpaddb zmm", AddB512},
+    {"vpermd zmm", Permd512},
+    {"vpshufb zmm", Shufb512},
+    {"vpdpbusd + vfmadd231ps", DpbusdFma512},
+    {"vpdpbusd + vmulps", DpbusdMul512},
+    {"vpdpbusd + vaddps", DpbusdAddPs512},
+    {"vpdpbusd + vcvtdq2ps", DpbusdCvtdq512},
+    {"vpdpbusd + vpsrlw", DpbusdSrlw512},
+    {"vpdpbusd + vpaddb", DpbusdAddB512},
+    {"vpdpbusd + vpermd", DpbusdPermd512},
+    {"vpdpbusd + vpshufb", DpbusdShufb512},
+};
+
+void PrintRows(const Row* rows, size_t n, int64_t iters, double hz) {
+  std::printf("| instruction (12 chains; mixes 6 + 6) | ns each | cycles each | per cycle |\n");
+  std::printf("| --- | ---: | ---: | ---: |\n");
+  for (size_t i = 0; i < n; ++i) {
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) best = std::min(best, rows[i].run(iters / 12));
+    std::printf("| %s | %.3f | %.2f | %.2f |\n", rows[i].name, best * 1e9, best * hz,
+                1.0 / (best * hz));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -143,12 +242,11 @@ int main(int argc, char** argv) {
   std::printf("one thread, 256-bit registers, 12 independent chains; clock ~%.2f GHz (scalar add "
               "chain)\n",
               hz / 1e9);
-  std::printf("| instruction (12 chains; mixes 6 + 6) | ns each | cycles each | per cycle |\n");
-  std::printf("| --- | ---: | ---: | ---: |\n");
-  for (const Row& r : kRows) {
-    double best = 1e30;
-    for (int rep = 0; rep < 3; ++rep) best = std::min(best, r.run(iters / 12));
-    std::printf("| %s | %.3f | %.2f | %.2f |\n", r.name, best * 1e9, best * hz, 1.0 / (best * hz));
+  PrintRows(kRows, sizeof(kRows) / sizeof(kRows[0]), iters, hz);
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vnni")) {
+    std::printf("\none thread, 512-bit registers (AVX512-VNNI), as above\n");
+    PrintRows(kRows512, sizeof(kRows512) / sizeof(kRows512[0]), iters, hz);
   }
   return 0;
 }

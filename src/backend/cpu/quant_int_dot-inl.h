@@ -789,6 +789,10 @@ struct TileRef {
   const int32_t* corr = nullptr;   // int8 with VNNI: [block][lanes per step]
   const uint16_t* h = nullptr;     // prepacked: f16 scales, group g's from h + 16 * g
   const uint8_t* z = nullptr;      // prepacked int4: zero nibbles, group g's from z + 8 * g
+  // Prepacked: where block b prefetches, ahead + b * ahead_step: the tile's whole stream (codes,
+  // scales, zero points or block sums) spread evenly over its blocks, kTileAhead bytes on.
+  const char* ahead = nullptr;
+  int64_t ahead_step = 0;  // a multiple of 64
 };
 
 DH_IDOT_TARGET inline TileRef RefOf(const PackedTile& t) {
@@ -836,11 +840,9 @@ DH_IDOT_TARGET void PackedRows(const QuantMatMulArgs& a, const QuantizedActs& x,
                                                                 : nblocks;
     for (int64_t b = gi * blocks_per_group; b < b_end; ++b) {
       const int32_t* wb = codes + b * kSteps * step;
-      if constexpr (kPre) {  // the stream ahead: this block's lines, kTileAhead bytes on
-#pragma GCC unroll 8
-        for (int l = 0; l < kSteps; ++l) {
-          __builtin_prefetch(reinterpret_cast<const char*>(wb) + kTileAhead + 64 * l, 0, 3);
-        }
+      if constexpr (kPre) {  // the stream ahead: this block's share of it
+        const char* p = t.ahead + b * t.ahead_step;
+        for (int64_t o = 0; o < t.ahead_step; o += 64) __builtin_prefetch(p + o, 0, 3);
       }
       VecI w[8];  // int4: low then high nibbles of each step (dword 2 * step + half); int8: steps
       if constexpr (kInt4) {
@@ -986,17 +988,25 @@ DH_IDOT_TARGET void PackedAll(const QuantMatMulArgs& a, const QuantizedActs& x, 
 // first block on, are prefetched when it starts. Zen 5, bench_quant --threads 2 --m 1,8 int4
 // 8960 x 1536 from memory, vnni512 (bench/README.md "Zen 5, session 18"): without either
 // prefetch the tiles ran M = 1 at 264 us and M = 8 at 930 (the row kernel 197 / 636); with
-// both, 155-185 and 300-356 (rows 136-179 / 545-578).
+// both, 155-185 and 300-356 (rows 136-179 / 545-578). Each block prefetches its even share of
+// the whole tile (ahead_step bytes): session 18's form took the block's own code lines only, so
+// the pointer ran 1.9 KiB short per int4 tile (scales and zero points) and the first 2 KiB of
+// every tile were never asked for. Zen 5, the same call with --threads 1 --packed-min-rows 1,
+// four alternations (bench/README.md "Zen 5, session 19"): M = 1 359-376 -> 303-343 us, M = 8
+// 490-548 -> 521-547 (unchanged within the machine's drift).
 template <bool kInt4>
 DH_IDOT_TARGET void PrepackedAll(const QuantMatMulArgs& a, const QuantizedActs& x,
                                  int64_t n_begin, int64_t n_end) {
   const PrepackedLayout l = PrepackedLayoutOf(kInt4, a.k, a.group_size);
+  const int64_t ahead_step = (l.tile_bytes / l.blocks + 63) / 64 * 64;
   for (int64_t t0 = n_begin; t0 < n_end; t0 += kPrepackedRows) {
     const uint8_t* tile = a.tiles + t0 / kPrepackedRows * l.tile_bytes;
     // This tile's scales and zero points, wanted from its first block on, in one burst.
     for (int64_t o = l.scale_offset; o < l.tile_bytes; o += 64) __builtin_prefetch(tile + o, 0, 3);
     for (int64_t lane0 = 0; lane0 < kPrepackedRows && t0 + lane0 < n_end; lane0 += kLanes) {
       TileRef ref;
+      ref.ahead = reinterpret_cast<const char*>(tile) + kTileAhead;
+      ref.ahead_step = ahead_step;
       ref.codes = reinterpret_cast<const int32_t*>(tile) + lane0;
       ref.h = reinterpret_cast<const uint16_t*>(tile + l.scale_offset) + lane0;
       if constexpr (kInt4) {
