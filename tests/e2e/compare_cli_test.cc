@@ -196,6 +196,8 @@ TEST(CompareCliTest, BadInputIsOneLineAndExit2) {
     std::string args, err;
   };
   const std::string bad_file = Temp("bad.jsonl");
+  const RefusedPort refused;
+  ASSERT_NE(refused.port(), 0);
   std::ofstream(bad_file) << "{\"prompt\": \"a\"}\n{\"prompt\": \"\"}\n";
   const std::vector<Case> cases = {
       {"compare --a model=" + m + " --b model=" + m + " --prompts /nonexistent.jsonl",
@@ -213,7 +215,8 @@ TEST(CompareCliTest, BadInputIsOneLineAndExit2) {
        "error: --min-exact-match: expected a rate in [0, 1], got 1.5\n"},
       {"compare --a model=" + m + " --b model=" + m + prompts + " --max-tokens 0",
        "error: --max-tokens: expected 1 to 1048576, got 0\n"},
-      {"compare --a http://127.0.0.1:" + std::to_string(FreePort()) + " --b model=" + m + prompts,
+      {"compare --a http://127.0.0.1:" + std::to_string(refused.port()) + " --b model=" + m +
+           prompts,
        "is the server running?"},
   };
   for (const Case& c : cases) {

@@ -20,8 +20,21 @@ using Json = nlohmann::json;
 
 // The model directory the e2e tests serve (generated on first use when needed).
 const std::string& TestModelDir();
-// A TCP port that was free a moment ago.
-int FreePort();
+// A loopback TCP port bound by this process but not listening, held while the object lives: a
+// connection to it is refused, and no other process can take the port meanwhile (a port found
+// free and closed again could be taken by another test's server before it is used).
+class RefusedPort {
+ public:
+  RefusedPort();
+  ~RefusedPort();
+  RefusedPort(const RefusedPort&) = delete;
+  RefusedPort& operator=(const RefusedPort&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
 
 // One run of the binary: `deepharness <args>` through the shell (arguments hold no spaces or
 // quotes), with its exit code and what it wrote to stdout and stderr.
