@@ -37,15 +37,15 @@ double ClockHz(int64_t iters) {
   return 4.0 * static_cast<double>(iters) / Seconds(t0);
 }
 
-// 12 chains a0..a11 (distinct start values, so no two chains can be merged); OP(x) updates one.
-// The asm statement keeps every chain live in a register each iteration.
-#define DH_CHAINS(OP_A, OP_B)                                                                  \
-  __m256i a0 = _mm256_set1_epi8(1), a1 = _mm256_set1_epi8(2), a2 = _mm256_set1_epi8(3),       \
-          a3 = _mm256_set1_epi8(4), a4 = _mm256_set1_epi8(5), a5 = _mm256_set1_epi8(6),       \
-          a6 = _mm256_set1_epi8(7), a7 = _mm256_set1_epi8(8), a8 = _mm256_set1_epi8(9),       \
-          a9 = _mm256_set1_epi8(10), a10 = _mm256_set1_epi8(11), a11 = _mm256_set1_epi8(12);  \
-  const __m256i b = _mm256_set1_epi8(3);                                                      \
-  (void)b; /* not every instruction takes a second operand */                                  \
+// 12 chains a0..a11 of vector type V (distinct start values from SET1, so no two chains can be
+// merged); OP(x) updates one, with the operands b and c at hand. The asm statements keep every
+// chain live in a register each iteration and its result after the loop.
+#define DH_CHAINS_OF(V, SET1, OP_A, OP_B)                                                      \
+  V a0 = SET1(1), a1 = SET1(2), a2 = SET1(3), a3 = SET1(4), a4 = SET1(5), a5 = SET1(6),         \
+    a6 = SET1(7), a7 = SET1(8), a8 = SET1(9), a9 = SET1(10), a10 = SET1(11), a11 = SET1(12);    \
+  const V b = SET1(3), c = SET1(5);                                                           \
+  (void)b; /* not every instruction takes a second or third operand */                         \
+  (void)c;                                                                                    \
   const auto t0 = std::chrono::steady_clock::now();                                           \
   for (int64_t i = 0; i < iters; ++i) {                                                       \
     OP_A(a0) OP_A(a1) OP_A(a2) OP_A(a3) OP_A(a4) OP_A(a5);                                     \
@@ -54,9 +54,9 @@ double ClockHz(int64_t iters) {
                  "x"(a8), "x"(a9), "x"(a10), "x"(a11));                                        \
   }                                                                                           \
   const double s = Seconds(t0);                                                               \
-  int32_t sink = _mm256_extract_epi32(a0, 0) ^ _mm256_extract_epi32(a11, 0);                  \
-  asm volatile("" ::"r"(sink));                                                               \
+  asm volatile("" ::"x"(a0), "x"(a11));                                                       \
   return s / (12.0 * static_cast<double>(iters));
+#define DH_CHAINS(OP_A, OP_B) DH_CHAINS_OF(__m256i, _mm256_set1_epi8, OP_A, OP_B)
 
 #define MADDUBS(x) x = _mm256_maddubs_epi16(x, b);
 #define MADDWD(x) x = _mm256_madd_epi16(x, b);
@@ -105,25 +105,7 @@ DH_ISA double FmaCvtph(int64_t iters) { DH_CHAINS(FMA, CVTPH) }
 // issue 2 per cycle each, 0.25 cycles per instruction means separate pipes, 0.5 shared ones.
 #define DH_ISA512 \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"), noinline))
-#define DH_CHAINS512(OP_A, OP_B)                                                              \
-  __m512i a0 = _mm512_set1_epi8(1), a1 = _mm512_set1_epi8(2), a2 = _mm512_set1_epi8(3),       \
-          a3 = _mm512_set1_epi8(4), a4 = _mm512_set1_epi8(5), a5 = _mm512_set1_epi8(6),       \
-          a6 = _mm512_set1_epi8(7), a7 = _mm512_set1_epi8(8), a8 = _mm512_set1_epi8(9),       \
-          a9 = _mm512_set1_epi8(10), a10 = _mm512_set1_epi8(11), a11 = _mm512_set1_epi8(12);  \
-  const __m512i b = _mm512_set1_epi8(3), c = _mm512_set1_epi8(5);                             \
-  (void)b;                                                                                    \
-  (void)c;                                                                                    \
-  const auto t0 = std::chrono::steady_clock::now();                                           \
-  for (int64_t i = 0; i < iters; ++i) {                                                       \
-    OP_A(a0) OP_A(a1) OP_A(a2) OP_A(a3) OP_A(a4) OP_A(a5);                                     \
-    OP_B(a6) OP_B(a7) OP_B(a8) OP_B(a9) OP_B(a10) OP_B(a11);                                   \
-    asm volatile("" ::"v"(a0), "v"(a1), "v"(a2), "v"(a3), "v"(a4), "v"(a5), "v"(a6), "v"(a7), \
-                 "v"(a8), "v"(a9), "v"(a10), "v"(a11));                                        \
-  }                                                                                           \
-  const double s = Seconds(t0);                                                               \
-  int32_t sink = _mm512_cvtsi512_si32(_mm512_xor_si512(a0, a11));                             \
-  asm volatile("" ::"r"(sink));                                                               \
-  return s / (12.0 * static_cast<double>(iters));
+#define DH_CHAINS512(OP_A, OP_B) DH_CHAINS_OF(__m512i, _mm512_set1_epi8, OP_A, OP_B)
 
 #define ZPS(x) _mm512_castsi512_ps(x)
 #define ZDPBUSD(x) x = _mm512_dpbusd_epi32(x, b, c);
