@@ -346,36 +346,79 @@ void QuantizeRow(const QuantMatMulArgs& a, const float* x, int64_t row_bytes, in
   }
 }
 
-// Row r (padding rows past a.m: zero) of the packed layout: quantized by rows into this
-// thread's scratch, then its dwords, block scales and group sums dealt into r's quad.
-void PackRow(const QuantMatMulArgs& a, int64_t r, QuantizedActs* acts) {
-  const int64_t nblocks = acts->blocks, half = acts->row_bytes / 2;
-  thread_local std::vector<uint8_t> row;
+// Quad `quad` (rows 4 * quad .. + 3; padding rows past a.m: zero) of the packed layout: each row
+// quantized by rows into this thread's scratch, then block by block the 8 x 4 dwords of the
+// quad's rows transposed into the packed order (dword d of lane l at (b * 8 + d) * 16 + 4 * l),
+// and the block scales and group sums dealt out by lane.
+void PackQuad(const QuantMatMulArgs& a, int64_t quad, QuantizedActs* acts) {
+  const int64_t nblocks = acts->blocks, row_bytes = acts->row_bytes, half = row_bytes / 2;
+  const int64_t groups = acts->groups;
+  thread_local std::vector<uint8_t> rows;
   thread_local std::vector<float> bs, gs;
   thread_local std::vector<int8_t> q;
-  row.resize(static_cast<size_t>(acts->row_bytes));
-  bs.resize(static_cast<size_t>(nblocks));
-  gs.resize(static_cast<size_t>(acts->groups));
+  rows.resize(static_cast<size_t>(4 * row_bytes));
+  bs.resize(static_cast<size_t>(4 * nblocks));
+  gs.resize(static_cast<size_t>(4 * groups));
   q.resize(static_cast<size_t>(a.k));
-  if (r < a.m) {
-    QuantizeRow(a, a.x + r * a.x_stride, acts->row_bytes, acts->groups, row.data(), bs.data(),
-                gs.data(), q.data());
-  } else {
-    std::memset(row.data(), a.int4 ? 0 : 128, row.size());
-    std::fill(bs.begin(), bs.end(), 0.0f);
-    std::fill(gs.begin(), gs.end(), 0.0f);
-  }
-  const int64_t quad = r / 4, lane = r % 4;
-  uint8_t* dst = acts->codes.data() + quad * nblocks * 128 + lane * 4;
-  for (int64_t b = 0; b < nblocks; ++b) {
-    for (int64_t d = 0; d < 8; ++d) {
-      const int64_t src = a.int4 ? (d & 1) * half + b * 16 + (d >> 1) * 4 : b * 32 + d * 4;
-      std::memcpy(dst + (b * 8 + d) * 16, row.data() + src, 4);
+  for (int64_t lane = 0; lane < 4; ++lane) {
+    const int64_t r = quad * 4 + lane;
+    uint8_t* row = rows.data() + lane * row_bytes;
+    if (r < a.m) {
+      QuantizeRow(a, a.x + r * a.x_stride, row_bytes, groups, row, bs.data() + lane * nblocks,
+                  gs.data() + lane * groups, q.data());
+    } else {
+      std::memset(row, a.int4 ? 0 : 128, static_cast<size_t>(row_bytes));
+      std::fill_n(bs.data() + lane * nblocks, nblocks, 0.0f);
+      std::fill_n(gs.data() + lane * groups, groups, 0.0f);
     }
-    acts->lane_scales[(quad * nblocks + b) * 4 + lane] = bs[b];
   }
-  for (int64_t gi = 0; gi < acts->groups; ++gi) {
-    acts->group_sums[(quad * acts->groups + gi) * 4 + lane] = gs[gi];
+  uint8_t* dst = acts->codes.data() + quad * nblocks * 128;
+  for (int64_t b = 0; b < nblocks; ++b) {
+    uint8_t* out = dst + b * 128;
+#if defined(__x86_64__)
+    // Per lane, dwords 0-3 and 4-7 as two SSE vectors, then two 4 x 4 transposes.
+    __m128i lo[4], hi[4];
+    for (int64_t lane = 0; lane < 4; ++lane) {
+      const uint8_t* row = rows.data() + lane * row_bytes;
+      if (a.int4) {
+        const __m128i even = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * 16));
+        const __m128i odd =
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + half + b * 16));
+        lo[lane] = _mm_unpacklo_epi32(even, odd);
+        hi[lane] = _mm_unpackhi_epi32(even, odd);
+      } else {
+        lo[lane] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * 32));
+        hi[lane] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * 32 + 16));
+      }
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m128i* v = h == 0 ? lo : hi;
+      const __m128i t0 = _mm_unpacklo_epi32(v[0], v[1]), t1 = _mm_unpacklo_epi32(v[2], v[3]);
+      const __m128i t2 = _mm_unpackhi_epi32(v[0], v[1]), t3 = _mm_unpackhi_epi32(v[2], v[3]);
+      __m128i* o = reinterpret_cast<__m128i*>(out + h * 64);
+      _mm_storeu_si128(o + 0, _mm_unpacklo_epi64(t0, t1));
+      _mm_storeu_si128(o + 1, _mm_unpackhi_epi64(t0, t1));
+      _mm_storeu_si128(o + 2, _mm_unpacklo_epi64(t2, t3));
+      _mm_storeu_si128(o + 3, _mm_unpackhi_epi64(t2, t3));
+    }
+#else
+    for (int64_t lane = 0; lane < 4; ++lane) {
+      const uint8_t* row = rows.data() + lane * row_bytes;
+      for (int64_t d = 0; d < 8; ++d) {
+        // int8: columns 4d..4d+3; int4: even columns' bytes for even d, odd ones' for odd d.
+        const int64_t src = a.int4 ? (d & 1) * half + b * 16 + (d >> 1) * 4 : b * 32 + d * 4;
+        std::memcpy(out + d * 16 + lane * 4, row + src, 4);
+      }
+    }
+#endif
+    for (int64_t lane = 0; lane < 4; ++lane) {
+      acts->lane_scales[(quad * nblocks + b) * 4 + lane] = bs[lane * nblocks + b];
+    }
+  }
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    for (int64_t lane = 0; lane < 4; ++lane) {
+      acts->group_sums[(quad * groups + gi) * 4 + lane] = gs[lane * groups + gi];
+    }
   }
 }
 
@@ -487,10 +530,7 @@ void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts, ThreadPool* poo
     acts->lane_scales.resize(static_cast<size_t>(quads * nblocks * 4));
     acts->group_sums.resize(static_cast<size_t>(quads * acts->groups * 4));
     auto quantize_quads = [&](size_t q_begin, size_t q_end) {
-      for (int64_t r = static_cast<int64_t>(q_begin) * 4; r < static_cast<int64_t>(q_end) * 4;
-           ++r) {
-        PackRow(a, r, acts);
-      }
+      for (size_t qd = q_begin; qd < q_end; ++qd) PackQuad(a, static_cast<int64_t>(qd), acts);
     };
     if (pool != nullptr && m * k >= (int64_t{1} << 16)) {
       pool->ParallelFor(static_cast<size_t>(quads), 1, quantize_quads);
