@@ -13,6 +13,7 @@
 #include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/membw.h"
 #include "backend/cpu/quant_vnni.h"
+#include "base/memory_info.h"
 #include "base/thread_pool.h"
 #include "engine/engine.h"
 #include "tools/bench_model.h"
@@ -284,6 +285,9 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
                                      ? "vdpbf16ps (x rounded to bf16)"
                                      : (cpu::Bf16DotAvailable() ? "off (f32 FMA, x exact)"
                                                                 : "none (f32 FMA, x exact)");
+    // Resident memory after the runs, and its share in 2 MiB pages (decode reads weights faster
+    // from them; a nearly full machine may grant few).
+    const std::optional<ResidentMemory> resident = ReadResidentMemory();
     if (a->json) {
       nlohmann::json j = tools::ModelBenchJson(*result, *loaded->model, label, threads);
       j["device"] = a->model.device;
@@ -291,6 +295,11 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
         j["simd_target"] = simd;
         j["integer_dot_kernel"] = int_dot;
         j["bf16_dot_kernel"] = bf16_dot;
+      }
+      if (resident) {
+        j["resident_bytes"] = resident->rss;
+        j["anonymous_bytes"] = resident->anonymous;
+        j["anonymous_huge_page_bytes"] = resident->anon_huge;
       }
       j["load_seconds"] = loaded->load_seconds;
       std::printf("%s\n", j.dump(2).c_str());
@@ -303,6 +312,11 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
                     std::getenv("DH_INTEGER_DOT") ? std::getenv("DH_INTEGER_DOT") : "auto",
                     bf16_dot.c_str(),
                     std::getenv("DH_BF16_DOT") ? std::getenv("DH_BF16_DOT") : "auto");
+      }
+      if (resident) {
+        std::printf("memory: %s resident, %s anonymous of which %s in 2 MiB pages\n",
+                    FormatBytes(resident->rss).c_str(), FormatBytes(resident->anonymous).c_str(),
+                    FormatBytes(resident->anon_huge).c_str());
       }
     }
     if (const comm::Communicator* comm = loaded->parallel.comm.get(); comm && IsLeadRank(*loaded)) {

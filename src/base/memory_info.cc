@@ -48,6 +48,39 @@ std::string OwnCgroupDir() {
 
 }  // namespace
 
+std::optional<ResidentMemory> ParseSmapsRollup(const std::string& text) {
+  ResidentMemory r;
+  bool have_rss = false;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string name = line.substr(0, colon);
+    uint64_t* field = name == "Rss"             ? &r.rss
+                      : name == "Anonymous"     ? &r.anonymous
+                      : name == "AnonHugePages" ? &r.anon_huge
+                                                : nullptr;
+    if (field == nullptr) continue;
+    std::istringstream fields(line.substr(colon + 1));
+    uint64_t kib = 0;
+    std::string unit;
+    if (!(fields >> kib >> unit) || unit != "kB" || kib > UINT64_MAX / 1024) continue;
+    *field = kib * 1024;
+    if (field == &r.rss) have_rss = true;
+  }
+  if (!have_rss) return std::nullopt;
+  return r;
+}
+
+std::optional<ResidentMemory> ReadResidentMemory() {
+  std::ifstream in("/proc/self/smaps_rollup");
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ParseSmapsRollup(text.str());
+}
+
 std::optional<uint64_t> ParseByteSizeText(const std::string& text) {
   if (text.empty()) return std::nullopt;
   char* end = nullptr;

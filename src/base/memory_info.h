@@ -23,6 +23,20 @@ struct MemoryInfo {
 
 MemoryInfo ReadMemoryInfo();
 
+// This process's resident memory, and how much of its anonymous memory transparent huge pages
+// back (/proc/self/smaps_rollup: Rss, Anonymous, AnonHugePages). Decode reads weights from 2 MiB
+// pages measurably faster than from 4 KiB ones, and on a nearly full machine the kernel may
+// grant few (bench/README.md "Zen 5, session 20"), so `deepharness bench` reports it.
+struct ResidentMemory {
+  uint64_t rss = 0;
+  uint64_t anonymous = 0;
+  uint64_t anon_huge = 0;
+};
+// nullopt where the file is missing (not Linux) or lacks the Rss line.
+std::optional<ResidentMemory> ReadResidentMemory();
+// The same from smaps_rollup's text ("Name:   N kB" lines; the others are skipped).
+std::optional<ResidentMemory> ParseSmapsRollup(const std::string& text);
+
 // "8GiB", "512MiB", "1.5G", "100" -> bytes; nullopt when not a positive size.
 std::optional<uint64_t> ParseByteSizeText(const std::string& text);
 
