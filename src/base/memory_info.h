@@ -24,9 +24,9 @@ struct MemoryInfo {
 MemoryInfo ReadMemoryInfo();
 
 // This process's resident memory, and how much of its anonymous memory transparent huge pages
-// back (/proc/self/smaps_rollup: Rss, Anonymous, AnonHugePages). Decode reads weights from 2 MiB
-// pages measurably faster than from 4 KiB ones, and on a nearly full machine the kernel may
-// grant few (bench/README.md "Zen 5, session 20"), so `deepharness bench` reports it.
+// back (/proc/self/smaps_rollup: Rss, Anonymous, AnonHugePages). Decode can read weights faster
+// from 2 MiB pages than from 4 KiB ones, and on a nearly full machine the kernel may grant few
+// (bench/README.md "Zen 5, session 20"), so `deepharness bench` reports it.
 struct ResidentMemory {
   uint64_t rss = 0;
   uint64_t anonymous = 0;
