@@ -135,6 +135,14 @@ std::string HttpResult::header(const std::string& key) const {
 
 ServerProcess::~ServerProcess() {
   if (running()) Stop(SIGKILL, std::chrono::seconds(10));
+  RemoveLog();
+}
+
+void ServerProcess::RemoveLog() {
+  if (log_path_.empty()) return;
+  std::error_code ec;
+  fs::remove(log_path_, ec);
+  log_path_.clear();
 }
 
 namespace {
@@ -162,18 +170,21 @@ int ListeningPort(const std::string& log) {
 // The server binds port 0 itself and says which port it got: a port picked here and passed in
 // could be taken by another test's server in between, and /health would then answer from that one.
 bool ServerProcess::Start(const std::vector<std::string>& extra, std::chrono::seconds timeout) {
-  static int started = 0;
   port_ = 0;
-  log_path_ = (fs::temp_directory_path() / ("dh-e2e-server-" + std::to_string(getpid()) + "-" +
-                                            std::to_string(++started) + ".log"))
-                  .string();
+  RemoveLog();
+  // A fresh file, created here before the fork: a name made of the pid and a counter could be
+  // a stale log of an earlier process with the same pid (pids wrap at 32768 and nothing removed
+  // the logs), and its old port was read before the child truncated the file.
+  std::string name = (fs::temp_directory_path() / "dh-e2e-server-XXXXXX.log").string();
+  const int fd = mkostemps(name.data(), 4, O_CLOEXEC);
+  if (fd < 0) return false;
+  log_path_ = name;
   std::vector<std::string> args = {DH_BINARY, "serve", "--model-path", TestModelDir(),
                                    "--port", "0", "--host", "127.0.0.1",
                                    "--kv-cache-memory", "128MiB"};
   args.insert(args.end(), extra.begin(), extra.end());
   pid_ = fork();
   if (pid_ == 0) {
-    int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
     std::vector<char*> argv;
@@ -182,6 +193,8 @@ bool ServerProcess::Start(const std::vector<std::string>& extra, std::chrono::se
     execv(argv[0], argv.data());
     _exit(127);
   }
+  close(fd);
+  if (pid_ < 0) return false;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     if (!running()) return false;

@@ -82,7 +82,7 @@ class ServerProcess {
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
   std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  std::string log() const;  // the server's stderr so far
+  std::string log() const;  // the server's stderr so far (kept until the next Start or the end)
   const std::string& api_key() const { return api_key_; }
   void set_api_key(std::string key) { api_key_ = std::move(key); }
 
@@ -103,6 +103,7 @@ class ServerProcess {
 
  private:
   httplib::Headers Auth(httplib::Headers headers) const;
+  void RemoveLog();
   pid_t pid_ = -1;
   int port_ = 0;
   std::string log_path_;
