@@ -53,8 +53,8 @@ const Case kCases[] = {
     {false, 12, 9, 2100, 32}, {true, 17, 10, 2600, 128}, {false, 20, 5, 1300, 1300},
     {true, 9, 6, 1100, 1100},
     // Runs of chunks sharing one vector of scales, then 2-chunk steps, a single chunk and a
-    // partial one (int4 groups of 32 and 16 on the 256-bit kernels, 32 on 512 bits; 1408
-    // columns: V2-Lite's expert down projection).
+    // partial one (int4 groups of 32 and 16 on the 256-bit kernels, 32 on 512 bits; groups of 64
+    // beside them keep the per-chunk form; 1408 columns: V2-Lite's expert down projection).
     {true, 5, 7, 1000, 32},   {true, 3, 9, 600, 16},   {true, 2, 9, 1200, 64},
     {true, 1, 5, 1408, 32},
     // int8 groups of 32 on one row of x (alone and after 4-row blocks): runs of 8 groups with
