@@ -186,6 +186,7 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) VecF PickInHalvesF(VecF v, 
 // Bytes of weight codes per vector; f32 lanes per vector.
 constexpr int64_t kBytes = DH_IDOT_BITS / 8;
 constexpr int kLanes = DH_IDOT_BITS / 32;
+constexpr int64_t kXBlock = 32;  // x columns per quantization block (QuantizeActs)
 
 // How the weight scales map onto the lanes of one vector of codes: one scale for the row, one
 // per vector (a group spans whole vectors), or several per vector (permuted onto their lanes).
@@ -414,10 +415,10 @@ DH_IDOT_TARGET void DotRows(const QuantMatMulArgs& a, const QuantizedActs& x, in
   // crossing halves; on 512 bits each chunk permutes the run's scales by its own index vector.
   [[maybe_unused]] VecI super_idx[kSuper];
   [[maybe_unused]] VecI half_order = ZeroI();
-  // int4 groups of 32 (kPer 2 on 256 bits, 4 on 512): a group is one x block, so the run forms
-  // the products x_scale * w_scale once per group (the same f32 products each chunk formed
-  // from x's lane scales before).
-  constexpr bool kRunComb = kInt4 && kPer == (DH_IDOT_BITS == 256 ? 2 : 4);
+  // int4 groups of one x block (kPer 2 on 256 bits, 4 on 512): the run forms the products
+  // x_scale * w_scale once per group (the same f32 products each chunk formed from x's lane
+  // scales before).
+  constexpr bool kRunComb = kInt4 && kPer > 0 && ChunkColsOf(kInt4) / kPer == kXBlock;
   if constexpr (kPer > 0 && DH_IDOT_BITS == 256) {
     constexpr int kHalf = kLanes / 2;
     alignas(64) int32_t order[kLanes];
@@ -617,16 +618,11 @@ void DotRowsAnyMode(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t r0
     case ScaleMode::kBlock32:  // ModeFor never picks it
     case ScaleMode::kPermute:
       // The shared scale vector pays on 256 bits (AVX2 int4 group 32: 7.8 -> 6.5 us per call in
-      // bench_quant). On 512 bits it measured slower for int8 (7.7 -> 11.5 us), which keeps
-      // kPer = 0 there; int4 groups of 32 (kPer 4, the default layout) take it, with the scale
-      // products formed once per run (kRunComb): Zen 5, one thread, in cache (bench_quant
-      // --threads 1 --n 512 --k 1536 --mb 1 --cpu-time 1 --m 1,2,4 --formats int4, four rounds
-      // alternated) M = 1 13.1-14.3 -> 10.8-11.2 us, M = 2 17.6-19.7 -> 15.7-16.3, M = 4
-      // 28.8-29.9 -> 24.6-25.7 (one outlier round each side left out; bench/README.md "Zen 5,
-      // session 21"). Other int4 groups on 512 bits (64: kPer 2, eight chunks a run) were not
-      // measured and keep kPer = 0.
-      const int64_t per_chunk = ChunkColsOf(kInt4) / (a.group_size < a.k ? a.group_size : a.k);
-      switch (DH_IDOT_BITS == 256 ? per_chunk : (kInt4 && per_chunk == 4 ? 4 : 0)) {
+      // bench_quant). On 512 bits only int4 groups of one x block take it (Zen 5, in cache, M = 1
+      // 13.1-14.3 -> 10.8-11.2 us; docs/kernels.md): int8 runs measured slower (7.7 -> 11.5 us)
+      // and other int4 groups were not measured.
+      const int64_t g = a.group_size < a.k ? a.group_size : a.k;
+      switch (DH_IDOT_BITS == 256 || (kInt4 && g == kXBlock) ? ChunkColsOf(kInt4) / g : 0) {
         case 2: return DotRows<MR, kInt4, ScaleMode::kPermute, 2>(a, x, r0, n_begin, n_end);
         case 4: return DotRows<MR, kInt4, ScaleMode::kPermute, 4>(a, x, r0, n_begin, n_end);
         default: return DotRows<MR, kInt4, ScaleMode::kPermute>(a, x, r0, n_begin, n_end);
@@ -650,8 +646,6 @@ void DotRowsAnyMode(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t r0
 // per lane, kept with the tile. int8 (AVX2): |w| against x with w's sign, as in Chunk.
 // Numerics: each block's dot is exact in i32 and scaled once (x scale * weight scale); the
 // error bound of quant_vnni.h holds with fewer f32 roundings.
-
-constexpr int64_t kXBlock = 32;  // x columns per quantization block (QuantizeActs)
 
 // One packed tile of kLanes weight rows (lanes past the last row hold zeros).
 struct PackedTile {
