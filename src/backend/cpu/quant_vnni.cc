@@ -75,7 +75,8 @@ constexpr int64_t kPackedMinRows256 = 32;
 // rounds, bench/README.md "Zen 5, session 18"): int4 tiles against the per-row kernel at M = 3
 // 254-161 against 274-210 us, at M = 1 155-186 against 136-179 (and slower in whole-model
 // decode: V2-Lite 4 layers 107-109 against 125 tokens/s); int8 tiles at M = 3-4 lost one round
-// and won the other, from M = 5 won both (489-502 against 545-711 us).
+// and won the other, from M = 5 won both (489-502 against 545-711 us). int4 tiles from one row,
+// tried again in session 22: Qwen2-1.5B int4 decode 43.6 against 48.2 tokens/s (medians of six).
 constexpr int64_t kPrepackedMinRowsInt4 = 3;
 constexpr int64_t kPrepackedMinRowsInt8 = 5;
 std::atomic<int64_t> g_packed_min_rows{0};  // 0: the defaults
