@@ -807,6 +807,96 @@ DH_IDOT_TARGET inline TileRef RefOf(const PackedTile& t) {
   return r;
 }
 
+// One block of 32 columns of one tile against MR rows of x: facc[r] += (the block's i32 dots of
+// row r) * ws * (row r's x scale for the block). wb: the block's codes (step dwords apart); xb[h]:
+// quad h's codes of the block; xs[h]: quad h's 4 scales of the block; corr: int8 VNNI's block
+// sums (kLanes of them), else unused.
+template <int MR, bool kInt4>
+DH_IDOT_TARGET inline __attribute__((always_inline)) void BlockDots(const int32_t* wb, int64_t step,
+                                                                    const uint8_t* const* xb,
+                                                                    const float* const* xs,
+                                                                    const int32_t* corr, VecF ws,
+                                                                    VecF* facc) {
+  constexpr int64_t kSteps = StepsPerBlock<kInt4>();
+  VecI w[8];  // int4: low then high nibbles of each step (dword 2 * step + half); int8: steps
+  if constexpr (kInt4) {
+#pragma GCC unroll 8
+    for (int st = 0; st < kSteps; ++st) {
+      SplitNibbles(LoadI(wb + st * step), &w[2 * st], &w[2 * st + 1]);
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int st = 0; st < kSteps; ++st) w[st] = LoadI(wb + st * step);
+  }
+#if DH_IDOT_VNNI
+  VecI start = ZeroI();
+  if constexpr (!kInt4) start = LoadI(corr);
+#else
+  (void)corr;
+  VecI absw[8];
+  if constexpr (!kInt4) {
+#pragma GCC unroll 8
+    for (int d = 0; d < 8; ++d) absw[d] = _mm256_abs_epi8(w[d]);
+  }
+  const VecI bias = SetI8(static_cast<char>(0x80));
+  const VecI ones16 = _mm256_set1_epi16(1);
+#endif
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    const uint8_t* x = xb[r / 4] + (r % 4) * 4;  // dword d at x + 16 * d
+#if DH_IDOT_VNNI
+    // Two chains of 4 (even and odd dwords) halve the dependent vpdpbusd latency.
+    VecI acc = start, acc2 = ZeroI();
+#pragma GCC unroll 8
+    for (int d = 0; d < 8; d += 2) {
+      if constexpr (kInt4) {
+        acc = Dpbusd(acc, w[d], BroadcastDword(x + 16 * d));
+        acc2 = Dpbusd(acc2, w[d + 1], BroadcastDword(x + 16 * (d + 1)));
+      } else {
+        acc = Dpbusd(acc, BroadcastDword(x + 16 * d), w[d]);
+        acc2 = Dpbusd(acc2, BroadcastDword(x + 16 * (d + 1)), w[d + 1]);
+      }
+    }
+    acc = AddI32(acc, acc2);
+#else
+    VecI acc;
+    if constexpr (kInt4) {
+      // i16 pair sums: 8 dwords x 2 * 15 * 127 = 30480 at most: exact.
+      VecI pairs = _mm256_maddubs_epi16(w[0], BroadcastDword(x));
+#pragma GCC unroll 8
+      for (int d = 1; d < 8; ++d) {
+        pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[d], BroadcastDword(x + 16 * d)));
+      }
+      acc = _mm256_madd_epi16(pairs, ones16);
+    } else {
+      acc = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int d = 0; d < 8; ++d) {
+        const VecI xq = _mm256_xor_si256(BroadcastDword(x + 16 * d), bias);
+        acc = _mm256_add_epi32(
+            acc,
+            _mm256_madd_epi16(_mm256_maddubs_epi16(absw[d], _mm256_sign_epi8(xq, w[d])), ones16));
+      }
+    }
+#endif
+    facc[r] = FmaF(ToF(acc), MulF(ws, SetF(xs[r / 4][r % 4])), facc[r]);
+  }
+}
+
+// int4: group gi's (zero + offset) * scale of the tile's rows times each x row's sum over the
+// group, off the outputs. gs[h]: quad h's group sums.
+template <int MR, bool kPre>
+DH_IDOT_TARGET inline __attribute__((always_inline)) void ZeroTerms(const TileRef& t,
+                                                                    const float* const* gs,
+                                                                    int64_t gi, VecF off, VecF ws,
+                                                                    VecF* facc) {
+  // Prepacked: (zero nibble + offset) * scale of this group's kLanes rows, formed here.
+  const VecF zs = kPre ? ZeroTimesScale(t.z + gi * (kPrepackedRows / 2), 0, off, ws)
+                       : LoadF(t.zs + gi * kLanes);
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) facc[r] = FnmaF(zs, SetF(gs[r / 4][gi * 4 + r % 4]), facc[r]);
+}
+
 // Outputs [j0, j0 + rows) of x rows [4 * q0, 4 * q0 + MR) (packed QuantizedActs; rows past a.m
 // are padding and not stored) from one tile. All x addresses are fixed offsets from one pointer
 // per quad. kPre: the tile is prepacked.
@@ -834,89 +924,47 @@ DH_IDOT_TARGET void PackedRows(const QuantMatMulArgs& a, const QuantizedActs& x,
   const int32_t* codes = t.codes;
   const int64_t step = kPre ? kPrepackedRows : kLanes;
   const VecF off = SetF(static_cast<float>(a.zero_offset));
-#if !DH_IDOT_VNNI
-  const VecI ones16 = _mm256_set1_epi16(1);
-#endif
-  for (int64_t gi = 0; gi < ngroups; ++gi) {
-    const VecF ws = kPre ? WidenHalves(t.h + gi * kPrepackedRows) : LoadF(t.scales + gi * kLanes);
-    const int64_t b_end = (gi + 1) * blocks_per_group < nblocks ? (gi + 1) * blocks_per_group
-                                                                : nblocks;
-    for (int64_t b = gi * blocks_per_group; b < b_end; ++b) {
-      const int32_t* wb = codes + b * kSteps * step;
+  const uint8_t* xb[kQuads];
+  const float* xsb[kQuads];
+  if (DH_IDOT_BITS == 512 && blocks_per_group == 1) {
+    // One block per group (group size 32, the default) on 512 bits: one flat loop, every pointer
+    // a fixed stride per block, so fewer of them spill than in the loop over groups below
+    // (Zen 5, in cache: int4 M = 8 33.2 -> 31.2 us, M = 4 21.0 -> 17.7; the 256-bit kernels ran
+    // 2-5 % slower in it and keep the loop below; bench/README.md "Zen 5, session 23").
+    for (int64_t b = 0; b < nblocks; ++b) {
+      const VecF ws = kPre ? WidenHalves(t.h + b * kPrepackedRows) : LoadF(t.scales + b * kLanes);
       if constexpr (kPre) {  // the stream ahead: this block's share of it
         const char* p = t.ahead + b * t.ahead_step;
         for (int64_t o = 0; o < t.ahead_step; o += 64) __builtin_prefetch(p + o, 0, 3);
       }
-      VecI w[8];  // int4: low then high nibbles of each step (dword 2 * step + half); int8: steps
-      if constexpr (kInt4) {
-#pragma GCC unroll 8
-        for (int st = 0; st < kSteps; ++st) {
-          SplitNibbles(LoadI(wb + st * step), &w[2 * st], &w[2 * st + 1]);
-        }
-      } else {
-#pragma GCC unroll 8
-        for (int st = 0; st < kSteps; ++st) w[st] = LoadI(wb + st * step);
+#pragma GCC unroll 4
+      for (int h = 0; h < kQuads; ++h) {
+        xb[h] = xc[h] + b * 128;
+        xsb[h] = xs[h] + b * 4;
       }
-#if DH_IDOT_VNNI
-      VecI start = ZeroI();
-      if constexpr (!kInt4) start = LoadI(t.corr + b * step);
-#else
-      VecI absw[8];
-      if constexpr (!kInt4) {
-#pragma GCC unroll 8
-        for (int d = 0; d < 8; ++d) absw[d] = _mm256_abs_epi8(w[d]);
-      }
-      const VecI bias = SetI8(static_cast<char>(0x80));
-#endif
-#pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r) {
-        const uint8_t* xb = xc[r / 4] + b * 128 + (r % 4) * 4;  // dword d at xb + 16 * d
-#if DH_IDOT_VNNI
-        // Two chains of 4 (even and odd dwords) halve the dependent vpdpbusd latency.
-        VecI acc = start, acc2 = ZeroI();
-#pragma GCC unroll 8
-        for (int d = 0; d < 8; d += 2) {
-          if constexpr (kInt4) {
-            acc = Dpbusd(acc, w[d], BroadcastDword(xb + 16 * d));
-            acc2 = Dpbusd(acc2, w[d + 1], BroadcastDword(xb + 16 * (d + 1)));
-          } else {
-            acc = Dpbusd(acc, BroadcastDword(xb + 16 * d), w[d]);
-            acc2 = Dpbusd(acc2, BroadcastDword(xb + 16 * (d + 1)), w[d + 1]);
-          }
-        }
-        acc = AddI32(acc, acc2);
-#else
-        VecI acc;
-        if constexpr (kInt4) {
-          // i16 pair sums: 8 dwords x 2 * 15 * 127 = 30480 at most: exact.
-          VecI pairs = _mm256_maddubs_epi16(w[0], BroadcastDword(xb));
-#pragma GCC unroll 8
-          for (int d = 1; d < 8; ++d) {
-            pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[d], BroadcastDword(xb + 16 * d)));
-          }
-          acc = _mm256_madd_epi16(pairs, ones16);
-        } else {
-          acc = _mm256_setzero_si256();
-#pragma GCC unroll 8
-          for (int d = 0; d < 8; ++d) {
-            const VecI xq = _mm256_xor_si256(BroadcastDword(xb + 16 * d), bias);
-            acc = _mm256_add_epi32(
-                acc, _mm256_madd_epi16(_mm256_maddubs_epi16(absw[d], _mm256_sign_epi8(xq, w[d])),
-                                       ones16));
-          }
-        }
-#endif
-        facc[r] = FmaF(ToF(acc), MulF(ws, SetF(xs[r / 4][b * 4 + r % 4])), facc[r]);
-      }
+      BlockDots<MR, kInt4>(codes + b * kSteps * step, step, xb, xsb,
+                           kInt4 ? nullptr : t.corr + b * step, ws, facc);
+      if constexpr (kInt4) ZeroTerms<MR, kPre>(t, gs, b, off, ws, facc);
     }
-    if constexpr (kInt4) {
-      // Prepacked: (zero nibble + offset) * scale of this group's kLanes rows, formed here.
-      const VecF zs = kPre ? ZeroTimesScale(t.z + gi * (kPrepackedRows / 2), 0, off, ws)
-                           : LoadF(t.zs + gi * kLanes);
-#pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r) {
-        facc[r] = FnmaF(zs, SetF(gs[r / 4][gi * 4 + r % 4]), facc[r]);
+  } else {
+    for (int64_t gi = 0; gi < ngroups; ++gi) {
+      const VecF ws = kPre ? WidenHalves(t.h + gi * kPrepackedRows) : LoadF(t.scales + gi * kLanes);
+      const int64_t b_end =
+          (gi + 1) * blocks_per_group < nblocks ? (gi + 1) * blocks_per_group : nblocks;
+      for (int64_t b = gi * blocks_per_group; b < b_end; ++b) {
+        if constexpr (kPre) {  // the stream ahead: this block's share of it
+          const char* p = t.ahead + b * t.ahead_step;
+          for (int64_t o = 0; o < t.ahead_step; o += 64) __builtin_prefetch(p + o, 0, 3);
+        }
+#pragma GCC unroll 4
+        for (int h = 0; h < kQuads; ++h) {
+          xb[h] = xc[h] + b * 128;
+          xsb[h] = xs[h] + b * 4;
+        }
+        BlockDots<MR, kInt4>(codes + b * kSteps * step, step, xb, xsb,
+                             kInt4 ? nullptr : t.corr + b * step, ws, facc);
       }
+      if constexpr (kInt4) ZeroTerms<MR, kPre>(t, gs, gi, off, ws, facc);
     }
   }
   alignas(64) float bias[kLanes] = {};
