@@ -929,7 +929,7 @@ DH_IDOT_TARGET void PackedRows(const QuantMatMulArgs& a, const QuantizedActs& x,
   if (DH_IDOT_BITS == 512 && blocks_per_group == 1) {
     // One block per group (group size 32, the default) on 512 bits: one flat loop, every pointer
     // a fixed stride per block, so fewer of them spill than in the loop over groups below
-    // (Zen 5, in cache, medians: int4 M = 8 33.2 -> 31.2 us, M = 4 21.0 -> 17.7; the 256-bit
+    // (Zen 5, in cache, medians: int4 M = 8 34.6 -> 32.2 us, M = 4 21.0 -> 17.7; the 256-bit
     // kernels' int4 ran 2-5 % slower in it, so they keep the loop below; bench/README.md "Zen 5,
     // session 23").
     for (int64_t b = 0; b < nblocks; ++b) {
