@@ -807,6 +807,13 @@ DH_IDOT_TARGET inline TileRef RefOf(const PackedTile& t) {
   return r;
 }
 
+// A prepacked tile's stream ahead of block b: the block's share of it (TileRef::ahead).
+DH_IDOT_TARGET inline __attribute__((always_inline)) void PrefetchAhead(const TileRef& t,
+                                                                        int64_t b) {
+  const char* p = t.ahead + b * t.ahead_step;
+  for (int64_t o = 0; o < t.ahead_step; o += 64) __builtin_prefetch(p + o, 0, 3);
+}
+
 // One block of 32 columns of one tile against MR rows of x: facc[r] += (the block's i32 dots of
 // row r) * ws * (row r's x scale for the block). wb: the block's codes (step dwords apart); xb[h]:
 // quad h's codes of the block; xs[h]: quad h's 4 scales of the block; corr: int8 VNNI's block
@@ -884,7 +891,7 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void BlockDots(const int32_
 }
 
 // int4: group gi's (zero + offset) * scale of the tile's rows times each x row's sum over the
-// group, off the outputs. gs[h]: quad h's group sums.
+// group, off the outputs. gs[h]: quad h's 4 sums of the group.
 template <int MR, bool kPre>
 DH_IDOT_TARGET inline __attribute__((always_inline)) void ZeroTerms(const TileRef& t,
                                                                     const float* const* gs,
@@ -894,7 +901,7 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void ZeroTerms(const TileRe
   const VecF zs = kPre ? ZeroTimesScale(t.z + gi * (kPrepackedRows / 2), 0, off, ws)
                        : LoadF(t.zs + gi * kLanes);
 #pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) facc[r] = FnmaF(zs, SetF(gs[r / 4][gi * 4 + r % 4]), facc[r]);
+  for (int r = 0; r < MR; ++r) facc[r] = FnmaF(zs, SetF(gs[r / 4][r % 4]), facc[r]);
 }
 
 // Outputs [j0, j0 + rows) of x rows [4 * q0, 4 * q0 + MR) (packed QuantizedActs; rows past a.m
@@ -926,26 +933,29 @@ DH_IDOT_TARGET void PackedRows(const QuantMatMulArgs& a, const QuantizedActs& x,
   const VecF off = SetF(static_cast<float>(a.zero_offset));
   const uint8_t* xb[kQuads];
   const float* xsb[kQuads];
+  const float* gsb[kQuads];
   if (DH_IDOT_BITS == 512 && blocks_per_group == 1) {
     // One block per group (group size 32, the default) on 512 bits: one flat loop, every pointer
     // a fixed stride per block, so fewer of them spill than in the loop over groups below
     // (Zen 5, in cache, medians: int4 M = 8 34.6 -> 32.2 us, M = 4 21.0 -> 17.7; the 256-bit
     // kernels' int4 ran 2-5 % slower in it, so they keep the loop below; bench/README.md "Zen 5,
     // session 23").
+    // Quad h's codes, scales and sums lie h quad strides after quad 0's (groups == blocks here):
+    // one stride register instead of a pointer per quad and array (bench/README.md "Zen 5,
+    // session 23": in cache, int4 / int8 M = 8 minimums 32.2 -> 30.2 / 32.4 -> 30.4 us).
+    const int64_t quad_codes = nblocks * 128, quad_floats = nblocks * 4;
     for (int64_t b = 0; b < nblocks; ++b) {
       const VecF ws = kPre ? WidenHalves(t.h + b * kPrepackedRows) : LoadF(t.scales + b * kLanes);
-      if constexpr (kPre) {  // the stream ahead: this block's share of it
-        const char* p = t.ahead + b * t.ahead_step;
-        for (int64_t o = 0; o < t.ahead_step; o += 64) __builtin_prefetch(p + o, 0, 3);
-      }
+      if constexpr (kPre) PrefetchAhead(t, b);
 #pragma GCC unroll 4
       for (int h = 0; h < kQuads; ++h) {
-        xb[h] = xc[h] + b * 128;
-        xsb[h] = xs[h] + b * 4;
+        xb[h] = xc[0] + b * 128 + h * quad_codes;
+        xsb[h] = xs[0] + b * 4 + h * quad_floats;
+        if constexpr (kInt4) gsb[h] = gs[0] + b * 4 + h * quad_floats;
       }
       BlockDots<MR, kInt4>(codes + b * kSteps * step, step, xb, xsb,
                            kInt4 ? nullptr : t.corr + b * step, ws, facc);
-      if constexpr (kInt4) ZeroTerms<MR, kPre>(t, gs, b, off, ws, facc);
+      if constexpr (kInt4) ZeroTerms<MR, kPre>(t, gsb, b, off, ws, facc);
     }
   } else {
     for (int64_t gi = 0; gi < ngroups; ++gi) {
@@ -953,10 +963,7 @@ DH_IDOT_TARGET void PackedRows(const QuantMatMulArgs& a, const QuantizedActs& x,
       const int64_t b_end =
           (gi + 1) * blocks_per_group < nblocks ? (gi + 1) * blocks_per_group : nblocks;
       for (int64_t b = gi * blocks_per_group; b < b_end; ++b) {
-        if constexpr (kPre) {  // the stream ahead: this block's share of it
-          const char* p = t.ahead + b * t.ahead_step;
-          for (int64_t o = 0; o < t.ahead_step; o += 64) __builtin_prefetch(p + o, 0, 3);
-        }
+        if constexpr (kPre) PrefetchAhead(t, b);
 #pragma GCC unroll 4
         for (int h = 0; h < kQuads; ++h) {
           xb[h] = xc[h] + b * 128;
@@ -965,7 +972,11 @@ DH_IDOT_TARGET void PackedRows(const QuantMatMulArgs& a, const QuantizedActs& x,
         BlockDots<MR, kInt4>(codes + b * kSteps * step, step, xb, xsb,
                              kInt4 ? nullptr : t.corr + b * step, ws, facc);
       }
-      if constexpr (kInt4) ZeroTerms<MR, kPre>(t, gs, gi, off, ws, facc);
+      if constexpr (kInt4) {
+#pragma GCC unroll 4
+        for (int h = 0; h < kQuads; ++h) gsb[h] = gs[h] + gi * 4;
+        ZeroTerms<MR, kPre>(t, gsb, gi, off, ws, facc);
+      }
     }
   }
   alignas(64) float bias[kLanes] = {};
