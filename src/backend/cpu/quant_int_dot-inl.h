@@ -916,15 +916,11 @@ DH_IDOT_TARGET void PackedRows(const QuantMatMulArgs& a, const QuantizedActs& x,
   const int64_t ngroups = (k + g - 1) / g;
   const int64_t blocks_per_group = g >= k ? nblocks : g / kXBlock;
   constexpr int64_t kSteps = StepsPerBlock<kInt4>();
-  const uint8_t* xc[kQuads];
-  const float* xs[kQuads];
-  const float* gs[kQuads];
-#pragma GCC unroll 4
-  for (int h = 0; h < kQuads; ++h) {
-    xc[h] = x.codes.data() + (q0 + h) * nblocks * 128;
-    xs[h] = x.lane_scales.data() + (q0 + h) * nblocks * 4;
-    gs[h] = kInt4 ? x.group_sums.data() + (q0 + h) * ngroups * 4 : nullptr;
-  }
+  // Quad q0's codes, scales and sums; quad q0 + h's lie h quad strides on.
+  const uint8_t* xc = x.codes.data() + q0 * nblocks * 128;
+  const float* xs = x.lane_scales.data() + q0 * nblocks * 4;
+  const float* gs = kInt4 ? x.group_sums.data() + q0 * ngroups * 4 : nullptr;
+  const int64_t quad_codes = nblocks * 128, quad_scales = nblocks * 4, quad_sums = ngroups * 4;
   VecF facc[MR];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) facc[r] = ZeroF();
@@ -940,18 +936,17 @@ DH_IDOT_TARGET void PackedRows(const QuantMatMulArgs& a, const QuantizedActs& x,
     // (Zen 5, in cache, medians: int4 M = 8 34.6 -> 32.2 us, M = 4 21.0 -> 17.7; the 256-bit
     // kernels' int4 ran 2-5 % slower in it, so they keep the loop below; bench/README.md "Zen 5,
     // session 23").
-    // Quad h's codes, scales and sums lie h quad strides after quad 0's (groups == blocks here):
-    // one stride register instead of a pointer per quad and array (bench/README.md "Zen 5,
-    // session 23": in cache, int4 / int8 M = 8 minimums 32.2 -> 30.2 / 32.4 -> 30.4 us).
-    const int64_t quad_codes = nblocks * 128, quad_floats = nblocks * 4;
+    // Sums strided like the scales (groups == blocks here): one stride register, not two
+    // (bench/README.md "Zen 5, session 23": in cache, int4 / int8 M = 8 minimums 32.2 -> 30.2 /
+    // 32.4 -> 30.4 us against a pointer per quad and array).
     for (int64_t b = 0; b < nblocks; ++b) {
       const VecF ws = kPre ? WidenHalves(t.h + b * kPrepackedRows) : LoadF(t.scales + b * kLanes);
       if constexpr (kPre) PrefetchAhead(t, b);
 #pragma GCC unroll 4
       for (int h = 0; h < kQuads; ++h) {
-        xb[h] = xc[0] + b * 128 + h * quad_codes;
-        xsb[h] = xs[0] + b * 4 + h * quad_floats;
-        if constexpr (kInt4) gsb[h] = gs[0] + b * 4 + h * quad_floats;
+        xb[h] = xc + b * 128 + h * quad_codes;
+        xsb[h] = xs + b * 4 + h * quad_scales;
+        if constexpr (kInt4) gsb[h] = gs + b * 4 + h * quad_scales;
       }
       BlockDots<MR, kInt4>(codes + b * kSteps * step, step, xb, xsb,
                            kInt4 ? nullptr : t.corr + b * step, ws, facc);
@@ -966,15 +961,15 @@ DH_IDOT_TARGET void PackedRows(const QuantMatMulArgs& a, const QuantizedActs& x,
         if constexpr (kPre) PrefetchAhead(t, b);
 #pragma GCC unroll 4
         for (int h = 0; h < kQuads; ++h) {
-          xb[h] = xc[h] + b * 128;
-          xsb[h] = xs[h] + b * 4;
+          xb[h] = xc + b * 128 + h * quad_codes;
+          xsb[h] = xs + b * 4 + h * quad_scales;
         }
         BlockDots<MR, kInt4>(codes + b * kSteps * step, step, xb, xsb,
                              kInt4 ? nullptr : t.corr + b * step, ws, facc);
       }
       if constexpr (kInt4) {
 #pragma GCC unroll 4
-        for (int h = 0; h < kQuads; ++h) gsb[h] = gs[h] + gi * 4;
+        for (int h = 0; h < kQuads; ++h) gsb[h] = gs + gi * 4 + h * quad_sums;
         ZeroTerms<MR, kPre>(t, gsb, gi, off, ws, facc);
       }
     }
