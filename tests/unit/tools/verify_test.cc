@@ -501,13 +501,26 @@ TEST_F(VerifyTest, UnalignedTensorEdgesGiveTheSameFindingsOnEveryReadPath) {
     EXPECT_GE(r.stats_bytes_buffered, uint64_t{rows} * cols * 2);
   }
   {
+    // Read through once, every span is in the page cache, but the kernel may still take a page
+    // away (reclaim under another test's load, a huge-page collapse of the mapping) between the
+    // read and the count: the tool then reads that span, as it should. So the file is read and
+    // counted up to five times; the findings must hold every time and one run must count all of
+    // it in place.
     SCOPED_TRACE("in the page cache");
-    std::ifstream in(file, std::ios::binary);
-    std::vector<char> all(fs::file_size(file));
-    ASSERT_TRUE(in.read(all.data(), static_cast<std::streamsize>(all.size())));
-    const VerifyReport r = run(true);
-    check(r);
-    EXPECT_EQ(r.stats_bytes_mapped, r.stats_bytes);
+    bool all_in_place = false;
+    uint64_t mapped = 0, total = 0;
+    for (int attempt = 0; attempt < 5 && !all_in_place; ++attempt) {
+      std::ifstream in(file, std::ios::binary);
+      std::vector<char> all(fs::file_size(file));
+      ASSERT_TRUE(in.read(all.data(), static_cast<std::streamsize>(all.size())));
+      const VerifyReport r = run(true);
+      check(r);
+      mapped = r.stats_bytes_mapped;
+      total = r.stats_bytes;
+      all_in_place = mapped == total;
+    }
+    EXPECT_TRUE(all_in_place) << "last of five runs counted " << mapped << " of " << total
+                              << " bytes in place";
   }
 }
 
