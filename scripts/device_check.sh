@@ -152,9 +152,10 @@ for m in "${MODEL_LIST[@]}"; do
       continue
   fi
   # The same 16-token prompt's logits on cuda and on the CPU path (the reference for a device):
-  # max |difference| against the logit scale, and the positions whose argmax differs.
+  # max |difference| against the logit scale, and the positions whose argmax differs. The CPU
+  # side keeps x exact (DH_BF16_DOT=off: no bf16 rounding of x on a host with AVX512-BF16).
   ids=$(seq -s, 11 26)
-  stage "logits_cpu_$name" 120 "$DH" logits --model-path "$dir" --device cpu --token-ids "$ids" \
+  stage "logits_cpu_$name" 120 env DH_BF16_DOT=off "$DH" logits --model-path "$dir" --device cpu --token-ids "$ids" \
     --output "$OUT/logits_cpu_$name.npy" --no-compile-cache
   stage "logits_cuda_$name" 120 "$DH" logits --model-path "$dir" --device cuda --token-ids "$ids" \
     --output "$OUT/logits_cuda_$name.npy" --no-compile-cache

@@ -53,6 +53,11 @@ struct Weight {
   // backend/cpu/quant_vnni.h); the fields above stay valid. Empty: none. Code that changes
   // data or rows must clear it.
   Tensor packed;
+  // Multiply by exact x even where bf16 weights round x to bf16 (backend/cpu/gemm_bf16.h): set
+  // on dense data standing in for another format (FP8 blocks dequantized into a tensor-parallel
+  // slice), so a parallel layout gives the products of one process, and on MLA's kv_b_proj and
+  // its absorbed copies, so its two paths agree (model/arch/deepseek.cc).
+  bool exact_x = false;
 
   bool empty() const { return data.empty(); }
   // A dense weight over `t` ([rows, cols] or, for vectors, [n]).

@@ -331,7 +331,12 @@ Result<Weight> WeightLoader::MatrixPart(const std::string& name, int64_t rows, i
                                                                    : plan().dtype.value_or(dense_dtype);
   DH_ASSIGN_OR_RETURN(Tensor data, Upload(host, dtype));
   loaded_as_[name] = {std::string(DTypeName(dtype)), data.nbytes()};
-  return backend_.PrepareWeight(Weight::Dense(data));
+  Weight out = Weight::Dense(data);
+  // One process keeps an FP8 weight as FP8 unless a dtype is asked for (exact x): its dense slice
+  // stands in for it and keeps x exact too.
+  out.exact_x = t->dtype == DType::kF8E4M3 && target.kind != PrecisionFormat::Kind::kDense &&
+                !plan().dtype.has_value();
+  return backend_.PrepareWeight(out);
 }
 
 Result<Tensor> WeightLoader::VectorPart(const std::string& name, int64_t n, int64_t begin,

@@ -343,12 +343,13 @@ std::string ServedModel(const ServerProcess& server) {
   return models["data"][0]["id"].get<std::string>();
 }
 
-CliRun RunCli(const std::string& args) {
+CliRun RunCli(const std::string& args, const std::string& env) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path();
   const std::string tag = std::to_string(::getpid());
   const std::filesystem::path out = dir / ("dh_cli_out_" + tag), err = dir / ("dh_cli_err_" + tag);
   const std::string cmd =
-      std::string(DH_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string();
+      (env.empty() ? "" : env + " ") + std::string(DH_BINARY) + " " + args + " >" + out.string() +
+      " 2>" + err.string();
   CliRun r;
   const int status = std::system(cmd.c_str());
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);

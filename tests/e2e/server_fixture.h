@@ -37,12 +37,13 @@ class RefusedPort {
 };
 
 // One run of the binary: `deepharness <args>` through the shell (arguments hold no spaces or
-// quotes), with its exit code and what it wrote to stdout and stderr.
+// quotes), with its exit code and what it wrote to stdout and stderr; `env` (e.g. "DH_X=1")
+// goes before it on the command line.
 struct CliRun {
   int exit_code = -1;
   std::string out, err;
 };
-CliRun RunCli(const std::string& args);
+CliRun RunCli(const std::string& args, const std::string& env = "");
 
 // One shell command (`/bin/sh -c command`): its exit status (-1 when it did not exit normally) and
 // what it wrote to stdout, with stderr too when capture_stderr is set.

@@ -139,7 +139,12 @@ GenRun Generate(int k, const std::vector<std::vector<int32_t>>* oracle) {
 }
 
 TEST(SpecDecodeGolden, GreedyWithMtpDraftsEqualsPlainDecoding) {
+  const cpu::Bf16Dot bf16_before = cpu::Bf16DotMode();
   cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);
+  struct Restore {
+    cpu::Bf16Dot mode;
+    ~Restore() { cpu::SetBf16DotForTest(mode); }
+  } restore{bf16_before};
   const GenRun plain = Generate(0, nullptr);
   ASSERT_EQ(plain.outputs.size(), Prompts().size());
   EXPECT_EQ(plain.stats.spec_draft_tokens, 0);

@@ -46,6 +46,11 @@ void ListTargetsOnce(const std::vector<int64_t>& targets) {
 
 class ConformanceTest : public ::testing::Test {
  protected:
+  // The exact kernels, as the reference (f32 x): the bf16 dot product, which rounds x to bf16 on
+  // a CPU with AVX512-BF16, is checked against its bound in gemm_test.cc.
+  void SetUp() override { cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff); }
+  void TearDown() override { cpu::SetBf16DotForTest(bf16_before_); }
+  const cpu::Bf16Dot bf16_before_ = cpu::Bf16DotMode();
   // Runs body once per SIMD target, forcing the dispatcher onto that target.
   template <typename Body>
   void ForEachTarget(Body body) {
@@ -73,9 +78,6 @@ TEST_F(ConformanceTest, MatMulDense) {
   const Shape shapes[] = {{1, 1, 1},   {1, 7, 5},   {1, 33, 67},  {2, 17, 129}, {3, 40, 255},
                           {4, 9, 64},  {5, 31, 100}, {8, 64, 97}, {17, 23, 301}};
   Rng rng(1);
-  // The exact kernels (f32 x, 2e-5): the AVX512-BF16 GEMM, which rounds x to bf16, is checked
-  // against its bound in gemm_test.cc.
-  cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);
   ForEachTarget([&] {
     for (DType wt : kWeightTypes) {
       for (const Shape& s : shapes) {
@@ -98,7 +100,6 @@ TEST_F(ConformanceTest, MatMulDense) {
       }
     }
   });
-  cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);  // the default
 }
 
 // Decode rows (up to kGemvMaxRows rows of x) give each row the same bits whether it shares the

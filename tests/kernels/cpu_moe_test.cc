@@ -167,8 +167,9 @@ class MoeExpertsTest : public ::testing::Test {
     hwy::SetSupportedTargetsForTest(0);
     cpu::SetIntegerDotForTest(cpu::IntegerDot::kAuto);
     cpu::SetIntegerDotPathForTest(cpu::IntegerDotPath::kNone);
-    cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);  // the default
+    cpu::SetBf16DotForTest(bf16_before_);
   }
+  const cpu::Bf16Dot bf16_before_ = cpu::Bf16DotMode();
   ReferenceBackend ref_{BackendOptions{}};
   CpuBackend cpu_{BackendOptions{.num_threads = 2}};
 };

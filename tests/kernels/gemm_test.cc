@@ -49,9 +49,10 @@ float RoundToBf16(float v) {
 
 class GemmTest : public ::testing::Test {
  protected:
-  // The bf16 dot-product GEMM is opt-in (DH_BF16_DOT); these tests check it wherever it applies.
+  // These tests check the bf16 dot-product GEMM wherever it applies, whatever DH_BF16_DOT says.
   void SetUp() override { cpu::SetBf16DotForTest(cpu::Bf16Dot::kAuto); }
-  void TearDown() override { cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff); }
+  void TearDown() override { cpu::SetBf16DotForTest(bf16_before_); }
+  const cpu::Bf16Dot bf16_before_ = cpu::Bf16DotMode();
   template <typename Body>
   void ForEachTarget(Body body) {
     const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
@@ -229,15 +230,82 @@ TEST_F(GemmTest, BackendMatMulAroundTheGemvCrossover) {
       rng_.Fill(bias);
       Owned got(DType::kF32, {m, 70}), want(DType::kF32, {m, 70});
       cpu.MatMul(x.t, Weight::Dense(w.t), bias.t, got.t);
-      cpu::GemmArgs probe;
-      probe.m = m;
-      probe.k = 300;
-      probe.wtype = cpu::WType::kBF16;
-      if (m > cpu::kGemvMaxRows && cpu::UseBf16Dot(probe)) {
+      // Where the bf16 GEMM rounds x, the GEMV of 1-3 rows rounds it too (gemm_bf16.h).
+      if (cpu::Bf16DotRoundsX()) {
         for (float& v : std::span<float>(x.f32(), m * 300)) v = RoundToBf16(v);
       }
       ref_.MatMul(x.t, Weight::Dense(w.t), bias.t, want.t);
       ExpectClose(got.ToVector(), want.ToVector(), kTol, fmt::format("backend matmul M={}", m));
+    }
+  });
+}
+
+// A row's result must not depend on the rows beside it (batch size, tensor parallelism): bf16
+// weights through CpuBackend::MatMul and BatchedMatMul, 8 rows at once (the bf16 GEMM where it
+// applies, else the f32 GEMM) against each row alone and in twos and threes (the GEMV), within
+// 1e-5 of the output's scale (f32 sums in another order) on every target; where x is rounded to
+// bf16, some outputs must differ from those of the exact x by more than that.
+TEST_F(GemmTest, Bf16RowsDoNotDependOnTheRowsBesideThem) {
+  CpuBackend cpu(BackendOptions{.num_threads = 2});
+  constexpr int64_t m = 8, n = 90, k = 1100, heads = 3;
+  Owned x(DType::kF32, {m, heads, k}), w(DType::kBF16, {heads, n, k});
+  rng_.Fill(x);
+  rng_.Fill(w);
+  std::vector<Weight> ws;
+  for (int64_t h = 0; h < heads; ++h) ws.push_back(Weight::Dense(w.t.Select(0, h)));
+  const Tensor x0 = x.t.Select(1, 0);  // [m, k], rows heads * k apart
+  ForEachTarget([&] {
+    Owned all(DType::kF32, {m, n}), all_b(DType::kF32, {m, heads, n});
+    cpu.MatMul(x0, ws[0], Tensor(), all.t);
+    cpu.BatchedMatMul(x.t, ws, all_b.t);
+    float scale = 1.0f;
+    for (float v : all.ToVector()) scale = std::max(scale, std::fabs(v));
+    int moved = 0;
+    for (int64_t rows = 1; rows <= cpu::kGemvMaxRows; ++rows) {
+      for (int64_t r0 = 0; r0 + rows <= m; r0 += rows) {
+        SCOPED_TRACE(fmt::format("rows [{}, {})", r0, r0 + rows));
+        Owned part(DType::kF32, {rows, n}), part_b(DType::kF32, {rows, heads, n});
+        cpu.MatMul(x0.Slice0(r0, rows), ws[0], Tensor(), part.t);
+        cpu.BatchedMatMul(x.t.Slice0(r0, rows), ws, part_b.t);
+        const std::vector<float> got = part.ToVector(), got_b = part_b.ToVector();
+        const std::vector<float> want = all.ToVector(), want_b = all_b.ToVector();
+        for (int64_t i = 0; i < rows * n; ++i) {
+          EXPECT_NEAR(got[i], want[r0 * n + i], kTol * scale) << "matmul " << i;
+        }
+        for (int64_t i = 0; i < rows * heads * n; ++i) {
+          EXPECT_NEAR(got_b[i], want_b[r0 * heads * n + i], kTol * scale) << "batched " << i;
+        }
+        if (rows == 1) {  // against the exact x
+          Owned exact(DType::kF32, {1, n});
+          ref_.MatMul(x0.Slice0(r0, 1), ws[0], Tensor(), exact.t);
+          for (int64_t i = 0; i < n; ++i) moved += std::fabs(got[i] - exact.f32()[i]) > kTol * scale;
+        }
+      }
+    }
+    if (cpu::Bf16DotRoundsX()) {
+      EXPECT_GT(moved, 0) << "x was not rounded to bf16 in the GEMV";
+    } else {
+      EXPECT_EQ(moved, 0) << "x was changed with the bf16 GEMM off";
+    }
+  });
+}
+
+// A bf16 weight marked exact_x (an FP8 tensor-parallel slice, backend/weight.h) is multiplied by
+// exact x at every row count: against the reference within 1e-5 of the scale on every target.
+TEST_F(GemmTest, Bf16WeightMarkedExactXKeepsXExact) {
+  CpuBackend cpu(BackendOptions{.num_threads = 2});
+  constexpr int64_t n = 70, k = 700;
+  Owned w(DType::kBF16, {n, k});
+  rng_.Fill(w);
+  Weight weight = Weight::Dense(w.t);
+  weight.exact_x = true;
+  ForEachTarget([&] {
+    for (int64_t m : {1, 3, 8, 40}) {
+      Owned x(DType::kF32, {m, k}), got(DType::kF32, {m, n}), want(DType::kF32, {m, n});
+      rng_.Fill(x);
+      cpu.MatMul(x.t, weight, Tensor(), got.t);
+      ref_.MatMul(x.t, Weight::Dense(w.t), Tensor(), want.t);
+      ExpectClose(got.ToVector(), want.ToVector(), kTol, fmt::format("exact_x M={}", m));
     }
   });
 }

@@ -151,7 +151,8 @@ struct MatMulCall {
 
 // The dense GEMM's kernel: the AVX512-BF16 one, the packed panels or the tile (gemm.h).
 const char* DenseGemmName(const MatMulCall& c) {
-  const cpu::GemmArgs a = GemmOver(c.dense, c.n(), nullptr);
+  cpu::GemmArgs a = GemmOver(c.dense, c.n(), nullptr);
+  a.exact_x = c.w.exact_x;
   if (cpu::UseBf16Dot(a)) return "gemm-bf16dot";
   return cpu::GemmUsesPanels(a.m, a.wtype, false) ? "gemm-panels" : "gemm-tiled";
 }
@@ -162,12 +163,30 @@ bool DequantGemmPanels(const MatMulCall& c) {
 }
 
 void DenseGemm(const MatMulCall& c, ThreadPool& pool) {
-  cpu::Gemm(GemmOver(c.dense, c.n(), nullptr), pool);
+  cpu::GemmArgs a = GemmOver(c.dense, c.n(), nullptr);
+  a.exact_x = c.w.exact_x;
+  cpu::Gemm(a, pool);
+}
+
+// Whether a dense GEMV rounds x to bf16 first: bf16 weights while the bf16 GEMM rounds x
+// (gemm_bf16.h), so that a row's result does not depend on the rows beside it.
+bool GemvRoundsX(const MatMulCall& c) {
+  return c.dense.wtype == cpu::WType::kBF16 && !c.w.exact_x && cpu::Bf16DotRoundsX();
 }
 
 void DenseGemv(const MatMulCall& c, ThreadPool& pool) {
+  cpu::MatMulArgs a = c.dense;
+  if (GemvRoundsX(c)) {
+    // This thread's buffer, reused across calls; named through a reference for the pool.
+    thread_local std::vector<float> tl_x;
+    std::vector<float>& xr = tl_x;
+    xr.resize(static_cast<size_t>(a.m * a.k));
+    cpu::RoundRowsToBf16(a.x, a.x_stride, a.m, a.k, xr.data());
+    a.x = xr.data();
+    a.x_stride = a.k;
+  }
   pool.ParallelFor(c.n(), cpu::GrainFor(c.m() * c.k()),
-                   [&](size_t b, size_t e) { cpu::MatMulRange(c.dense, b, e); });
+                   [&](size_t b, size_t e) { cpu::MatMulRange(a, b, e); });
 }
 
 // x quantized to int8 once per call, dot products in VNNI units (quant_vnni.h).
@@ -284,8 +303,8 @@ const MatMulKernel kMatMulKernels[] = {
     {kDenseOnly, PathBit(MatMulPath::kGemv), [](const MatMulCall&) { return true; },
      [](const MatMulCall& c) { return c.kind(); }, cpu::DispatchedTargetName,
      [](const MatMulCall& c) {
-       return fmt::format("matmul {} {} M={} N={} K={}", c.kind(), DTypeName(c.w.data.dtype),
-                          c.m(), c.n(), c.k());
+       return fmt::format("matmul {} {}{} M={} N={} K={}", c.kind(), DTypeName(c.w.data.dtype),
+                          GemvRoundsX(c) ? " x-bf16" : "", c.m(), c.n(), c.k());
      },
      DenseGemv},
     {kIntFormats, kAnyPath,
@@ -481,16 +500,31 @@ void CpuBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tenso
                (out.stride[2] == 1 || n == 1);
   for (const Weight& wh : w) {
     fused = fused && wh.format == WeightFormat::kDense && wh.data.dtype == w[0].data.dtype &&
-            wh.rows == n && wh.cols == k && wh.perm.empty() && wh.data.ndim == 2 &&
+            wh.rows == n && wh.cols == k && wh.perm.empty() && wh.exact_x == w[0].exact_x &&
+            wh.data.ndim == 2 &&
             (wh.data.stride[1] == 1 || k == 1);
   }
   if (!fused) {
     for (int64_t h = 0; h < heads; ++h) MatMul(x.Select(1, h), w[h], Tensor(), out.Select(1, h));
     return;
   }
+  // bf16 weights take x rounded to bf16 while the bf16 GEMM rounds it (as DenseGemv does): the
+  // heads' MatMul calls above serve 4+ rows on that GEMM.
+  const bool round_x = *wtype == cpu::WType::kBF16 && !w[0].exact_x && cpu::Bf16DotRoundsX();
   NoteKernel("batched-gemv", cpu::DispatchedTargetName);
-  Trace("batched_matmul gemv {} H={} M={} N={} K={}", DTypeName(w[0].data.dtype),
-                    heads, m, n, k);
+  Trace("batched_matmul gemv {}{} H={} M={} N={} K={}", DTypeName(w[0].data.dtype),
+        round_x ? " x-bf16" : "", heads, m, n, k);
+  thread_local std::vector<float> tl_x;  // x rounded, [m][heads][k]; grows once
+  std::vector<float>& xr = tl_x;
+  if (round_x) {
+    xr.resize(static_cast<size_t>(m * heads * k));
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t h = 0; h < heads; ++h) {
+        cpu::RoundRowsToBf16(x.Select(1, h).as<const float>() + r * x.stride[0], k, 1, k,
+                             xr.data() + (r * heads + h) * k);
+      }
+    }
+  }
   // Grows once: a decode step allocates nothing. Named through a reference: the pool's threads
   // must read the caller's vector, not their own empty one (a crash once the work spreads over
   // threads, e.g. V2-Lite's 16 heads x 512 rows).
@@ -499,8 +533,8 @@ void CpuBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tenso
   args.resize(static_cast<size_t>(heads));
   for (int64_t h = 0; h < heads; ++h) {
     cpu::MatMulArgs& a = args[static_cast<size_t>(h)];
-    a.x = x.Select(1, h).as<const float>();
-    a.x_stride = x.stride[0];
+    a.x = round_x ? xr.data() + h * k : x.Select(1, h).as<const float>();
+    a.x_stride = round_x ? heads * k : x.stride[0];
     a.m = m;
     a.w = w[h].data.data;
     a.wtype = *wtype;

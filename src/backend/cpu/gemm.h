@@ -55,6 +55,7 @@ struct GemmArgs : ActivationArgs {
   WType wtype = WType::kF32;
   int64_t w_stride = 0;
   const WeightRowsFn* rows_fn = nullptr;  // weight supplied as f32 rows by a callback
+  bool exact_x = false;  // never round x to bf16 (Weight::exact_x)
 };
 
 // The packed-panel kernel of the 16-register targets (AVX2, SSE4, NEON; gemm.cc) takes calls

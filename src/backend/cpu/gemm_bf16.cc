@@ -32,18 +32,17 @@ namespace dh::cpu {
 namespace {
 
 Bf16Dot ModeFromEnv() {
-  // Off unless asked for: rounding x to bf16 in the GEMM but not in the one-row GEMV makes a
-  // sequence's logits depend on how many rows share its step (batch size, tensor parallelism),
-  // and greedy output must not.
+  // Auto unless told otherwise: x rounded to bf16 as llama.cpp and bf16 PyTorch do, in the GEMM
+  // and the GEMV alike (Bf16DotRoundsX), at twice the f32 multiply rate; `off` keeps x exact.
   const char* v = std::getenv("DH_BF16_DOT");
-  if (v == nullptr) return Bf16Dot::kOff;
+  if (v == nullptr) return Bf16Dot::kAuto;
   const std::string_view s(v);
   if (s == "on") return Bf16Dot::kOn;
-  if (s == "auto") return Bf16Dot::kAuto;
-  if (s != "off" && !s.empty()) {
-    std::fprintf(stderr, "DH_BF16_DOT=%s: expected on, off or auto; using off\n", v);
+  if (s == "off") return Bf16Dot::kOff;
+  if (s != "auto" && !s.empty()) {
+    std::fprintf(stderr, "DH_BF16_DOT=%s: expected on, off or auto; using auto\n", v);
   }
-  return Bf16Dot::kOff;
+  return Bf16Dot::kAuto;
 }
 
 std::atomic<Bf16Dot> g_mode{ModeFromEnv()};
@@ -111,6 +110,20 @@ DH_BF16_TARGET void ConvertRow(const float* x, int64_t k, uint16_t* out) {
     _mm256_mask_storeu_epi16(out + i, m, (__m256i)b);
   }
   if (k % 2 != 0) out[k] = 0;
+}
+
+// x row (k floats) -> bf16 (nearest even, as ConvertRow) -> f32, into out (k floats).
+DH_BF16_TARGET void RoundRow(const float* x, int64_t k, float* out) {
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    const __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
+    _mm512_storeu_si512(out + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+  }
+  if (i < k) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (k - i)) - 1);
+    const __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i));
+    _mm512_mask_storeu_epi32(out + i, m, _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+  }
 }
 
 // Weight rows [0, rows) of w (bf16, ws elements apart, k columns), column pairs [p0, p0 + pn),
@@ -341,6 +354,8 @@ DH_BF16_TARGET float ProbeImpl(int64_t iters) {
 
 void SetBf16DotForTest(Bf16Dot mode) { g_mode.store(mode); }
 
+Bf16Dot Bf16DotMode() { return g_mode.load(); }
+
 bool Bf16DotAvailable() {
 #if DH_BF16_KERNELS
   static const bool ok = [] {
@@ -355,13 +370,31 @@ bool Bf16DotAvailable() {
 #endif
 }
 
-bool UseBf16Dot(const GemmArgs& a) {
+bool Bf16DotRoundsX() {
   if (g_mode.load(std::memory_order_relaxed) == Bf16Dot::kOff || !Bf16DotAvailable()) return false;
-  if (a.wtype != WType::kBF16 || a.rows_fn != nullptr || a.k <= 0) return false;
 #if HWY_ARCH_X86
   return (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0;
 #else
   return false;
+#endif
+}
+
+bool UseBf16Dot(const GemmArgs& a) {
+  return a.wtype == WType::kBF16 && a.rows_fn == nullptr && !a.exact_x && a.k > 0 &&
+         Bf16DotRoundsX();
+}
+
+void RoundRowsToBf16(const float* x, int64_t x_stride, int64_t m, int64_t k, float* out) {
+#if DH_BF16_KERNELS
+  DH_CHECK(Bf16DotAvailable(), "bf16 rounding on a CPU without AVX512-BF16");
+  for (int64_t r = 0; r < m; ++r) RoundRow(x + r * x_stride, k, out + r * k);
+#else
+  (void)x;
+  (void)x_stride;
+  (void)m;
+  (void)k;
+  (void)out;
+  DH_CHECK(false, "bf16 rounding is x86 only");
 #endif
 }
 

@@ -3,6 +3,8 @@
 // f32 FMAs. x is rounded to bf16 (nearest even) once per call; each product of two bf16 values
 // is exact in f32 and sums stay f32, so an output differs from the exact f32 product by at most
 // sum_i |x_i - bf16(x_i)| * |w_i| <= 2^-9 * sum_i |x_i * w_i| (plus f32 rounding of the sums).
+// The one-to-three-row GEMV of decode rounds x the same way under the same condition
+// (Bf16DotRoundsX), so a row's products do not depend on the rows beside it.
 //
 // Layout: per K block (at most kBf16KcPairs column pairs), each thread packs its block of weight
 // rows into panels of 16 rows, [panel][pair][16 rows] of u32 column pairs, so one 64-byte load
@@ -21,22 +23,35 @@
 namespace dh::cpu {
 
 enum class Bf16Dot : uint8_t {
-  kAuto,  // vdpbf16ps where the CPU has it and the Highway AVX-512 target is active
-  kOff,   // always the f32 FMA GEMM (bf16 weights widened, x exact)
+  kAuto,  // vdpbf16ps where the CPU has it and the Highway AVX-512 target is active (default)
+  kOff,   // always the f32 FMA kernels (bf16 weights widened, x exact)
   kOn,    // as kAuto (the CPU must still have the instruction)
 };
 
 // Overrides the mode (tests, microbenchmarks). The starting mode comes from
-// DH_BF16_DOT=on|off|auto (unset: off, see gemm_bf16.cc).
+// DH_BF16_DOT=on|off|auto (unset: auto, see gemm_bf16.cc).
 void SetBf16DotForTest(Bf16Dot mode);
+// The mode in effect (tests put it back after SetBf16DotForTest).
+Bf16Dot Bf16DotMode();
 
 // Whether this CPU has AVX512-BF16 (with AVX-512 F/BW/VL) and this build its kernel.
 bool Bf16DotAvailable();
 
-// The per-call choice: bf16 weight rows in memory (no rows_fn), the mode not off, the CPU has
-// the instruction, and Highway dispatches to an AVX-512 target now (DH_CPU_TIER=avx2 and the
-// per-target tests turn it off with the other AVX-512 kernels).
+// Whether matmuls of bf16 weights round x to bf16 now: the mode is not off, the CPU has the
+// instruction, and Highway dispatches to an AVX-512 target (DH_CPU_TIER=avx2 and the per-target
+// tests turn it off with the other AVX-512 kernels). The GEMM below rounds x under it and so does
+// the GEMV of 1-3 rows (cpu_matmul.cc, RoundRowsToBf16): a row's result does not depend on how
+// many rows share the call (batch size, tensor parallelism), only on the order of f32 sums.
+bool Bf16DotRoundsX();
+
+// The per-call choice: Bf16DotRoundsX() and bf16 weight rows in memory (no rows_fn, not
+// exact_x).
 bool UseBf16Dot(const GemmArgs& a);
+
+// Rows [0, m) of x (k floats each, x_stride apart) rounded to bf16 exactly as the GEMM rounds
+// them (`vcvtneps2bf16`: nearest even, subnormals to zero) and widened back to f32 into out
+// (k floats per row, contiguous). Call only when Bf16DotRoundsX().
+void RoundRowsToBf16(const float* x, int64_t x_stride, int64_t m, int64_t k, float* out);
 
 // The GEMM of gemm.h for a with UseBf16Dot(a); runs on all threads of pool.
 void Bf16DotGemm(const GemmArgs& a, ThreadPool& pool);

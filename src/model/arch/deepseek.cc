@@ -138,6 +138,14 @@ Result<MlaAttention> MlaAttention::Load(WeightLoader& w, const std::string& p,
     m.uk_t.push_back(absorbed[2 * h]);
     m.uv.push_back(absorbed[2 * h + 1]);
   }
+  // kv_b_proj decompresses the latent (naive) or is absorbed into the query and the output
+  // (absorbed); which one a step takes depends on its query length and heads per rank. With
+  // exact x both give the same products up to the order of f32 sums; rounding x to bf16 for
+  // bf16 weights (backend/cpu/gemm_bf16.h) would round different operands on each path and make a
+  // sequence's logits depend on chunking and tensor parallelism. So these keep x exact.
+  m.kv_b.weight.exact_x = true;
+  for (Weight& wh : m.uk_t) wh.exact_x = true;
+  for (Weight& wh : m.uv) wh.exact_x = true;
   // Softmax scale over the whole score, times YaRN's mscale^2 (DeepSeek's convention).
   m.softmax_scale = 1.0f / std::sqrt(static_cast<float>(qk));
   const RopeScaling& rs = c.rope_scaling;
