@@ -149,10 +149,40 @@ struct MatMulCall {
   }
 };
 
+// Rows of x from which bf16 weights take the AVX512-BF16 GEMM where x is rounded to bf16. With
+// fewer (decode, batched decode) the f32 kernels take x rounded here instead: the same products
+// (each exact in f32), and batch-8 decode ran faster so on Zen 5 (bench/README.md, session 24).
+constexpr int64_t kBf16DotMinRows = 17;
+
+// Whether this call rounds x to bf16 itself before an f32 kernel: bf16 weights (not exact_x)
+// while bf16 weights take rounded x (gemm_bf16.h), under kBf16DotMinRows rows. A row's result then
+// does not depend on the rows beside it.
+bool RoundsXFirst(const MatMulCall& c) {
+  return c.dense.wtype == cpu::WType::kBF16 && !c.w.exact_x && c.m() < kBf16DotMinRows &&
+         cpu::Bf16DotRoundsX();
+}
+
+// Points a's x at its rows rounded to bf16 (RoundsXFirst), in this thread's buffer (reused
+// across calls; the pool's threads read it through the pointer).
+void RoundX(cpu::ActivationArgs* a) {
+  thread_local std::vector<float> tl_x;
+  tl_x.resize(static_cast<size_t>(a->m * a->k));
+  cpu::RoundRowsToBf16(a->x, a->x_stride, a->m, a->k, tl_x.data());
+  a->x = tl_x.data();
+  a->x_stride = a->k;
+}
+
+// The dense GEMM's arguments: x exact for an exact_x weight, or already rounded (RoundsXFirst;
+// call RoundX on them then), so the GEMM does not round it (again).
+cpu::GemmArgs DenseGemmArgs(const MatMulCall& c) {
+  cpu::GemmArgs a = GemmOver(c.dense, c.n(), nullptr);
+  a.exact_x = c.w.exact_x || RoundsXFirst(c);
+  return a;
+}
+
 // The dense GEMM's kernel: the AVX512-BF16 one, the packed panels or the tile (gemm.h).
 const char* DenseGemmName(const MatMulCall& c) {
-  cpu::GemmArgs a = GemmOver(c.dense, c.n(), nullptr);
-  a.exact_x = c.w.exact_x;
+  const cpu::GemmArgs a = DenseGemmArgs(c);
   if (cpu::UseBf16Dot(a)) return "gemm-bf16dot";
   return cpu::GemmUsesPanels(a.m, a.wtype, false) ? "gemm-panels" : "gemm-tiled";
 }
@@ -163,28 +193,14 @@ bool DequantGemmPanels(const MatMulCall& c) {
 }
 
 void DenseGemm(const MatMulCall& c, ThreadPool& pool) {
-  cpu::GemmArgs a = GemmOver(c.dense, c.n(), nullptr);
-  a.exact_x = c.w.exact_x;
+  cpu::GemmArgs a = DenseGemmArgs(c);
+  if (RoundsXFirst(c)) RoundX(&a);
   cpu::Gemm(a, pool);
-}
-
-// Whether a dense GEMV rounds x to bf16 first: bf16 weights while the bf16 GEMM rounds x
-// (gemm_bf16.h), so that a row's result does not depend on the rows beside it.
-bool GemvRoundsX(const MatMulCall& c) {
-  return c.dense.wtype == cpu::WType::kBF16 && !c.w.exact_x && cpu::Bf16DotRoundsX();
 }
 
 void DenseGemv(const MatMulCall& c, ThreadPool& pool) {
   cpu::MatMulArgs a = c.dense;
-  if (GemvRoundsX(c)) {
-    // This thread's buffer, reused across calls; named through a reference for the pool.
-    thread_local std::vector<float> tl_x;
-    std::vector<float>& xr = tl_x;
-    xr.resize(static_cast<size_t>(a.m * a.k));
-    cpu::RoundRowsToBf16(a.x, a.x_stride, a.m, a.k, xr.data());
-    a.x = xr.data();
-    a.x_stride = a.k;
-  }
+  if (RoundsXFirst(c)) RoundX(&a);
   pool.ParallelFor(c.n(), cpu::GrainFor(c.m() * c.k()),
                    [&](size_t b, size_t e) { cpu::MatMulRange(a, b, e); });
 }
@@ -296,15 +312,16 @@ const MatMulKernel kMatMulKernels[] = {
     {kDenseOnly, PathBit(MatMulPath::kGemm), [](const MatMulCall&) { return true; },
      DenseGemmName, cpu::DispatchedTargetName,
      [](const MatMulCall& c) {
-       return fmt::format("matmul {} {} M={} N={} K={}", DenseGemmName(c),
-                          DTypeName(c.w.data.dtype), c.m(), c.n(), c.k());
+       return fmt::format("matmul {} {}{} M={} N={} K={}", DenseGemmName(c),
+                          DTypeName(c.w.data.dtype), RoundsXFirst(c) ? " x-bf16" : "", c.m(),
+                          c.n(), c.k());
      },
      DenseGemm},
     {kDenseOnly, PathBit(MatMulPath::kGemv), [](const MatMulCall&) { return true; },
      [](const MatMulCall& c) { return c.kind(); }, cpu::DispatchedTargetName,
      [](const MatMulCall& c) {
        return fmt::format("matmul {} {}{} M={} N={} K={}", c.kind(), DTypeName(c.w.data.dtype),
-                          GemvRoundsX(c) ? " x-bf16" : "", c.m(), c.n(), c.k());
+                          RoundsXFirst(c) ? " x-bf16" : "", c.m(), c.n(), c.k());
      },
      DenseGemv},
     {kIntFormats, kAnyPath,
