@@ -241,13 +241,13 @@ TEST_F(GemmTest, BackendMatMulAroundTheGemvCrossover) {
 }
 
 // A row's result must not depend on the rows beside it (batch size, tensor parallelism): bf16
-// weights through CpuBackend::MatMul and BatchedMatMul, 8 rows at once (the bf16 GEMM where it
+// weights through CpuBackend::MatMul and BatchedMatMul, 20 rows at once (the bf16 GEMM where it
 // applies, else the f32 GEMM) against each row alone and in twos and threes (the GEMV), within
 // 1e-5 of the output's scale (f32 sums in another order) on every target; where x is rounded to
 // bf16, some outputs must differ from those of the exact x by more than that.
 TEST_F(GemmTest, Bf16RowsDoNotDependOnTheRowsBesideThem) {
   CpuBackend cpu(BackendOptions{.num_threads = 2});
-  constexpr int64_t m = 8, n = 90, k = 1100, heads = 3;
+  constexpr int64_t m = 20, n = 90, k = 1100, heads = 3;
   Owned x(DType::kF32, {m, heads, k}), w(DType::kBF16, {heads, n, k});
   rng_.Fill(x);
   rng_.Fill(w);

@@ -151,7 +151,8 @@ struct MatMulCall {
 
 // Rows of x from which bf16 weights take the AVX512-BF16 GEMM where x is rounded to bf16. With
 // fewer (decode, batched decode) the f32 kernels take x rounded here instead: the same products
-// (each exact in f32), and batch-8 decode ran faster so on Zen 5 (bench/README.md, session 24).
+// (each exact in f32); on Zen 5 the f32 GEMM ran 4 rows faster and batch-8 decode no slower
+// (bench/README.md "Zen 5, session 24").
 constexpr int64_t kBf16DotMinRows = 17;
 
 // Whether this call rounds x to bf16 itself before an f32 kernel: bf16 weights (not exact_x)
@@ -525,8 +526,8 @@ void CpuBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tenso
     for (int64_t h = 0; h < heads; ++h) MatMul(x.Select(1, h), w[h], Tensor(), out.Select(1, h));
     return;
   }
-  // bf16 weights take x rounded to bf16 while the bf16 GEMM rounds it (as DenseGemv does): the
-  // heads' MatMul calls above serve 4+ rows on that GEMM.
+  // bf16 weights take x rounded to bf16 while bf16 weights round x (RoundsXFirst), as the
+  // heads' MatMul calls above do for any number of rows.
   const bool round_x = *wtype == cpu::WType::kBF16 && !w[0].exact_x && cpu::Bf16DotRoundsX();
   NoteKernel("batched-gemv", cpu::DispatchedTargetName);
   Trace("batched_matmul gemv {}{} H={} M={} N={} K={}", DTypeName(w[0].data.dtype),

@@ -40,9 +40,10 @@ bool Bf16DotAvailable();
 
 // Whether matmuls of bf16 weights round x to bf16 now: the mode is not off, the CPU has the
 // instruction, and Highway dispatches to an AVX-512 target (DH_CPU_TIER=avx2 and the per-target
-// tests turn it off with the other AVX-512 kernels). The GEMM below rounds x under it and so does
-// the GEMV of 1-3 rows (cpu_matmul.cc, RoundRowsToBf16): a row's result does not depend on how
-// many rows share the call (batch size, tensor parallelism), only on the order of f32 sums.
+// tests turn it off with the other AVX-512 kernels). The GEMM below rounds x under it, and calls
+// of 1-16 rows round it before the f32 kernels (cpu_matmul.cc, RoundRowsToBf16): a row's result
+// does not depend on how many rows share the call (batch size, tensor parallelism), only on the
+// order of f32 sums.
 bool Bf16DotRoundsX();
 
 // The per-call choice: Bf16DotRoundsX() and bf16 weight rows in memory (no rows_fn, not
