@@ -43,12 +43,11 @@ bool HasFlag(const char* f) {
 
 // The integer kernels this CPU has, by the flags the kernels check.
 std::vector<std::string> CpuPaths() {
-  auto has = HasFlag;
   std::vector<std::string> paths;
-  if (has("avx2") && has("fma")) paths.push_back("avx2");
-  if (has("avx2") && has("avx_vnni")) paths.push_back("avxvnni");
-  if (has("avx512f") && has("avx512bw") && has("avx512vl") && has("avx512dq") &&
-      has("avx512_vnni")) {
+  if (HasFlag("avx2") && HasFlag("fma")) paths.push_back("avx2");
+  if (HasFlag("avx2") && HasFlag("avx_vnni")) paths.push_back("avxvnni");
+  if (HasFlag("avx512f") && HasFlag("avx512bw") && HasFlag("avx512vl") && HasFlag("avx512dq") &&
+      HasFlag("avx512_vnni")) {
     paths.push_back("vnni512");
   }
   return paths;
@@ -88,14 +87,11 @@ TEST(IntegerDotPerplexity, EveryPathWithinHalfAPercentOfExact) {
   const std::vector<std::string> paths = CpuPaths();
   if (paths.empty()) GTEST_SKIP() << "CPU has no integer-dot kernel";
   const fs::path val_file = ValidationFile("dh_intdot_shakespeare_val.txt");
-  auto perplexity = [&](const std::string& env, const std::string& quant) {
-    return Perplexity(val_file, env, quant);
-  };
   for (const char* quant : {"int8", "int4", "int4,lm_head=int8"}) {
-    const double exact = perplexity("DH_INTEGER_DOT=off", quant);
+    const double exact = Perplexity(val_file, "DH_INTEGER_DOT=off", quant);
     ASSERT_TRUE(std::isfinite(exact)) << quant;
     for (const std::string& path : paths) {
-      const double ppl = perplexity("DH_INTEGER_DOT=" + path, quant);
+      const double ppl = Perplexity(val_file, "DH_INTEGER_DOT=" + path, quant);
       const double rel = (ppl - exact) / exact;
       std::printf("%s %s: perplexity %.4f (exact %.4f, %+.3f %%, bound +0.5 %%)\n", quant,
                   path.c_str(), ppl, exact, 100 * rel);
@@ -105,9 +101,9 @@ TEST(IntegerDotPerplexity, EveryPathWithinHalfAPercentOfExact) {
   }
 }
 
-// The bf16 weights as stored: x rounded to bf16 for `vdpbf16ps` (DH_BF16_DOT=auto: the GEMM of
-// prefill and batches and, so that results do not depend on the batch, the GEMV of decode)
-// against the exact f32 x (off). Same bound; the perplexity must move.
+// The bf16 weights as stored: x rounded to bf16 in every bf16 matmul (DH_BF16_DOT=auto: on
+// `vdpbf16ps` from 17 rows, into the f32 kernels below) against the exact f32 x (off). Same
+// bound; the perplexity must move.
 TEST(Bf16DotPerplexity, WithinHalfAPercentOfExact) {
   if (!fs::exists(kCorpus)) GTEST_SKIP() << "no " << kCorpus << ": perplexity not checked";
   if (!HasFlag("avx512_bf16") || !HasFlag("avx512bw") || !HasFlag("avx512vl")) {
