@@ -21,6 +21,9 @@ struct KnownWeightFields {
   int block_rows, block_cols, group_size, zero_offset;
   Tensor perm;
   Tensor packed;  // not stored: the backend's own copy, which PrepareWeight remakes at load
+  // Not stored: the model sets it after loading (MLA's kv_b_proj, model/arch/deepseek.cc), and the
+  // loader on tensor-parallel FP8 slices, which the cache does not serve.
+  bool exact_x;
 };
 
 std::optional<DType> DTypeFromName(std::string_view name) {

@@ -101,12 +101,7 @@ TEST_P(GoldenTest, MatchesReference) {
   // AVX512-BF16 its default rounds x to bf16 for bf16 weights (gemm_bf16.h; that bound is tested
   // in tests/kernels/gemm_test.cc, the embedded model's perplexity in Bf16DotPerplexity), which
   // on these tiny random models can flip a near-tied expert choice or greedy token.
-  const cpu::Bf16Dot bf16_before = cpu::Bf16DotMode();
-  cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);
-  struct RestoreBf16Dot {
-    cpu::Bf16Dot mode;
-    ~RestoreBf16Dot() { cpu::SetBf16DotForTest(mode); }
-  } restore_bf16_dot{bf16_before};
+  const cpu::ScopedBf16DotForTest exact_x(cpu::Bf16Dot::kOff);
 
   auto made = MakeRegistered(p.backend);
   if (!made.ok()) GTEST_SKIP() << "backend " << p.backend << " unavailable: " << made.status().message();

@@ -66,12 +66,7 @@ class MtpGolden : public ::testing::TestWithParam<std::tuple<std::string, std::s
 TEST_P(MtpGolden, MatchesReference) {
   // f32 products, as the PyTorch reference: the bf16 dot product (which rounds x to bf16) would
   // make a multi-token MTP step differ from the same tokens one at a time.
-  const cpu::Bf16Dot bf16_before = cpu::Bf16DotMode();
-  cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);
-  struct Restore {
-    cpu::Bf16Dot mode;
-    ~Restore() { cpu::SetBf16DotForTest(mode); }
-  } restore{bf16_before};
+  const cpu::ScopedBf16DotForTest exact_x(cpu::Bf16Dot::kOff);
   const MtpCase c = Case(std::get<0>(GetParam()));
   const std::string backend_name = std::get<1>(GetParam());
   std::ifstream in(c.data / "expected.json");

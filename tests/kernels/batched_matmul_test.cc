@@ -68,8 +68,7 @@ TEST_F(BatchedMatMulTest, CpuMatchesReferenceOnStridedViews) {
                           {3, 5, 40, 64}, {4, 2, 9, 31}, {7, 3, 24, 48},  {17, 2, 23, 65}};
   Rng rng(11);
   // Exact kernels (2e-5); the AVX512-BF16 GEMM rounds x to bf16 (its bound: gemm_test.cc).
-  const cpu::Bf16Dot bf16_before = cpu::Bf16DotMode();
-  cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);
+  const cpu::ScopedBf16DotForTest exact_x(cpu::Bf16Dot::kOff);
   ForEachTarget([&] {
     for (DType wt : {DType::kF32, DType::kBF16, DType::kF16}) {
       for (const Shape& s : shapes) {
@@ -96,7 +95,6 @@ TEST_F(BatchedMatMulTest, CpuMatchesReferenceOnStridedViews) {
       }
     }
   });
-  cpu::SetBf16DotForTest(bf16_before);
 }
 
 TEST_F(BatchedMatMulTest, ReferenceIsItsMatMulPerHead) {

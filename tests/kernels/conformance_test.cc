@@ -48,9 +48,7 @@ class ConformanceTest : public ::testing::Test {
  protected:
   // The exact kernels, as the reference (f32 x): the bf16 dot product, which rounds x to bf16 on
   // a CPU with AVX512-BF16, is checked against its bound in gemm_test.cc.
-  void SetUp() override { cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff); }
-  void TearDown() override { cpu::SetBf16DotForTest(bf16_before_); }
-  const cpu::Bf16Dot bf16_before_ = cpu::Bf16DotMode();
+  const cpu::ScopedBf16DotForTest exact_x_{cpu::Bf16Dot::kOff};
   // Runs body once per SIMD target, forcing the dispatcher onto that target.
   template <typename Body>
   void ForEachTarget(Body body) {

@@ -167,9 +167,8 @@ class MoeExpertsTest : public ::testing::Test {
     hwy::SetSupportedTargetsForTest(0);
     cpu::SetIntegerDotForTest(cpu::IntegerDot::kAuto);
     cpu::SetIntegerDotPathForTest(cpu::IntegerDotPath::kNone);
-    cpu::SetBf16DotForTest(bf16_before_);
   }
-  const cpu::Bf16Dot bf16_before_ = cpu::Bf16DotMode();
+  const cpu::ScopedBf16DotForTest bf16_dot_{cpu::Bf16DotMode()};  // puts back what tests change
   ReferenceBackend ref_{BackendOptions{}};
   CpuBackend cpu_{BackendOptions{.num_threads = 2}};
 };

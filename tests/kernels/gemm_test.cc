@@ -50,9 +50,7 @@ float RoundToBf16(float v) {
 class GemmTest : public ::testing::Test {
  protected:
   // These tests check the bf16 dot-product GEMM wherever it applies, whatever DH_BF16_DOT says.
-  void SetUp() override { cpu::SetBf16DotForTest(cpu::Bf16Dot::kAuto); }
-  void TearDown() override { cpu::SetBf16DotForTest(bf16_before_); }
-  const cpu::Bf16Dot bf16_before_ = cpu::Bf16DotMode();
+  const cpu::ScopedBf16DotForTest bf16_dot_{cpu::Bf16Dot::kAuto};
   template <typename Body>
   void ForEachTarget(Body body) {
     const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();

@@ -32,8 +32,19 @@ enum class Bf16Dot : uint8_t {
 // Overrides the mode (tests, microbenchmarks). The starting mode comes from
 // DH_BF16_DOT=on|off|auto (unset: auto, see gemm_bf16.cc).
 void SetBf16DotForTest(Bf16Dot mode);
-// The mode in effect (tests put it back after SetBf16DotForTest).
+// The mode in effect.
 Bf16Dot Bf16DotMode();
+// Sets the mode for one scope and puts back the one it found (tests).
+class ScopedBf16DotForTest {
+ public:
+  explicit ScopedBf16DotForTest(Bf16Dot mode) : before_(Bf16DotMode()) { SetBf16DotForTest(mode); }
+  ~ScopedBf16DotForTest() { SetBf16DotForTest(before_); }
+  ScopedBf16DotForTest(const ScopedBf16DotForTest&) = delete;
+  ScopedBf16DotForTest& operator=(const ScopedBf16DotForTest&) = delete;
+
+ private:
+  Bf16Dot before_;
+};
 
 // Whether this CPU has AVX512-BF16 (with AVX-512 F/BW/VL) and this build its kernel.
 bool Bf16DotAvailable();

@@ -195,10 +195,11 @@ TEST(PolicyModelTest, BackendsAgreeOnFp8Policy) {
   if (!fs::exists(kFixtures / "ds_v3")) GTEST_SKIP() << "fixture ds_v3 is absent";
   for (const char* policy : {"static:fp8", "custom:default=bf16,experts=fp8,gate=f16"}) {
     auto ref = Load("ds_v3", "reference", policy);
-    const cpu::Bf16Dot bf16_before = cpu::Bf16DotMode();
-    cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);  // bf16 weights in f32 products, as the reference
-    auto cpu = Load("ds_v3", "cpu", policy);
-    cpu::SetBf16DotForTest(bf16_before);
+    Result<Loaded> cpu = [&] {
+      // bf16 weights in f32 products, as the reference
+      const cpu::ScopedBf16DotForTest exact_x(cpu::Bf16Dot::kOff);
+      return Load("ds_v3", "cpu", policy);
+    }();
     ASSERT_TRUE(ref.ok() && cpu.ok()) << policy;
     EXPECT_LE(RelativeRmsError(cpu->logits, ref->logits), 1e-4) << policy;
   }

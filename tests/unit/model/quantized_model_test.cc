@@ -92,9 +92,10 @@ TEST(QuantizedModelTest, BackendsAgreeOnQuantizedModel) {
     // f32 products on the CPU: the same weights, so only summation order differs (neither the
     // integer dot nor the bf16 dot product, which round x).
     cpu::SetIntegerDotForTest(cpu::IntegerDot::kOff);
-    cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);
-    auto cpu = Logits("ds_moe", "cpu", quant);
-    cpu::SetBf16DotForTest(cpu::Bf16Dot::kOff);
+    auto cpu = [&] {
+      const cpu::ScopedBf16DotForTest exact_x(cpu::Bf16Dot::kOff);
+      return Logits("ds_moe", "cpu", quant);
+    }();
     // The integer (VNNI) kernels also round x to int8 per 32 columns (quant_vnni.h): an 8-bit
     // error of the same order as int8 weights' (0.01-0.02 here), so the bound is 0.05.
     cpu::SetIntegerDotForTest(cpu::IntegerDot::kOn);
