@@ -155,12 +155,16 @@ struct MatMulCall {
 // (bench/README.md "Zen 5, session 24").
 constexpr int64_t kBf16DotMinRows = 17;
 
-// Whether this call rounds x to bf16 itself before an f32 kernel: bf16 weights (not exact_x)
-// while bf16 weights take rounded x (gemm_bf16.h), under kBf16DotMinRows rows. A row's result then
-// does not depend on the rows beside it.
+// Whether dense weight w (of kernel type wtype) takes x rounded to bf16: bf16, not exact_x, while
+// bf16 weights round x (gemm_bf16.h).
+bool TakesRoundedX(cpu::WType wtype, const Weight& w) {
+  return wtype == cpu::WType::kBF16 && !w.exact_x && cpu::Bf16DotRoundsX();
+}
+
+// Whether this call rounds x to bf16 itself before an f32 kernel (TakesRoundedX, under
+// kBf16DotMinRows rows). A row's result then does not depend on the rows beside it.
 bool RoundsXFirst(const MatMulCall& c) {
-  return c.dense.wtype == cpu::WType::kBF16 && !c.w.exact_x && c.m() < kBf16DotMinRows &&
-         cpu::Bf16DotRoundsX();
+  return c.m() < kBf16DotMinRows && TakesRoundedX(c.dense.wtype, c.w);
 }
 
 // Points a's x at its rows rounded to bf16 (RoundsXFirst), in this thread's buffer (reused
@@ -526,21 +530,18 @@ void CpuBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tenso
     for (int64_t h = 0; h < heads; ++h) MatMul(x.Select(1, h), w[h], Tensor(), out.Select(1, h));
     return;
   }
-  // bf16 weights take x rounded to bf16 while bf16 weights round x (RoundsXFirst), as the
-  // heads' MatMul calls above do for any number of rows.
-  const bool round_x = *wtype == cpu::WType::kBF16 && !w[0].exact_x && cpu::Bf16DotRoundsX();
+  // x rounded to bf16 where the weights take it (as the heads' MatMul calls above do for any
+  // number of rows), [heads][m][k] in this thread's buffer.
+  const bool round_x = TakesRoundedX(*wtype, w[0]);
   NoteKernel("batched-gemv", cpu::DispatchedTargetName);
   Trace("batched_matmul gemv {}{} H={} M={} N={} K={}", DTypeName(w[0].data.dtype),
         round_x ? " x-bf16" : "", heads, m, n, k);
-  thread_local std::vector<float> tl_x;  // x rounded, [m][heads][k]; grows once
-  std::vector<float>& xr = tl_x;
+  thread_local std::vector<float> tl_x;
   if (round_x) {
-    xr.resize(static_cast<size_t>(m * heads * k));
-    for (int64_t r = 0; r < m; ++r) {
-      for (int64_t h = 0; h < heads; ++h) {
-        cpu::RoundRowsToBf16(x.Select(1, h).as<const float>() + r * x.stride[0], k, 1, k,
-                             xr.data() + (r * heads + h) * k);
-      }
+    tl_x.resize(static_cast<size_t>(heads * m * k));
+    for (int64_t h = 0; h < heads; ++h) {
+      cpu::RoundRowsToBf16(x.Select(1, h).as<const float>(), x.stride[0], m, k,
+                           tl_x.data() + h * m * k);
     }
   }
   // Grows once: a decode step allocates nothing. Named through a reference: the pool's threads
@@ -551,8 +552,8 @@ void CpuBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tenso
   args.resize(static_cast<size_t>(heads));
   for (int64_t h = 0; h < heads; ++h) {
     cpu::MatMulArgs& a = args[static_cast<size_t>(h)];
-    a.x = round_x ? xr.data() + h * k : x.Select(1, h).as<const float>();
-    a.x_stride = round_x ? heads * k : x.stride[0];
+    a.x = round_x ? tl_x.data() + h * m * k : x.Select(1, h).as<const float>();
+    a.x_stride = round_x ? k : x.stride[0];
     a.m = m;
     a.w = w[h].data.data;
     a.wtype = *wtype;

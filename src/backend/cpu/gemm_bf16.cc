@@ -96,32 +96,29 @@ DH_BF16_TARGET DH_BF16_INLINE void Transpose16(__m512i* r) {
   }
 }
 
-// x row (k floats) -> bf16 (nearest even), pairs u32 of two columns; an odd k leaves the last
-// pair's high half 0.
+// Columns [i, i + 16) of an x row of k floats rounded to bf16 (nearest even); *m gets the mask
+// of those that exist (all 16 but in the last chunk).
+DH_BF16_TARGET DH_BF16_INLINE __m256i Bf16Chunk(const float* x, int64_t k, int64_t i,
+                                                __mmask16* m) {
+  *m = k - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (k - i)) - 1);
+  return (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(*m, x + i));
+}
+
+// x row (k floats) -> bf16, pairs u32 of two columns; an odd k leaves the last pair's high half 0.
 DH_BF16_TARGET void ConvertRow(const float* x, int64_t k, uint16_t* out) {
-  int64_t i = 0;
-  for (; i + 16 <= k; i += 16) {
-    const __m256bh b = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), (__m256i)b);
-  }
-  if (i < k) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (k - i)) - 1);
-    const __m256bh b = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i));
-    _mm256_mask_storeu_epi16(out + i, m, (__m256i)b);
+  for (int64_t i = 0; i < k; i += 16) {
+    __mmask16 m;
+    const __m256i b = Bf16Chunk(x, k, i, &m);
+    _mm256_mask_storeu_epi16(out + i, m, b);
   }
   if (k % 2 != 0) out[k] = 0;
 }
 
-// x row (k floats) -> bf16 (nearest even, as ConvertRow) -> f32, into out (k floats).
+// x row (k floats) -> bf16 (as ConvertRow) -> f32, into out (k floats).
 DH_BF16_TARGET void RoundRow(const float* x, int64_t k, float* out) {
-  int64_t i = 0;
-  for (; i + 16 <= k; i += 16) {
-    const __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
-    _mm512_storeu_si512(out + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
-  }
-  if (i < k) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (k - i)) - 1);
-    const __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i));
+  for (int64_t i = 0; i < k; i += 16) {
+    __mmask16 m;
+    const __m256i b = Bf16Chunk(x, k, i, &m);
     _mm512_mask_storeu_epi32(out + i, m, _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
   }
 }
