@@ -246,8 +246,9 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
     const int threads = loaded->parallel.threads > 0 ? loaded->parallel.threads : AvailableCpus();
     if (a->membw_mib > 0) {
       ThreadPool pool(threads);
-      a->bench.bandwidth_gbs =
-          MeasureReadBandwidthGBs(pool, static_cast<size_t>(a->membw_mib) << 20);
+      const ReadBandwidth bw = MeasureReadBandwidth(pool, static_cast<size_t>(a->membw_mib) << 20);
+      a->bench.bandwidth_gbs = bw.best_gbs;
+      a->bench.bandwidth_median_gbs = bw.median_gbs;
     }
     if (!a->no_peak) {
       ThreadPool pool(threads);

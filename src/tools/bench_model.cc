@@ -145,6 +145,7 @@ Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend, const Mod
   }
   ModelBenchResult result;
   result.bandwidth_gbs = o.bandwidth_gbs;
+  result.bandwidth_median_gbs = o.bandwidth_median_gbs;
   result.peak_gflops = o.peak_gflops;
   result.bf16_peak_gflops = o.bf16_peak_gflops;
   result.active_weight_bytes_per_token = model.info().active_weight_bytes_per_token;
@@ -229,8 +230,12 @@ std::string FormatModelBench(const ModelBenchResult& r, const Model& model,
   out += fmt::format("kv cache: --kv-cache-dtype {}, {} bytes per token\n",
                      KvCacheDtypeName(model.kv_spec().dtype), model.kv_spec().BytesPerToken());
   if (r.bandwidth_gbs > 0) {
-    out += fmt::format("measured read bandwidth ({} threads): {:.2f} GB/s\n", threads,
+    out += fmt::format("measured read bandwidth ({} threads): {:.2f} GB/s", threads,
                        r.bandwidth_gbs);
+    if (r.bandwidth_median_gbs > 0) {
+      out += fmt::format(" (best run; median run {:.2f} GB/s)", r.bandwidth_median_gbs);
+    }
+    out += "\n";
   }
   if (r.peak_gflops > 0) {
     out += fmt::format("measured f32 FMA peak ({} threads): {:.1f} GFLOP/s\n", threads,
@@ -244,6 +249,10 @@ std::string FormatModelBench(const ModelBenchResult& r, const Model& model,
     out += fmt::format("tg at batch 1 reads weights at {:.2f} GB/s", r.tg_weight_gbs);
     if (r.tg_bandwidth_fraction >= 0) {
       out += fmt::format(" = {:.1f}% of the measured bandwidth", 100.0 * r.tg_bandwidth_fraction);
+    }
+    if (r.bandwidth_median_gbs > 0) {
+      out += fmt::format(" ({:.1f}% of the median run)",
+                         100.0 * r.tg_weight_gbs / r.bandwidth_median_gbs);
     }
     out += "\n";
   }
@@ -285,6 +294,8 @@ nlohmann::json ModelBenchJson(const ModelBenchResult& r, const Model& model,
   j["fma_peak_gflops"] = r.peak_gflops > 0 ? nlohmann::json(r.peak_gflops) : nullptr;
   j["bf16_peak_gflops"] = r.bf16_peak_gflops > 0 ? nlohmann::json(r.bf16_peak_gflops) : nullptr;
   j["read_bandwidth_gbs"] = r.bandwidth_gbs > 0 ? nlohmann::json(r.bandwidth_gbs) : nullptr;
+  j["read_bandwidth_median_gbs"] =
+      r.bandwidth_median_gbs > 0 ? nlohmann::json(r.bandwidth_median_gbs) : nullptr;
   j["tg_weight_read_gbs"] = r.tg_weight_gbs > 0 ? nlohmann::json(r.tg_weight_gbs) : nullptr;
   j["tg_bandwidth_fraction"] =
       r.tg_bandwidth_fraction >= 0 ? nlohmann::json(r.tg_bandwidth_fraction) : nullptr;

@@ -26,8 +26,10 @@ struct ModelBenchOptions {
   int repeat = 3;
   int warmup = 1;  // untimed runs of each test before the timed ones
   uint64_t seed = 0;
-  // Read bandwidth of the machine in GB/s (measured by the caller); <= 0: unknown.
+  // Read bandwidth of the machine in GB/s (measured by the caller): the probe's best run, which
+  // "% read bw" divides by, and its median run (shown beside it); <= 0: unknown.
   double bandwidth_gbs = 0;
+  double bandwidth_median_gbs = 0;
   // f32 FMA peak of the machine in GFLOP/s on the same threads (measured by the caller); <= 0:
   // unknown.
   double peak_gflops = 0;
@@ -75,6 +77,7 @@ double PromptFlops(const Model& model, int64_t tokens);
 struct ModelBenchResult {
   std::vector<ModelBenchRow> rows;
   double bandwidth_gbs = 0;
+  double bandwidth_median_gbs = 0;
   double peak_gflops = 0;
   double bf16_peak_gflops = 0;
   uint64_t active_weight_bytes_per_token = 0;

@@ -399,5 +399,14 @@ TEST_F(GemmTest, FmaPeakProbeIsPositive) {
   });
 }
 
+// The read probe's best run is its fastest and the median a middle one: best >= median > 0.
+TEST_F(GemmTest, ReadBandwidthProbeBestAndMedian) {
+  ThreadPool pool(2);
+  const ReadBandwidth bw = MeasureReadBandwidth(pool, size_t{16} << 20);
+  EXPECT_GT(bw.median_gbs, 0.0);
+  EXPECT_GE(bw.best_gbs, bw.median_gbs);
+  EXPECT_GT(MeasureReadBandwidthGBs(pool, size_t{16} << 20), 0.0);
+}
+
 }  // namespace
 }  // namespace dh

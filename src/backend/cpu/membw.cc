@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -22,6 +23,10 @@
 namespace dh {
 
 double MeasureReadBandwidthGBs(ThreadPool& pool, size_t bytes) {
+  return MeasureReadBandwidth(pool, bytes).best_gbs;
+}
+
+ReadBandwidth MeasureReadBandwidth(ThreadPool& pool, size_t bytes) {
   const size_t words = std::max<size_t>(bytes / 8, 1024);
   // 2 MiB aligned and advised as transparent huge pages where the kernel offers them: a TLB
   // miss every 4 KiB otherwise costs a few percent of the rate (the weights, a long-lived
@@ -51,7 +56,7 @@ double MeasureReadBandwidthGBs(ThreadPool& pool, size_t bytes) {
   uint64_t (*const readers[])(const uint64_t*, int64_t) = {cpu::SumWords,
                                                            cpu::SumWordsTwoStreams};
   std::atomic<uint64_t> sink{0};
-  double best_seconds = 1e30;
+  std::vector<double> seconds;
   for (int rep = 0; rep < 8; ++rep) {
     for (auto* reader : readers) {
       const auto start = std::chrono::steady_clock::now();
@@ -60,12 +65,18 @@ double MeasureReadBandwidthGBs(ThreadPool& pool, size_t bytes) {
       });
       const double s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      best_seconds = std::min(best_seconds, s);
+      seconds.push_back(s);
     }
   }
   // The sum is data dependent, so no rep can be skipped; checking it keeps it observable.
   DH_CHECK(sink.load() != 0 || words == 0, "bandwidth probe summed to zero");
-  return static_cast<double>(words * 8) / best_seconds / 1e9;
+  std::sort(seconds.begin(), seconds.end());
+  const size_t n = seconds.size();
+  const double median = n % 2 == 1 ? seconds[n / 2] : (seconds[n / 2 - 1] + seconds[n / 2]) / 2;
+  ReadBandwidth r;
+  r.best_gbs = static_cast<double>(words * 8) / seconds.front() / 1e9;
+  r.median_gbs = static_cast<double>(words * 8) / median / 1e9;
+  return r;
 }
 
 namespace {

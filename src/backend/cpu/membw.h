@@ -15,6 +15,15 @@ namespace dh {
 // sum that is kept.
 double MeasureReadBandwidthGBs(ThreadPool& pool, size_t bytes);
 
+// The same probe's best and median run (GB/s): the best is what the machine reaches, the median
+// what it gives most of the time (on a shared or virtual machine the two can differ by a third;
+// bench/README.md "Zen 5, session 25").
+struct ReadBandwidth {
+  double best_gbs = 0;
+  double median_gbs = 0;
+};
+ReadBandwidth MeasureReadBandwidth(ThreadPool& pool, size_t bytes);
+
 // Best-of-several f32 FMA throughput in GFLOP/s (one FMA = 2 flops) of every thread of `pool`
 // together, with independent register-resident FMA chains on the dispatched SIMD target: the
 // yardstick for compute-bound kernels (prefill GEMM). Takes ~0.2 s.

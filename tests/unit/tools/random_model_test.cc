@@ -2,6 +2,7 @@
 // benchmark on tiny presets.
 #include "tools/random_model.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -234,6 +235,7 @@ TEST(ModelBench, RunsPrefillAndDecodeAtSeveralBatchSizes) {
     bo.batches = {1, 3};
     bo.repeat = 2;
     bo.bandwidth_gbs = 10.0;
+    bo.bandwidth_median_gbs = 7.5;
     bo.peak_gflops = 50.0;
     bo.bf16_peak_gflops = 100.0;
     auto r = RunModelBench(**model, backend, bo);
@@ -264,7 +266,15 @@ TEST(ModelBench, RunsPrefillAndDecodeAtSeveralBatchSizes) {
     EXPECT_GT(r->tg_bandwidth_fraction, 0.0);
     const std::string table = FormatModelBench(*r, **model, preset, 1);
     EXPECT_NE(table.find("| tg18 | 3 |"), std::string::npos) << table;
-    EXPECT_EQ(ModelBenchJson(*r, **model, preset, 1)["results"].size(), 4u);
+    EXPECT_NE(table.find("10.00 GB/s (best run; median run 7.50 GB/s)"), std::string::npos)
+        << table;
+    EXPECT_NE(table.find(fmt::format("of the measured bandwidth ({:.1f}% of the median run)",
+                                     100.0 * r->tg_weight_gbs / 7.5)),
+              std::string::npos)
+        << table;
+    const nlohmann::json j = ModelBenchJson(*r, **model, preset, 1);
+    EXPECT_EQ(j["results"].size(), 4u);
+    EXPECT_DOUBLE_EQ(j["read_bandwidth_median_gbs"].get<double>(), 7.5);
     fs::remove_all(dir);
   }
 }
