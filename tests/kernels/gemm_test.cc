@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/membw.h"
@@ -397,6 +398,36 @@ TEST_F(GemmTest, FmaPeakProbeIsPositive) {
     EXPECT_GT(cpu::FmaProbeFlops(10), 0);
     EXPECT_GT(MeasureFmaPeakGflops(pool), 0.0);
   });
+}
+
+// DH_CPU_TIER=avx2 disables the AVX-512 targets once (hwy::DisableTargets); bf16 matmuls must
+// not put them back. They did: the bf16 kernel choice asked hwy::SupportedTargets(), which in
+// Highway 1.0 re-detects the CPU and resets the dispatch to its best target, so a bf16 model under
+// DH_CPU_TIER=avx2 ran its later ops on AVX-512 (and each call paid a cpuid, a VM exit under KVM).
+TEST_F(GemmTest, Bf16MatMulsKeepTheTierTheTargetsWereCutTo) {
+#if HWY_ARCH_X86
+  if (!cpu::DispatchesAvx512()) GTEST_SKIP() << "no AVX-512 target to cut";
+  hwy::DisableTargets(HWY_AVX2 - 1);  // as ApplyCpuTierFromEnv does for DH_CPU_TIER=avx2
+  ASSERT_FALSE(cpu::DispatchesAvx512());
+  const std::string tier = cpu::DispatchedTargetName();
+  CpuBackend cpu(BackendOptions{.num_threads = 2});
+  const int64_t n = 40, k = 96;
+  Owned w(DType::kBF16, {n, k});
+  rng_.Fill(w);
+  for (int64_t m : {1, 3, 8, 20}) {
+    Owned x(DType::kF32, {m, k}), got(DType::kF32, {m, n}), want(DType::kF32, {m, n});
+    rng_.Fill(x);
+    cpu.MatMul(x.t, Weight::Dense(w.t), Tensor(), got.t);
+    ref_.MatMul(x.t, Weight::Dense(w.t), Tensor(), want.t);
+    ExpectClose(got.ToVector(), want.ToVector(), kTol, fmt::format("M={}", m));  // x exact
+    EXPECT_EQ(std::string(cpu::DispatchedTargetName()), tier) << "M=" << m;
+    EXPECT_FALSE(cpu::DispatchesAvx512()) << "M=" << m;
+  }
+  hwy::DisableTargets(0);
+  EXPECT_TRUE(cpu::DispatchesAvx512());
+#else
+  GTEST_SKIP() << "x86 only";
+#endif
 }
 
 // The read probe's best run is its fastest and the median a middle one: best >= median > 0.

@@ -232,6 +232,14 @@ uint64_t SumWordsTwoStreams(const uint64_t* HWY_RESTRICT p, int64_t n) {
 
 const char* TargetNameHere() { return hwy::TargetName(HWY_TARGET); }
 
+bool IsAvx512Here() {
+#if HWY_ARCH_X86
+  return HWY_TARGET <= HWY_AVX3;  // lower bits are better targets: AVX3 and every one above it
+#else
+  return false;
+#endif
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace dh::cpu
 HWY_AFTER_NAMESPACE();
@@ -248,6 +256,7 @@ HWY_EXPORT(WidenRow);
 HWY_EXPORT(SumWords);
 HWY_EXPORT(SumWordsTwoStreams);
 HWY_EXPORT(TargetNameHere);
+HWY_EXPORT(IsAvx512Here);
 
 void MatMulRange(const MatMulArgs& a, int64_t n_begin, int64_t n_end) {
   HWY_DYNAMIC_DISPATCH(MatMulRange)(a, n_begin, n_end);
@@ -270,6 +279,7 @@ uint64_t SumWordsTwoStreams(const uint64_t* p, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(SumWordsTwoStreams)(p, n);
 }
 const char* DispatchedTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameHere)(); }
+bool DispatchesAvx512() { return HWY_DYNAMIC_DISPATCH(IsAvx512Here)(); }
 
 }  // namespace dh::cpu
 #endif  // HWY_ONCE

@@ -39,5 +39,9 @@ uint64_t SumWordsTwoStreams(const uint64_t* p, int64_t n);
 
 // Name of the SIMD target the dispatcher picks now ("AVX3", "AVX2", ...).
 const char* DispatchedTargetName();
+// Whether the dispatcher picks an AVX-512 target now. Cheap, and unlike hwy::SupportedTargets()
+// it leaves the choice alone: Highway 1.0's SupportedTargets() re-detects the CPU (cpuid, a VM
+// exit under KVM) and resets the chosen target to the CPU's best, undoing DH_CPU_TIER.
+bool DispatchesAvx512();
 
 }  // namespace dh::cpu

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/row_view.h"
 #include "base/check.h"
 #include "hwy/targets.h"
@@ -369,11 +370,9 @@ bool Bf16DotAvailable() {
 
 bool Bf16DotRoundsX() {
   if (g_mode.load(std::memory_order_relaxed) == Bf16Dot::kOff || !Bf16DotAvailable()) return false;
-#if HWY_ARCH_X86
-  return (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0;
-#else
-  return false;
-#endif
+  // Not hwy::SupportedTargets(): it would reset the dispatch to the CPU's best target on every
+  // call (cpu_kernels.h, DispatchesAvx512).
+  return DispatchesAvx512();
 }
 
 bool UseBf16Dot(const GemmArgs& a) {
