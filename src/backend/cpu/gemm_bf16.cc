@@ -15,7 +15,6 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/row_view.h"
 #include "base/check.h"
-#include "hwy/targets.h"
 
 #if defined(__x86_64__)
 #define DH_BF16_KERNELS 1

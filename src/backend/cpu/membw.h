@@ -16,8 +16,8 @@ namespace dh {
 double MeasureReadBandwidthGBs(ThreadPool& pool, size_t bytes);
 
 // The same probe's best and median run (GB/s): the best is what the machine reaches, the median
-// what it gives most of the time (on a shared or virtual machine the two can differ by a third;
-// bench/README.md "Zen 5, session 25").
+// what it gives most of the time (on the shared VM of bench/README.md "Zen 5, session 25" the
+// median ran 7-30 % below the best).
 struct ReadBandwidth {
   double best_gbs = 0;
   double median_gbs = 0;
