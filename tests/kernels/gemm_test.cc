@@ -202,11 +202,16 @@ TEST_F(GemmTest, WeightRowsFromCallback) {
   });
 }
 
+// Whether Highway dispatches to an AVX-512 target (not on an AVX2 machine, nor under
+// DH_CPU_TIER=avx2|avxvnni): the bf16 dot kernel runs only then. Asked of the dispatcher, not of
+// hwy::SupportedTargets(), which would reset the dispatch to the CPU's best target.
+bool Avx512TargetsOn() { return cpu::DispatchesAvx512(); }
+
 // Which calls take the packed panels: the 16-register targets from GemmPackedMinRows rows (32
 // for bf16 / f16 weights, 64 for f32 ones and rows from a callback), never AVX3.
 TEST_F(GemmTest, PackedPanelsFromTheirRowCountOnSixteenRegisterTargets) {
   ForEachTarget([&] {
-    const bool avx3 = (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0;
+    const bool avx3 = Avx512TargetsOn();
     EXPECT_EQ(cpu::GemmUsesPanels(32, cpu::WType::kBF16, false), !avx3);
     EXPECT_EQ(cpu::GemmUsesPanels(512, cpu::WType::kF16, false), !avx3);
     EXPECT_FALSE(cpu::GemmUsesPanels(31, cpu::WType::kBF16, false));
@@ -308,10 +313,6 @@ TEST_F(GemmTest, Bf16WeightMarkedExactXKeepsXExact) {
     }
   });
 }
-
-// Whether Highway may dispatch to an AVX-512 target (not on an AVX2 machine, nor under
-// DH_CPU_TIER=avx2|avxvnni): the bf16 dot kernel runs only then.
-bool Avx512TargetsOn() { return (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0; }
 
 // The AVX512-BF16 kernel against the exact f32 x: each output within its rounding bound
 // sum_i |x_i - bf16(x_i)| * |w_i| (<= 2^-9 sum_i |x_i w_i|) plus 1e-5 of the output's scale; and
