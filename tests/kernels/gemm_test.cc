@@ -202,16 +202,11 @@ TEST_F(GemmTest, WeightRowsFromCallback) {
   });
 }
 
-// Whether Highway dispatches to an AVX-512 target (not on an AVX2 machine, nor under
-// DH_CPU_TIER=avx2|avxvnni): the bf16 dot kernel runs only then. Asked of the dispatcher, not of
-// hwy::SupportedTargets(), which would reset the dispatch to the CPU's best target.
-bool Avx512TargetsOn() { return cpu::DispatchesAvx512(); }
-
 // Which calls take the packed panels: the 16-register targets from GemmPackedMinRows rows (32
 // for bf16 / f16 weights, 64 for f32 ones and rows from a callback), never AVX3.
 TEST_F(GemmTest, PackedPanelsFromTheirRowCountOnSixteenRegisterTargets) {
   ForEachTarget([&] {
-    const bool avx3 = Avx512TargetsOn();
+    const bool avx3 = cpu::DispatchesAvx512();  // the dispatcher, not hwy::SupportedTargets()
     EXPECT_EQ(cpu::GemmUsesPanels(32, cpu::WType::kBF16, false), !avx3);
     EXPECT_EQ(cpu::GemmUsesPanels(512, cpu::WType::kF16, false), !avx3);
     EXPECT_FALSE(cpu::GemmUsesPanels(31, cpu::WType::kBF16, false));
@@ -319,7 +314,7 @@ TEST_F(GemmTest, Bf16WeightMarkedExactXKeepsXExact) {
 // with the kernel turned off the same call is exact again.
 TEST_F(GemmTest, Bf16DotWithinRoundingBoundOfExactX) {
   if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
-  if (!Avx512TargetsOn()) GTEST_SKIP() << "the AVX-512 targets are off (DH_CPU_TIER)";
+  if (!cpu::DispatchesAvx512()) GTEST_SKIP() << "the AVX-512 targets are off (DH_CPU_TIER)";
   ThreadPool pool(2);
   for (const int64_t m : {8, 37}) {  // the unpacked few-row kernel and the packed one
     SCOPED_TRACE(fmt::format("M={}", m));
@@ -376,7 +371,7 @@ TEST_F(GemmTest, Bf16DotOnlyWithAnAvx512Target) {
   a.k = 64;
   a.wtype = cpu::WType::kBF16;
   ForEachTarget([&] {
-    EXPECT_EQ(cpu::UseBf16Dot(a), Avx512TargetsOn() && cpu::Bf16DotAvailable());
+    EXPECT_EQ(cpu::UseBf16Dot(a), cpu::DispatchesAvx512() && cpu::Bf16DotAvailable());
   });
   a.wtype = cpu::WType::kF32;
   EXPECT_FALSE(cpu::UseBf16Dot(a));
