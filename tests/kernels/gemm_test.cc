@@ -289,6 +289,46 @@ TEST_F(GemmTest, Bf16RowsDoNotDependOnTheRowsBesideThem) {
   });
 }
 
+// The unpacked dot tiles sum each output over its own row of x only, in the same order for any
+// number of rows: a row of a 4-16 row call (batched decode) gives the same bits whatever rows share
+// the call and wherever it sits among them (one pass of 8 rows or the second of two).
+TEST_F(GemmTest, Bf16DotTileRowsDoNotDependOnTheRowsBesideThem) {
+  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  if (!cpu::DispatchesAvx512()) GTEST_SKIP() << "the AVX-512 targets are off (DH_CPU_TIER)";
+  ThreadPool pool(2);
+  constexpr int64_t m = 16, n = 77, k = 2500;
+  Owned x(DType::kF32, {m, k}), w(DType::kBF16, {n, k});
+  rng_.Fill(x);
+  rng_.Fill(w);
+  auto run = [&](int64_t r0, int64_t rows) {
+    cpu::GemmArgs a;
+    a.x = x.f32() + r0 * k;
+    a.x_stride = k;
+    a.m = rows;
+    a.n = n;
+    a.k = k;
+    a.w = w.bytes.data();
+    a.wtype = cpu::WType::kBF16;
+    a.w_stride = k;
+    std::vector<float> out(rows * n);
+    a.out = out.data();
+    a.out_stride = n;
+    EXPECT_TRUE(cpu::UseBf16Dot(a));
+    cpu::Gemm(a, pool);
+    return out;
+  };
+  const std::vector<float> all = run(0, m);
+  for (int64_t rows = 4; rows <= m; ++rows) {
+    for (const int64_t r0 : {int64_t{0}, m - rows}) {
+      SCOPED_TRACE(fmt::format("rows [{}, {})", r0, r0 + rows));
+      const std::vector<float> part = run(r0, rows);
+      int differ = 0;
+      for (int64_t i = 0; i < rows * n; ++i) differ += part[i] != all[r0 * n + i];
+      EXPECT_EQ(differ, 0) << "outputs not bit-equal to the 16-row call";
+    }
+  }
+}
+
 // A bf16 weight marked exact_x (an FP8 tensor-parallel slice, backend/weight.h) is multiplied by
 // exact x at every row count: against the reference within 1e-5 of the scale on every target.
 TEST_F(GemmTest, Bf16WeightMarkedExactXKeepsXExact) {
@@ -316,9 +356,15 @@ TEST_F(GemmTest, Bf16DotWithinRoundingBoundOfExactX) {
   if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
   if (!cpu::DispatchesAvx512()) GTEST_SKIP() << "the AVX-512 targets are off (DH_CPU_TIER)";
   ThreadPool pool(2);
-  for (const int64_t m : {8, 37}) {  // the unpacked few-row kernel and the packed one
-    SCOPED_TRACE(fmt::format("M={}", m));
-    const int64_t n = 101, k = 1537;
+  // The unpacked dot tiles (1-8 rows in one pass, 9-16 in two, whose blocks shrink with k so
+  // the second pass finds its block in L2) and the packed GEMM.
+  struct Case {
+    int64_t m, k;
+  };
+  for (const Case cs : {Case{1, 1537}, Case{3, 1537}, Case{8, 1537}, Case{11, 1537},
+                        Case{16, 1537}, Case{11, 5000}, Case{37, 1537}}) {
+    const int64_t m = cs.m, n = 101, k = cs.k;
+    SCOPED_TRACE(fmt::format("M={} K={}", m, k));
     Owned x(DType::kF32, {m, k}), w(DType::kBF16, {n, k});
     rng_.Fill(x);
     rng_.Fill(w);

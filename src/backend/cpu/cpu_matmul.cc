@@ -149,11 +149,12 @@ struct MatMulCall {
   }
 };
 
-// Rows of x from which bf16 weights take the AVX512-BF16 GEMM where x is rounded to bf16. With
-// fewer (decode, batched decode) the f32 kernels take x rounded here instead: the same products
-// (each exact in f32); on Zen 5 the f32 GEMM ran 4 rows faster and batch-8 decode no slower
-// (bench/README.md "Zen 5, session 24").
-constexpr int64_t kBf16DotMinRows = 17;
+// Rows of x from which bf16 weights take the AVX512-BF16 kernels where x is rounded to bf16:
+// every call of the GEMM path (gemm_bf16.h; unpacked dot tiles up to 16 rows, the packed GEMM
+// beyond). The GEMV's 1-3 rows take the f32 kernel on x rounded here instead: the same products
+// (each exact in f32), and one weight stream per thread, which the dot tiles' three rows in flight
+// did not match at one row (bench/README.md "Zen 5, session 26").
+constexpr int64_t kBf16DotMinRows = cpu::kGemvMaxRows + 1;
 
 // Whether dense weight w (of kernel type wtype) takes x rounded to bf16: bf16, not exact_x, while
 // bf16 weights round x (gemm_bf16.h).

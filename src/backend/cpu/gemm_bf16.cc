@@ -52,6 +52,7 @@ constexpr int kNR = 3;                             // 16-row weight panels per m
 constexpr int64_t kPanel = 16;                     // weight rows per panel (one zmm of f32)
 constexpr int64_t kGroupRows = kNR * kPanel;       // 48 output features per micro-tile
 constexpr int64_t kMaxBlockRows = 2 * kGroupRows;  // weight rows per packed block
+constexpr int64_t kDotMaxRows = 2 * kMR;  // rows of x the unpacked dot tiles take (RunDotBlock)
 // Column pairs per K block: the 8-row x tile is 32 KiB (L1), a packed block 384 KiB (L2).
 constexpr int64_t kKcPairsMax = 1024;
 constexpr int kProbeChains = 16;  // > vdpbf16ps latency x pipes of current x86 cores
@@ -248,8 +249,11 @@ DH_BF16_TARGET void RunBlock(const GemmArgs& a, const uint32_t* xb, int64_t kp, 
 
 // Few rows of x (batched decode): no packing, the weight rows are read once, as they lie. out[r][c]
 // (= sum + bias) for MR rows of x (bf16, xs elements apart) by NR weight rows over all k columns:
-// 32 columns per vdpbf16ps, a horizontal sum per output at the end.
-template <int MR, int NR>
+// 32 columns per vdpbf16ps, a horizontal sum per output at the end. With kPrefetch the NR rows
+// after the tile (the next tile's, same columns) are prefetched a cache line per row as the tile
+// reads one, as the f32 GEMM's tiles do (gemm.cc, GemmTile): the hardware prefetchers do not run
+// ahead of weight rows read this slowly.
+template <int MR, int NR, bool kPrefetch>
 DH_BF16_TARGET DH_BF16_INLINE void DotTile(const uint16_t* xb, int64_t xs, const uint16_t* w,
                                            int64_t ws, int64_t k, float* out, int64_t os,
                                            const float* bias) {
@@ -261,6 +265,12 @@ DH_BF16_TARGET DH_BF16_INLINE void DotTile(const uint16_t* xb, int64_t xs, const
   }
   int64_t i = 0;
   for (; i + 32 <= k; i += 32) {
+    if (kPrefetch) {
+#pragma GCC unroll 3
+      for (int c = 0; c < NR; ++c) {
+        _mm_prefetch(reinterpret_cast<const char*>(w + (NR + c) * ws + i), _MM_HINT_T0);
+      }
+    }
     __m512bh wv[NR];
 #pragma GCC unroll 3
     for (int c = 0; c < NR; ++c) wv[c] = (__m512bh)_mm512_loadu_si512(w + c * ws + i);
@@ -292,30 +302,42 @@ DH_BF16_TARGET DH_BF16_INLINE void DotTile(const uint16_t* xb, int64_t xs, const
   }
 }
 
+// Weight rows [0, rows) of w; the tiles prefetch the next tile's rows while they lie within the
+// first prefetch_rows rows (0: no prefetch).
 template <int MR>
 DH_BF16_TARGET void DotRows(const uint16_t* xb, int64_t xs, const uint16_t* w, int64_t ws,
-                            int64_t k, int64_t rows, float* out, int64_t os, const float* bias) {
+                            int64_t k, int64_t rows, int64_t prefetch_rows, float* out, int64_t os,
+                            const float* bias) {
   int64_t c = 0;
   for (; c + 3 <= rows; c += 3) {
-    DotTile<MR, 3>(xb, xs, w + c * ws, ws, k, out + c, os, bias != nullptr ? bias + c : nullptr);
+    const float* b = bias != nullptr ? bias + c : nullptr;
+    if (c + 6 <= prefetch_rows) {
+      DotTile<MR, 3, true>(xb, xs, w + c * ws, ws, k, out + c, os, b);
+    } else {
+      DotTile<MR, 3, false>(xb, xs, w + c * ws, ws, k, out + c, os, b);
+    }
   }
   for (; c < rows; ++c) {
-    DotTile<MR, 1>(xb, xs, w + c * ws, ws, k, out + c, os, bias != nullptr ? bias + c : nullptr);
+    DotTile<MR, 1, false>(xb, xs, w + c * ws, ws, k, out + c, os,
+                          bias != nullptr ? bias + c : nullptr);
   }
 }
 
-// Weight rows [j0, j0 + rows) for all m <= kMR rows of x.
-DH_BF16_TARGET void RunDotBlock(const GemmArgs& a, const uint32_t* xb, int64_t kp, int64_t j0,
-                                int64_t rows) {
-  const uint16_t* x16 = reinterpret_cast<const uint16_t*>(xb);
+// Weight rows [j0, j0 + rows) for rows [r0, r0 + mr) of x (mr <= kMR), prefetching ahead within
+// the first prefetch_rows rows from j0 (the block's own rows: the next block may be another
+// thread's).
+DH_BF16_TARGET void RunDotBlock(const GemmArgs& a, const uint32_t* xb, int64_t kp, int64_t r0,
+                                int64_t mr, int64_t j0, int64_t rows, int64_t prefetch_rows) {
+  const uint16_t* x16 = reinterpret_cast<const uint16_t*>(xb + r0 * kp);
   const uint16_t* w = static_cast<const uint16_t*>(a.w) + j0 * a.w_stride;
-  float* out = a.out + j0;
+  float* out = a.out + r0 * a.out_stride + j0;
   const float* bias = a.bias != nullptr ? a.bias + j0 : nullptr;
   const int64_t xs = 2 * kp;
-  switch (a.m) {
-#define DH_BF16_CASE(MR) \
-  case MR:               \
-    return DotRows<MR>(x16, xs, w, a.w_stride, a.k, rows, out, a.out_stride, bias);
+  switch (mr) {
+#define DH_BF16_CASE(MR)                                                                      \
+  case MR:                                                                                    \
+    return DotRows<MR>(x16, xs, w, a.w_stride, a.k, rows, prefetch_rows, out, a.out_stride, \
+                       bias);
     DH_BF16_CASE(1)
     DH_BF16_CASE(2)
     DH_BF16_CASE(3)
@@ -410,15 +432,19 @@ void Bf16DotGemm(const GemmArgs& a, ThreadPool& pool) {
   });
   const int64_t threads = pool.num_threads();
   const bool small = a.m * a.n * a.k < kGemmMinParallelWork;  // one thread (gemm.h)
-  if (a.m <= kMR) {
-    // One x tile: the weight rows stream once from memory, unpacked, in blocks of 48 rows handed
-    // out dynamically.
-    const int64_t blocks = (a.n + kGroupRows - 1) / kGroupRows;
+  if (a.m <= kDotMaxRows) {
+    // One or two x tiles: the weight rows stream once from memory, unpacked, in blocks handed out
+    // dynamically; a second tile of x re-reads its block from L2 (blocks of at most 192 KiB then).
+    const bool two = a.m > kMR;
+    const int64_t fit = std::max<int64_t>(1, (int64_t{192} << 10) / (2 * a.k) / kNR) * kNR;
+    const int64_t block_rows = two ? std::min(kGroupRows, fit) : kGroupRows;
+    const int64_t blocks = (a.n + block_rows - 1) / block_rows;
     std::atomic<int64_t> next{0};
     auto work = [&](int) {
       for (int64_t b = next.fetch_add(1); b < blocks; b = next.fetch_add(1)) {
-        const int64_t j0 = b * kGroupRows;
-        RunDotBlock(a, xb, kp, j0, std::min(kGroupRows, a.n - j0));
+        const int64_t j0 = b * block_rows, rows = std::min(block_rows, a.n - j0);
+        RunDotBlock(a, xb, kp, 0, std::min<int64_t>(a.m, kMR), j0, rows, rows);
+        if (two) RunDotBlock(a, xb, kp, kMR, a.m - kMR, j0, rows, 0);
       }
     };
     if (threads <= 1 || blocks == 1 || small) return work(0);

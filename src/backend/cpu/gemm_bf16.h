@@ -1,20 +1,22 @@
-// bf16 x bf16 -> f32 GEMM on AVX512-BF16 (`vdpbf16ps`), for dense bf16 weights with 17+ rows of x
-// (prefill, large MoE expert groups): the GEMM of gemm.h at twice the multiply rate of
+// bf16 x bf16 -> f32 GEMM on AVX512-BF16 (`vdpbf16ps`), for dense bf16 weights with 4+ rows of x
+// (prefill, batched decode, MoE expert groups): the GEMM of gemm.h at twice the multiply rate of
 // f32 FMAs. x is rounded to bf16 (nearest even) once per call; each product of two bf16 values
 // is exact in f32 and sums stay f32, so an output differs from the exact f32 product by at most
 // sum_i |x_i - bf16(x_i)| * |w_i| <= 2^-9 * sum_i |x_i * w_i| (plus f32 rounding of the sums).
-// Calls of 1-16 rows (decode, batches) round x the same way under the same condition
+// Calls of 1-3 rows (decode, on the f32 GEMV) round x the same way under the same condition
 // (Bf16DotRoundsX), so a row's products do not depend on the rows beside it.
 //
 // Layout: per K block (at most kBf16KcPairs column pairs), each thread packs its block of weight
 // rows into panels of 16 rows, [panel][pair][16 rows] of u32 column pairs, so one 64-byte load
 // holds one column pair of 16 output features. The micro-kernel multiplies 8 rows of x
 // (broadcast column pairs) by 3 panels: 24 zmm accumulators of 16 outputs each, no horizontal
-// sums. Up to 8 rows of x skip the packing: 8 x 3 tiles of dot products over whole weight rows as
-// they lie (32 columns per instruction, one horizontal sum per output), so the weight streams
-// from memory once for the batch (CpuBackend::MatMul sends 17+ rows only: fewer take the f32
-// kernels on x rounded the same way, cpu_matmul.cc). x86 intrinsics in functions compiled with a
-// target attribute; chosen at run time.
+// sums. Up to 16 rows of x skip the packing: 8 x 3 tiles of dot products over whole weight rows
+// as they lie (32 columns per instruction, one horizontal sum per output; a second pass over the
+// block, from L2, for rows 9-16), each tile prefetching the next tile's rows, so the weight
+// streams from memory once for the batch, and each output sums its own row of x in one order
+// whatever the rows beside it. CpuBackend::MatMul sends 4+ rows (its GEMM path); 1-3 rows take
+// the f32 GEMV on x rounded the same way (cpu_matmul.cc). x86 intrinsics in functions compiled
+// with a target attribute; chosen at run time.
 #pragma once
 
 #include <cstdint>
@@ -52,7 +54,7 @@ bool Bf16DotAvailable();
 // Whether matmuls of bf16 weights round x to bf16 now: the mode is not off, the CPU has the
 // instruction, and Highway dispatches to an AVX-512 target (DH_CPU_TIER=avx2 and the per-target
 // tests turn it off with the other AVX-512 kernels). The GEMM below rounds x under it, and calls
-// of 1-16 rows round it before the f32 kernels (cpu_matmul.cc, RoundRowsToBf16): a row's result
+// of 1-3 rows round it before the f32 GEMV (cpu_matmul.cc, RoundRowsToBf16): a row's result
 // does not depend on how many rows share the call (batch size, tensor parallelism), only on the
 // order of f32 sums.
 bool Bf16DotRoundsX();
