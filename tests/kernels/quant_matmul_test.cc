@@ -576,6 +576,24 @@ TEST_F(QuantMatMulTest, PreparedWeightMatchesRowLayout) {
   }
 }
 
+// A 256-bit integer kernel in use (DH_CPU_TIER=avx2|avxvnni, DH_INTEGER_DOT=avx2|avxvnni) makes no
+// prepacked copies, as a CPU of that tier would not: the tier then costs the memory it costs there.
+TEST_F(QuantMatMulTest, NoPrepackedCopiesUnderA256BitKernel) {
+  if (!cpu::IntegerDotPathAvailable(cpu::IntegerDotPath::kAvx2)) {
+    GTEST_SKIP() << "no integer kernel on this CPU";
+  }
+  const cpu::IntegerDotPath before = cpu::ActiveIntegerDotPath();
+  Rng rng(32);
+  const Case c{true, 8, 70, 512, 32};
+  RandomWeight rw(rng, c);
+  cpu::SetIntegerDotPathForTest(cpu::IntegerDotPath::kAvx2);
+  EXPECT_FALSE(cpu::PrepackWanted());
+  Result<Weight> prepared = cpu_.PrepareWeight(rw.w);
+  cpu::SetIntegerDotPathForTest(before);
+  ASSERT_TRUE(prepared.ok()) << prepared.status().message();
+  EXPECT_TRUE(prepared->packed.empty());
+}
+
 // All integer kernels compute the same exact i32 lane dots, so their outputs differ only by f32
 // summation order: within 1e-5 of sum |lane terms| (bounded here by sum_c |w_c| * max|x| plus
 // the int4 min term's sum_g |min_g| * |sum x_g|, and the bias).

@@ -434,7 +434,7 @@ bool PrepackWanted() {
     const char* v = std::getenv("DH_PREPACKED_TILES");
     return v != nullptr && std::string_view(v) == "off";
   }();
-  return !off && BestIntegerDotPath() == IntegerDotPath::kVnni512 &&
+  return !off && ActiveIntegerDotPath() == IntegerDotPath::kVnni512 &&
          StartChoice().mode != IntegerDot::kOff;
 }
 

@@ -171,9 +171,10 @@ inline PrepackedLayout PrepackedLayoutOf(bool int4, int64_t k, int64_t group_siz
 }
 // Whether a layout (format, k, group_size, as QuantMatMulSupports takes it) can be prepacked.
 bool PrepackSupports(bool int4, int64_t k, int64_t group_size);
-// Whether the backend makes prepacked copies: the CPU's best integer kernel is vnni512 (the
-// 256-bit kernels ran no faster over tiles below 8 rows of x, so there the copy would only cost
-// memory), the integer path was not switched off at start (DH_INTEGER_DOT=off), and
+// Whether the backend makes prepacked copies: the integer kernel in use is vnni512 (the 256-bit
+// kernels ran no faster over tiles below 8 rows of x, so there the copy would only cost memory;
+// DH_CPU_TIER=avx2|avxvnni or DH_INTEGER_DOT=avx2|avxvnni therefore make none, as a CPU of that
+// tier would not), the integer path was not switched off at start (DH_INTEGER_DOT=off), and
 // DH_PREPACKED_TILES is not "off" (the row layout alone: half the memory of quantized weights
 // held in RAM, the per-call packing back).
 bool PrepackWanted();
