@@ -589,7 +589,9 @@ TEST_F(QuantMatMulTest, NoPrepackedCopiesUnderA256BitKernel) {
   cpu::SetIntegerDotPathForTest(cpu::IntegerDotPath::kAvx2);
   EXPECT_FALSE(cpu::PrepackWanted());
   Result<Weight> prepared = cpu_.PrepareWeight(rw.w);
-  cpu::SetIntegerDotPathForTest(before);
+  // Put back what was forced: nothing where the best kernel was in use, else the tier's kernel.
+  cpu::SetIntegerDotPathForTest(before == cpu::BestIntegerDotPath() ? cpu::IntegerDotPath::kNone
+                                                                    : before);
   ASSERT_TRUE(prepared.ok()) << prepared.status().message();
   EXPECT_TRUE(prepared->packed.empty());
 }
