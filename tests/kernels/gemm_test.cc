@@ -329,6 +329,38 @@ TEST_F(GemmTest, Bf16DotTileRowsDoNotDependOnTheRowsBesideThem) {
   }
 }
 
+// Rows longer than 4096 columns of a bf16 weight take the dot tiles at every row count, the GEMV's
+// 1-3 rows included (cpu_matmul.cc, kBf16GemvMaxCols): through CpuBackend::MatMul and
+// BatchedMatMul each row gives the same bits alone or with up to 15 others.
+TEST_F(GemmTest, LongBf16RowsGiveTheSameBitsAtEveryBatchSize) {
+  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  if (!cpu::DispatchesAvx512()) GTEST_SKIP() << "the AVX-512 targets are off (DH_CPU_TIER)";
+  CpuBackend cpu(BackendOptions{.num_threads = 2});
+  constexpr int64_t m = 16, n = 45, k = 5000, heads = 2;
+  Owned x(DType::kF32, {m, heads, k}), w(DType::kBF16, {heads, n, k});
+  rng_.Fill(x);
+  rng_.Fill(w);
+  std::vector<Weight> ws;
+  for (int64_t h = 0; h < heads; ++h) ws.push_back(Weight::Dense(w.t.Select(0, h)));
+  const Tensor x0 = x.t.Select(1, 0);
+  Owned all(DType::kF32, {m, n}), all_b(DType::kF32, {m, heads, n});
+  cpu.MatMul(x0, ws[0], Tensor(), all.t);
+  cpu.BatchedMatMul(x.t, ws, all_b.t);
+  const std::vector<float> want = all.ToVector(), want_b = all_b.ToVector();
+  for (int64_t rows = 1; rows <= m; ++rows) {
+    const int64_t r0 = m - rows;
+    SCOPED_TRACE(fmt::format("rows [{}, {})", r0, m));
+    Owned part(DType::kF32, {rows, n}), part_b(DType::kF32, {rows, heads, n});
+    cpu.MatMul(x0.Slice0(r0, rows), ws[0], Tensor(), part.t);
+    cpu.BatchedMatMul(x.t.Slice0(r0, rows), ws, part_b.t);
+    const std::vector<float> got = part.ToVector(), got_b = part_b.ToVector();
+    int differ = 0;
+    for (int64_t i = 0; i < rows * n; ++i) differ += got[i] != want[r0 * n + i];
+    for (int64_t i = 0; i < rows * heads * n; ++i) differ += got_b[i] != want_b[r0 * heads * n + i];
+    EXPECT_EQ(differ, 0) << "outputs not bit-equal to the 16-row call";
+  }
+}
+
 // A bf16 weight marked exact_x (an FP8 tensor-parallel slice, backend/weight.h) is multiplied by
 // exact x at every row count: against the reference within 1e-5 of the scale on every target.
 TEST_F(GemmTest, Bf16WeightMarkedExactXKeepsXExact) {

@@ -162,10 +162,23 @@ bool TakesRoundedX(cpu::WType wtype, const Weight& w) {
   return wtype == cpu::WType::kBF16 && !w.exact_x && cpu::Bf16DotRoundsX();
 }
 
+// Columns from which the GEMV's rows of bf16 weights (1-3 rows of x) take the dot tiles too: the
+// f32 GEMV holds an x row of 4 * k bytes in L1 beside the weight stream, and from about this
+// length it loses to the dot tiles' bf16 x (bench/README.md "Zen 5, session 26": 1536 x 8960 at
+// one row 517-541 us against 306-316). Such a weight then takes the dot tiles at every row
+// count, so its rows give the same bits alone or in a batch of up to 16.
+constexpr int64_t kBf16GemvMaxCols = 4096;
+
+// Whether a GEMV-path call (1-3 rows) of a weight taking rounded x goes to the dot tiles.
+bool DotTilesTakeGemv(const MatMulCall& c) {
+  return c.k() > kBf16GemvMaxCols && TakesRoundedX(c.dense.wtype, c.w);
+}
+
 // Whether this call rounds x to bf16 itself before an f32 kernel (TakesRoundedX, under
-// kBf16DotMinRows rows). A row's result then does not depend on the rows beside it.
+// kBf16DotMinRows rows, rows the GEMV keeps). A row's result then does not depend on the rows
+// beside it.
 bool RoundsXFirst(const MatMulCall& c) {
-  return c.m() < kBf16DotMinRows && TakesRoundedX(c.dense.wtype, c.w);
+  return c.m() < kBf16DotMinRows && TakesRoundedX(c.dense.wtype, c.w) && !DotTilesTakeGemv(c);
 }
 
 // Points a's x at its rows rounded to bf16 (RoundsXFirst), in this thread's buffer (reused
@@ -205,6 +218,7 @@ void DenseGemm(const MatMulCall& c, ThreadPool& pool) {
 }
 
 void DenseGemv(const MatMulCall& c, ThreadPool& pool) {
+  if (DotTilesTakeGemv(c)) return DenseGemm(c, pool);
   cpu::MatMulArgs a = c.dense;
   if (RoundsXFirst(c)) RoundX(&a);
   pool.ParallelFor(c.n(), cpu::GrainFor(c.m() * c.k()),
@@ -324,9 +338,11 @@ const MatMulKernel kMatMulKernels[] = {
      },
      DenseGemm},
     {kDenseOnly, PathBit(MatMulPath::kGemv), [](const MatMulCall&) { return true; },
-     [](const MatMulCall& c) { return c.kind(); }, cpu::DispatchedTargetName,
+     [](const MatMulCall& c) { return DotTilesTakeGemv(c) ? "gemm-bf16dot" : c.kind(); },
+     cpu::DispatchedTargetName,
      [](const MatMulCall& c) {
-       return fmt::format("matmul {} {}{} M={} N={} K={}", c.kind(), DTypeName(c.w.data.dtype),
+       return fmt::format("matmul {} {}{} M={} N={} K={}",
+                          DotTilesTakeGemv(c) ? "gemm-bf16dot" : c.kind(), DTypeName(c.w.data.dtype),
                           RoundsXFirst(c) ? " x-bf16" : "", c.m(), c.n(), c.k());
      },
      DenseGemv},
@@ -518,9 +534,12 @@ void CpuBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tenso
   // last dims, and few rows (the GEMV regime, where one head's rows are too little work to
   // spread over the threads on their own).
   const auto wtype = cpu::WTypeOf(w[0].data.dtype);
+  // Rows longer than kBf16GemvMaxCols of bf16 weights taking rounded x go to the dot tiles, head
+  // by head, as MatMul sends them.
   bool fused = m <= cpu::kGemvMaxRows && wtype && x.dtype == DType::kF32 &&
                out.dtype == DType::kF32 && (x.stride[2] == 1 || k == 1) &&
-               (out.stride[2] == 1 || n == 1);
+               (out.stride[2] == 1 || n == 1) &&
+               !(k > kBf16GemvMaxCols && TakesRoundedX(*wtype, w[0]));
   for (const Weight& wh : w) {
     fused = fused && wh.format == WeightFormat::kDense && wh.data.dtype == w[0].data.dtype &&
             wh.rows == n && wh.cols == k && wh.perm.empty() && wh.exact_x == w[0].exact_x &&
