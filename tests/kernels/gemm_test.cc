@@ -48,6 +48,24 @@ float RoundToBf16(float v) {
   return r;
 }
 
+// The GEMM's arguments for m contiguous f32 rows of x (k columns) against n contiguous bf16
+// weight rows, into m contiguous rows of out.
+cpu::GemmArgs Bf16GemmArgs(const float* x, int64_t m, int64_t n, int64_t k, const void* w,
+                           float* out) {
+  cpu::GemmArgs a;
+  a.x = x;
+  a.x_stride = k;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.w = w;
+  a.wtype = cpu::WType::kBF16;
+  a.w_stride = k;
+  a.out = out;
+  a.out_stride = n;
+  return a;
+}
+
 class GemmTest : public ::testing::Test {
  protected:
   // These tests check the bf16 dot-product GEMM wherever it applies, whatever DH_BF16_DOT says.
@@ -301,18 +319,8 @@ TEST_F(GemmTest, Bf16DotTileRowsDoNotDependOnTheRowsBesideThem) {
   rng_.Fill(x);
   rng_.Fill(w);
   auto run = [&](int64_t r0, int64_t rows) {
-    cpu::GemmArgs a;
-    a.x = x.f32() + r0 * k;
-    a.x_stride = k;
-    a.m = rows;
-    a.n = n;
-    a.k = k;
-    a.w = w.bytes.data();
-    a.wtype = cpu::WType::kBF16;
-    a.w_stride = k;
     std::vector<float> out(rows * n);
-    a.out = out.data();
-    a.out_stride = n;
+    const cpu::GemmArgs a = Bf16GemmArgs(x.f32() + r0 * k, rows, n, k, w.bytes.data(), out.data());
     EXPECT_TRUE(cpu::UseBf16Dot(a));
     cpu::Gemm(a, pool);
     return out;
@@ -403,18 +411,8 @@ TEST_F(GemmTest, Bf16DotWithinRoundingBoundOfExactX) {
     Owned want(DType::kF32, {m, n}), wf(DType::kF32, {n, k});
     ref_.MatMul(x.t, Weight::Dense(w.t), Tensor(), want.t);
     ref_.Copy(w.t, wf.t);
-    cpu::GemmArgs a;
-    a.x = x.f32();
-    a.x_stride = k;
-    a.m = m;
-    a.n = n;
-    a.k = k;
-    a.w = w.bytes.data();
-    a.wtype = cpu::WType::kBF16;
-    a.w_stride = k;
     std::vector<float> got(m * n);
-    a.out = got.data();
-    a.out_stride = n;
+    const cpu::GemmArgs a = Bf16GemmArgs(x.f32(), m, n, k, w.bytes.data(), got.data());
     ASSERT_TRUE(cpu::UseBf16Dot(a));  // the CPU has it and the AVX-512 targets are on
     cpu::Gemm(a, pool);
     float scale = 1.0f;

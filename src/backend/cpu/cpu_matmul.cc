@@ -169,9 +169,14 @@ bool TakesRoundedX(cpu::WType wtype, const Weight& w) {
 // count, so its rows give the same bits alone or in a batch of up to 16.
 constexpr int64_t kBf16GemvMaxCols = 4096;
 
-// Whether a GEMV-path call (1-3 rows) of a weight taking rounded x goes to the dot tiles.
+// Whether rows of k columns of weight w (of kernel type wtype) take the dot tiles at 1-3 rows too.
+bool LongRowsTakeDotTiles(cpu::WType wtype, const Weight& w, int64_t k) {
+  return k > kBf16GemvMaxCols && TakesRoundedX(wtype, w);
+}
+
+// Whether a GEMV-path call (1-3 rows) goes to the dot tiles.
 bool DotTilesTakeGemv(const MatMulCall& c) {
-  return c.k() > kBf16GemvMaxCols && TakesRoundedX(c.dense.wtype, c.w);
+  return LongRowsTakeDotTiles(c.dense.wtype, c.w, c.k());
 }
 
 // Whether this call rounds x to bf16 itself before an f32 kernel (TakesRoundedX, under
@@ -539,7 +544,7 @@ void CpuBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tenso
   bool fused = m <= cpu::kGemvMaxRows && wtype && x.dtype == DType::kF32 &&
                out.dtype == DType::kF32 && (x.stride[2] == 1 || k == 1) &&
                (out.stride[2] == 1 || n == 1) &&
-               !(k > kBf16GemvMaxCols && TakesRoundedX(*wtype, w[0]));
+               !LongRowsTakeDotTiles(*wtype, w[0], k);
   for (const Weight& wh : w) {
     fused = fused && wh.format == WeightFormat::kDense && wh.data.dtype == w[0].data.dtype &&
             wh.rows == n && wh.cols == k && wh.perm.empty() && wh.exact_x == w[0].exact_x &&

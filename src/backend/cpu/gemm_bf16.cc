@@ -302,16 +302,16 @@ DH_BF16_TARGET DH_BF16_INLINE void DotTile(const uint16_t* xb, int64_t xs, const
   }
 }
 
-// Weight rows [0, rows) of w; the tiles prefetch the next tile's rows while they lie within the
-// first prefetch_rows rows (0: no prefetch).
+// Weight rows [0, rows) of w; with prefetch each tile prefetches the next tile's rows while they
+// lie within the rows.
 template <int MR>
 DH_BF16_TARGET void DotRows(const uint16_t* xb, int64_t xs, const uint16_t* w, int64_t ws,
-                            int64_t k, int64_t rows, int64_t prefetch_rows, float* out, int64_t os,
+                            int64_t k, int64_t rows, bool prefetch, float* out, int64_t os,
                             const float* bias) {
   int64_t c = 0;
   for (; c + 3 <= rows; c += 3) {
     const float* b = bias != nullptr ? bias + c : nullptr;
-    if (c + 6 <= prefetch_rows) {
+    if (prefetch && c + 6 <= rows) {
       DotTile<MR, 3, true>(xb, xs, w + c * ws, ws, k, out + c, os, b);
     } else {
       DotTile<MR, 3, false>(xb, xs, w + c * ws, ws, k, out + c, os, b);
@@ -323,21 +323,19 @@ DH_BF16_TARGET void DotRows(const uint16_t* xb, int64_t xs, const uint16_t* w, i
   }
 }
 
-// Weight rows [j0, j0 + rows) for rows [r0, r0 + mr) of x (mr <= kMR), prefetching ahead within
-// the first prefetch_rows rows from j0 (the block's own rows: the next block may be another
-// thread's).
+// Weight rows [j0, j0 + rows) for rows [r0, r0 + mr) of x (mr <= kMR); with prefetch the tiles
+// prefetch ahead within these rows only (the next block may be another thread's).
 DH_BF16_TARGET void RunDotBlock(const GemmArgs& a, const uint32_t* xb, int64_t kp, int64_t r0,
-                                int64_t mr, int64_t j0, int64_t rows, int64_t prefetch_rows) {
+                                int64_t mr, int64_t j0, int64_t rows, bool prefetch) {
   const uint16_t* x16 = reinterpret_cast<const uint16_t*>(xb + r0 * kp);
   const uint16_t* w = static_cast<const uint16_t*>(a.w) + j0 * a.w_stride;
   float* out = a.out + r0 * a.out_stride + j0;
   const float* bias = a.bias != nullptr ? a.bias + j0 : nullptr;
   const int64_t xs = 2 * kp;
   switch (mr) {
-#define DH_BF16_CASE(MR)                                                                      \
-  case MR:                                                                                    \
-    return DotRows<MR>(x16, xs, w, a.w_stride, a.k, rows, prefetch_rows, out, a.out_stride, \
-                       bias);
+#define DH_BF16_CASE(MR) \
+  case MR:               \
+    return DotRows<MR>(x16, xs, w, a.w_stride, a.k, rows, prefetch, out, a.out_stride, bias);
     DH_BF16_CASE(1)
     DH_BF16_CASE(2)
     DH_BF16_CASE(3)
@@ -443,8 +441,8 @@ void Bf16DotGemm(const GemmArgs& a, ThreadPool& pool) {
     auto work = [&](int) {
       for (int64_t b = next.fetch_add(1); b < blocks; b = next.fetch_add(1)) {
         const int64_t j0 = b * block_rows, rows = std::min(block_rows, a.n - j0);
-        RunDotBlock(a, xb, kp, 0, std::min<int64_t>(a.m, kMR), j0, rows, rows);
-        if (two) RunDotBlock(a, xb, kp, kMR, a.m - kMR, j0, rows, 0);
+        RunDotBlock(a, xb, kp, 0, std::min<int64_t>(a.m, kMR), j0, rows, true);
+        if (two) RunDotBlock(a, xb, kp, kMR, a.m - kMR, j0, rows, false);  // block in L2
       }
     };
     if (threads <= 1 || blocks == 1 || small) return work(0);
