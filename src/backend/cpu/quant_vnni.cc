@@ -223,39 +223,91 @@ const char* IntegerDotName() { return IntegerDotPathName(ActiveIntegerDotPath())
 #define DH_QA_TARGET __attribute__((target("avx2,fma")))
 namespace {
 
-// QuantizeBlock for a full block of 32 columns in AVX2 (every integer-dot path has it), with
-// the same f32 arithmetic: the same scale, and nearbyint's round-to-nearest-even on x * inv.
-// The codes come back as 32 bytes in column order.
-DH_QA_TARGET float QuantizeBlock32(const float* x, __m256i* codes) {
+// max|x| over the 32 columns at x, per lane of 8 (a NaN lane keeps the running maximum, as
+// QuantizeBlock's std::max does).
+DH_QA_TARGET inline __m256 BlockAbsMax(const float* x) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
-  __m256 v[4];
   __m256 amax = _mm256_setzero_ps();
+#pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
-    v[i] = _mm256_loadu_ps(x + 8 * i);
-    amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), amax);  // a NaN lane keeps amax
+    amax = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * i)), amax);
   }
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const float a = _mm_cvtss_f32(m4);
-  if (!(a > 0.0f) || !std::isfinite(a)) {
-    *codes = _mm256_setzero_si256();
-    return a > 0.0f ? a : 0.0f;
-  }
-  const __m256 inv = _mm256_set1_ps(127.0f / a);
+  return amax;
+}
+
+// The 32 codes nearbyint(x * inv), clamped to [-127, 127], as 32 bytes in column order.
+DH_QA_TARGET inline __m256i CodeBlock32(const float* x, __m256 inv) {
   const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
   __m256i q[4];
+#pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
-    const __m256 r =
-        _mm256_round_ps(_mm256_mul_ps(v[i], inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), inv),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     q[i] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
   }
   // packs works within 128-bit halves: the bytes come out as columns 0-3 8-11 16-19 24-27
   // 4-7 12-15 20-23 28-31 (in 4-byte units); one dword permute puts them in order.
   const __m256i w = _mm256_packs_epi32(q[0], q[1]), w2 = _mm256_packs_epi32(q[2], q[3]);
   const __m256i b = _mm256_packs_epi16(w, w2);
-  *codes = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// Whether a block whose max|x| is a takes codes: a zero block (or non-finite input, which the
+// f32 path would propagate: kept visible as the scale) gets zero codes and scale
+// ZeroBlockScale(a) instead.
+inline bool CodedBlock(float a) { return a > 0.0f && std::isfinite(a); }
+inline float ZeroBlockScale(float a) { return a > 0.0f ? a : 0.0f; }
+
+// QuantizeBlock for a full block of 32 columns in AVX2 (every integer-dot path has it), with
+// the same f32 arithmetic: the same scale, and nearbyint's round-to-nearest-even on x * inv.
+// The codes come back as 32 bytes in column order.
+DH_QA_TARGET float QuantizeBlock32(const float* x, __m256i* codes) {
+  const __m256 amax = BlockAbsMax(x);
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float a = _mm_cvtss_f32(m4);
+  if (!CodedBlock(a)) {
+    *codes = _mm256_setzero_si256();
+    return ZeroBlockScale(a);
+  }
+  *codes = CodeBlock32(x, _mm256_set1_ps(127.0f / a));
   return a / 127.0f;
+}
+
+// Per 128-bit half: [max(a0, a1), max(a2, a3), max(b0, b1), max(b2, b3)].
+DH_QA_TARGET inline __m256 PairMax(__m256 a, __m256 b) {
+  return _mm256_max_ps(_mm256_shuffle_ps(a, b, 0x88), _mm256_shuffle_ps(a, b, 0xdd));
+}
+
+// QuantizeBlock32 over the 8 full blocks at x (256 columns): the same maxima, scales and codes,
+// but the 8 maxima reduced together (pairwise lane maxima of two vectors at a time, no
+// per-block horizontal reduction) and 127 / max and max / 127 formed by one vector division
+// each instead of two scalar ones per block. scales[b] gets block b's scale, codes[b] its codes.
+DH_QA_TARGET void QuantizeBlocks8(const float* x, float* scales, __m256i* codes) {
+  // No input lane of PairMax is NaN (BlockAbsMax skips them), so the order of the maxima does
+  // not matter.
+  __m256 m[8];
+#pragma GCC unroll 8
+  for (int b = 0; b < 8; ++b) m[b] = BlockAbsMax(x + 32 * b);
+  // Per half, lane j of q0 is block j's maximum over that half's lanes (blocks 4-7 in q1).
+  const __m256 q0 = PairMax(PairMax(m[0], m[1]), PairMax(m[2], m[3]));
+  const __m256 q1 = PairMax(PairMax(m[4], m[5]), PairMax(m[6], m[7]));
+  const __m256 amax = _mm256_max_ps(_mm256_permute2f128_ps(q0, q1, 0x20),
+                                    _mm256_permute2f128_ps(q0, q1, 0x31));
+  alignas(32) float a[8], inv[8], scale[8];
+  _mm256_store_ps(a, amax);
+  _mm256_store_ps(inv, _mm256_div_ps(_mm256_set1_ps(127.0f), amax));
+  _mm256_store_ps(scale, _mm256_div_ps(amax, _mm256_set1_ps(127.0f)));
+  for (int b = 0; b < 8; ++b) {
+    if (!CodedBlock(a[b])) {
+      codes[b] = _mm256_setzero_si256();
+      scales[b] = ZeroBlockScale(a[b]);
+      continue;
+    }
+    codes[b] = CodeBlock32(x + 32 * b, _mm256_set1_ps(inv[b]));
+    scales[b] = scale[b];
+  }
 }
 
 // The even columns' codes of a block of 32 into `even` (16 bytes) and the odd ones' into `odd`.
@@ -281,15 +333,24 @@ DH_QA_TARGET void QuantizeRowAvx2(const float* x, int64_t k, int64_t g, bool int
                                   uint8_t* codes, float* bs, float* gs, int8_t* tail) {
   const int64_t full = k / kBlock;
   const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
-  for (int64_t b = 0; b < full; ++b) {
-    __m256i q;
-    bs[b] = QuantizeBlock32(x + b * kBlock, &q);
+  auto store = [&](int64_t b, __m256i q) DH_QA_TARGET {
     if (int4) {
       StoreEvenOdd(q, codes + b * kBlock / 2, codes + half + b * kBlock / 2);
     } else {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + b * kBlock),
                           _mm256_xor_si256(q, bias));
     }
+  };
+  int64_t b = 0;
+  for (; b + 8 <= full; b += 8) {
+    __m256i q[8];
+    QuantizeBlocks8(x + b * kBlock, bs + b, q);
+    for (int i = 0; i < 8; ++i) store(b + i, q[i]);
+  }
+  for (; b < full; ++b) {
+    __m256i q;
+    bs[b] = QuantizeBlock32(x + b * kBlock, &q);
+    store(b, q);
   }
   const int64_t c0 = full * kBlock;
   if (c0 < k) {
