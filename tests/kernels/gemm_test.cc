@@ -66,6 +66,21 @@ cpu::GemmArgs Bf16GemmArgs(const float* x, int64_t m, int64_t n, int64_t k, cons
   return a;
 }
 
+// Random f32 x [m, heads, k] and bf16 weights [heads, n, k], one dense Weight per head (the
+// operands of MatMul and BatchedMatMul); x0 is head 0's rows of x, [m, k], rows heads * k apart.
+struct Bf16Heads {
+  Bf16Heads(Rng& rng, int64_t m, int64_t n, int64_t k, int64_t heads)
+      : x(DType::kF32, {m, heads, k}), w(DType::kBF16, {heads, n, k}) {
+    rng.Fill(x);
+    rng.Fill(w);
+    for (int64_t h = 0; h < heads; ++h) ws.push_back(Weight::Dense(w.t.Select(0, h)));
+    x0 = x.t.Select(1, 0);
+  }
+  Owned x, w;
+  std::vector<Weight> ws;
+  Tensor x0;
+};
+
 class GemmTest : public ::testing::Test {
  protected:
   // These tests check the bf16 dot-product GEMM wherever it applies, whatever DH_BF16_DOT says.
@@ -265,16 +280,13 @@ TEST_F(GemmTest, BackendMatMulAroundTheGemvCrossover) {
 TEST_F(GemmTest, Bf16RowsDoNotDependOnTheRowsBesideThem) {
   CpuBackend cpu(BackendOptions{.num_threads = 2});
   constexpr int64_t m = 20, n = 90, k = 1100, heads = 3;
-  Owned x(DType::kF32, {m, heads, k}), w(DType::kBF16, {heads, n, k});
-  rng_.Fill(x);
-  rng_.Fill(w);
-  std::vector<Weight> ws;
-  for (int64_t h = 0; h < heads; ++h) ws.push_back(Weight::Dense(w.t.Select(0, h)));
-  const Tensor x0 = x.t.Select(1, 0);  // [m, k], rows heads * k apart
+  const Bf16Heads in(rng_, m, n, k, heads);
+  const Tensor& x0 = in.x0;
+  const std::vector<Weight>& ws = in.ws;
   ForEachTarget([&] {
     Owned all(DType::kF32, {m, n}), all_b(DType::kF32, {m, heads, n});
     cpu.MatMul(x0, ws[0], Tensor(), all.t);
-    cpu.BatchedMatMul(x.t, ws, all_b.t);
+    cpu.BatchedMatMul(in.x.t, ws, all_b.t);
     float scale = 1.0f;
     for (float v : all.ToVector()) scale = std::max(scale, std::fabs(v));
     int moved = 0;
@@ -283,7 +295,7 @@ TEST_F(GemmTest, Bf16RowsDoNotDependOnTheRowsBesideThem) {
         SCOPED_TRACE(fmt::format("rows [{}, {})", r0, r0 + rows));
         Owned part(DType::kF32, {rows, n}), part_b(DType::kF32, {rows, heads, n});
         cpu.MatMul(x0.Slice0(r0, rows), ws[0], Tensor(), part.t);
-        cpu.BatchedMatMul(x.t.Slice0(r0, rows), ws, part_b.t);
+        cpu.BatchedMatMul(in.x.t.Slice0(r0, rows), ws, part_b.t);
         const std::vector<float> got = part.ToVector(), got_b = part_b.ToVector();
         const std::vector<float> want = all.ToVector(), want_b = all_b.ToVector();
         for (int64_t i = 0; i < rows * n; ++i) {
@@ -345,22 +357,19 @@ TEST_F(GemmTest, LongBf16RowsGiveTheSameBitsAtEveryBatchSize) {
   if (!cpu::DispatchesAvx512()) GTEST_SKIP() << "the AVX-512 targets are off (DH_CPU_TIER)";
   CpuBackend cpu(BackendOptions{.num_threads = 2});
   constexpr int64_t m = 16, n = 45, k = 5000, heads = 2;
-  Owned x(DType::kF32, {m, heads, k}), w(DType::kBF16, {heads, n, k});
-  rng_.Fill(x);
-  rng_.Fill(w);
-  std::vector<Weight> ws;
-  for (int64_t h = 0; h < heads; ++h) ws.push_back(Weight::Dense(w.t.Select(0, h)));
-  const Tensor x0 = x.t.Select(1, 0);
+  const Bf16Heads in(rng_, m, n, k, heads);
+  const Tensor& x0 = in.x0;
+  const std::vector<Weight>& ws = in.ws;
   Owned all(DType::kF32, {m, n}), all_b(DType::kF32, {m, heads, n});
   cpu.MatMul(x0, ws[0], Tensor(), all.t);
-  cpu.BatchedMatMul(x.t, ws, all_b.t);
+  cpu.BatchedMatMul(in.x.t, ws, all_b.t);
   const std::vector<float> want = all.ToVector(), want_b = all_b.ToVector();
   for (int64_t rows = 1; rows <= m; ++rows) {
     const int64_t r0 = m - rows;
     SCOPED_TRACE(fmt::format("rows [{}, {})", r0, m));
     Owned part(DType::kF32, {rows, n}), part_b(DType::kF32, {rows, heads, n});
     cpu.MatMul(x0.Slice0(r0, rows), ws[0], Tensor(), part.t);
-    cpu.BatchedMatMul(x.t.Slice0(r0, rows), ws, part_b.t);
+    cpu.BatchedMatMul(in.x.t.Slice0(r0, rows), ws, part_b.t);
     const std::vector<float> got = part.ToVector(), got_b = part_b.ToVector();
     int differ = 0;
     for (int64_t i = 0; i < rows * n; ++i) differ += got[i] != want[r0 * n + i];

@@ -211,6 +211,11 @@ const char* DenseGemmName(const MatMulCall& c) {
   return cpu::GemmUsesPanels(a.m, a.wtype, false) ? "gemm-panels" : "gemm-tiled";
 }
 
+// The GEMV path's dense kernel: the dot tiles' GEMM where DotTilesTakeGemv sends the call there.
+const char* DenseGemvName(const MatMulCall& c) {
+  return DotTilesTakeGemv(c) ? DenseGemmName(c) : c.kind();
+}
+
 // Whether DequantGemm's GEMM (f32 rows from a callback) takes the packed panels.
 bool DequantGemmPanels(const MatMulCall& c) {
   return cpu::GemmUsesPanels(c.m(), cpu::WType::kF32, true);
@@ -343,12 +348,11 @@ const MatMulKernel kMatMulKernels[] = {
      },
      DenseGemm},
     {kDenseOnly, PathBit(MatMulPath::kGemv), [](const MatMulCall&) { return true; },
-     [](const MatMulCall& c) { return DotTilesTakeGemv(c) ? "gemm-bf16dot" : c.kind(); },
-     cpu::DispatchedTargetName,
+     DenseGemvName, cpu::DispatchedTargetName,
      [](const MatMulCall& c) {
-       return fmt::format("matmul {} {}{} M={} N={} K={}",
-                          DotTilesTakeGemv(c) ? "gemm-bf16dot" : c.kind(), DTypeName(c.w.data.dtype),
-                          RoundsXFirst(c) ? " x-bf16" : "", c.m(), c.n(), c.k());
+       return fmt::format("matmul {} {}{} M={} N={} K={}", DenseGemvName(c),
+                          DTypeName(c.w.data.dtype), RoundsXFirst(c) ? " x-bf16" : "", c.m(),
+                          c.n(), c.k());
      },
      DenseGemv},
     {kIntFormats, kAnyPath,
