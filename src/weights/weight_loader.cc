@@ -1,6 +1,7 @@
 // WeightLoader implementation: validation messages name the checkpoint file and tensor.
 #include "weights/weight_loader.h"
 
+#include <cstdint>
 #include <cstring>
 #include <iterator>
 
@@ -44,7 +45,46 @@ std::vector<float> DequantizeFp8(const TensorInfo& q, const TensorInfo& scale, i
   return out;
 }
 
+// Start of each carved tensor: a cache line on the CPU, and CUDA's allocation granule.
+constexpr size_t kWeightAlign = 256;
+
 }  // namespace
+
+void* WeightLoader::Reserve(size_t bytes) {
+  if (bytes == 0 || bytes > SIZE_MAX - kWeightAlign) return nullptr;
+  const size_t need = (bytes + kWeightAlign - 1) / kWeightAlign * kWeightAlign;
+  if (need >= kWeightChunkBytes / 4) {
+    std::unique_ptr<Buffer> own = backend_.Allocate(bytes);
+    if (own == nullptr || own->data() == nullptr) return nullptr;
+    owned_.push_back(std::move(own));
+    return owned_.back()->data();
+  }
+  if (chunk_left_ < need) {
+    std::unique_ptr<Buffer> chunk = backend_.Allocate(kWeightChunkBytes);
+    if (chunk == nullptr || chunk->data() == nullptr) return nullptr;
+    chunk_ = static_cast<uint8_t*>(chunk->data());
+    chunk_left_ = kWeightChunkBytes;
+    owned_.push_back(std::move(chunk));
+  }
+  void* p = chunk_;
+  chunk_ += need;
+  chunk_left_ -= need;
+  return p;
+}
+
+Status WeightLoader::CopyPartsToBackend(Weight& w, const std::string& name) {
+  for (Tensor* t : {&w.data, &w.scales, &w.zeros, &w.perm}) {
+    if (t->empty()) continue;
+    void* dst = Reserve(t->nbytes());
+    if (dst == nullptr) {
+      return ResourceExhausted("cannot allocate {} bytes for weight '{}'", t->nbytes(), name);
+    }
+    const void* src = t->data;
+    t->data = dst;
+    backend_.CopyToDevice(*t, src);
+  }
+  return Status::Ok();
+}
 
 WeightLoader::WeightLoader(const Checkpoint& checkpoint, const ModelConfig& config,
                            Backend& backend, const LoadOptions& options)
@@ -58,17 +98,8 @@ Result<Weight> WeightLoader::UploadQuantized(std::span<const float> values, int6
                                              int64_t cols, const std::string& name,
                                              const QuantSpec& spec) {
   DH_ASSIGN_OR_RETURN(QuantizedMatrix q, QuantizeMatrix(values, rows, cols, spec, name));
-  Weight host = q.View();
-  Weight w = host;
-  for (Tensor* t : {&w.data, &w.scales, &w.zeros}) {
-    if (t->empty()) continue;
-    auto buf = backend_.Allocate(t->nbytes());
-    if (!buf) return ResourceExhausted("cannot allocate {} bytes for weight '{}'", t->nbytes(), name);
-    const void* src = t->data;
-    t->data = buf->data();
-    backend_.CopyToDevice(*t, src);
-    owned_.push_back(std::move(buf));
-  }
+  Weight w = q.View();
+  DH_RETURN_IF_ERROR(CopyPartsToBackend(w, name));
   loaded_as_[name] = {std::string(WeightFormatName(w.format)), w.nbytes()};
   return backend_.PrepareWeight(w);
 }
@@ -91,8 +122,8 @@ Result<Tensor> WeightLoader::Upload(const Tensor& host, DType dtype) {
   Tensor out = host;
   out.dtype = dtype;
   out.SetContiguousStrides();
-  auto buf = backend_.Allocate(out.nbytes());
-  if (!buf) return ResourceExhausted("cannot allocate {} bytes for a weight", out.nbytes());
+  void* dst = Reserve(out.nbytes());
+  if (dst == nullptr) return ResourceExhausted("cannot allocate {} bytes for a weight", out.nbytes());
   std::vector<uint8_t> staged(out.nbytes());
   for (int64_t i = 0; i < n; ++i) {
     switch (dtype) {
@@ -102,9 +133,8 @@ Result<Tensor> WeightLoader::Upload(const Tensor& host, DType dtype) {
       default: DH_CHECK(false);
     }
   }
-  out.data = buf->data();
+  out.data = dst;
   backend_.CopyToDevice(out, staged.data());
-  owned_.push_back(std::move(buf));
   return out;
 }
 

@@ -55,18 +55,7 @@ Result<Weight> WeightLoader::LoadPackedInt4(const std::string& base, int64_t row
   }
   num_parameters_ += rows * cols;
   Weight w = host.View();
-  for (Tensor* part : {&w.data, &w.scales, &w.zeros, &w.perm}) {
-    if (part->empty()) continue;
-    auto buf = backend_.Allocate(part->nbytes());
-    if (!buf) {
-      return ResourceExhausted("cannot allocate {} bytes for weight '{}.qweight'", part->nbytes(),
-                               base);
-    }
-    const void* src = part->data;
-    part->data = buf->data();
-    backend_.CopyToDevice(*part, src);
-    owned_.push_back(std::move(buf));
-  }
+  DH_RETURN_IF_ERROR(CopyPartsToBackend(w, base + ".qweight"));
   prequantized_bytes_[t.qweight->name] = w.nbytes();
   for (const TensorInfo* companion : {t.qzeros, t.scales, t.g_idx}) {
     if (companion != nullptr) prequantized_bytes_[companion->name] = 0;

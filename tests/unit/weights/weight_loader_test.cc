@@ -1,0 +1,146 @@
+// Where the weight loader puts the weights it converts: small tensors share buffers of
+// kWeightChunkBytes (so on the CPU they lie in 2 MiB pages), each start 256-byte aligned and no
+// two overlapping; a tensor of a quarter chunk or more gets a buffer of its own; the bytes are
+// those QuantizeMatrix gives.
+#include "weights/weight_loader.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/forwarding_backend.h"
+#include "backend/reference/reference_backend.h"
+#include "io/safetensors.h"
+#include "io/safetensors_writer.h"
+
+namespace dh {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Passes every call on, recording the size of each buffer handed out.
+class CountingBackend : public ForwardingBackend {
+ public:
+  CountingBackend()
+      : ForwardingBackend(std::make_unique<ReferenceBackend>(BackendOptions{})) {}
+  std::unique_ptr<Buffer> Allocate(size_t bytes) override {
+    sizes.push_back(bytes);
+    return ForwardingBackend::Allocate(bytes);
+  }
+  std::vector<size_t> sizes;
+};
+
+std::vector<float> Values(int64_t n, float seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = std::sin(seed + static_cast<float>(i) * 0.37f);
+  return v;
+}
+
+class WeightLoaderMemoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string templ = ::testing::TempDir() + "dh_loader_XXXXXX";
+    ASSERT_NE(::mkdtemp(templ.data()), nullptr);
+    dir_ = templ;
+    std::vector<float> norm(8, 1.0f);
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    tensors.push_back({"model.norm.weight", Tensor(norm.data(), DType::kF32, {8})});
+    ASSERT_TRUE(WriteSafetensors(dir_ + "/model.safetensors", tensors).ok());
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string dir_;
+};
+
+TEST_F(WeightLoaderMemoryTest, SmallConvertedWeightsShareChunksLargeOnesGetTheirOwn) {
+  auto ckpt = Checkpoint::Open(dir_);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  WeightFlags flags;
+  flags.quant = "int4";
+  auto plan = ParseWeightPlan(flags);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  LoadOptions options;
+  options.plan = *plan;
+  ModelConfig config;
+  CountingBackend backend;
+  WeightLoader loader(*ckpt, config, backend, options);
+
+  // 40 int4 weights [96, 200] (data, scales and zeros: three parts each, none a multiple of
+  // 256 bytes) and 10 bf16 ones [33, 70], all far under a quarter chunk.
+  constexpr int64_t kRows = 96, kCols = 200;
+  std::vector<std::pair<const void*, size_t>> parts;
+  std::vector<Weight> quantized;
+  std::vector<std::vector<float>> sources;
+  for (int i = 0; i < 40; ++i) {
+    const std::string name = fmt::format("model.layers.{}.mlp.down_proj.weight", i);
+    sources.push_back(Values(kRows * kCols, static_cast<float>(i)));
+    auto w = loader.QuantizedFromHost(sources.back(), kRows, kCols, name);
+    ASSERT_TRUE(w.ok()) << w.status().message();
+    ASSERT_EQ(w->format, WeightFormat::kInt4);
+    for (const Tensor* t : {&w->data, &w->scales, &w->zeros}) {
+      if (!t->empty()) parts.push_back({t->data, t->nbytes()});
+    }
+    quantized.push_back(*w);
+  }
+  for (int i = 0; i < 10; ++i) {
+    const std::vector<float> v = Values(33 * 70, 100.0f + i);
+    auto w = loader.MatrixFromHost(v, 33, 70, DType::kBF16);
+    ASSERT_TRUE(w.ok()) << w.status().message();
+    parts.push_back({w->data.data, w->data.nbytes()});
+  }
+  ASSERT_EQ(backend.sizes, std::vector<size_t>{kWeightChunkBytes});
+
+  // One tensor of exactly a quarter chunk: its own buffer of its own size, and the next small
+  // tensor still goes into the first chunk.
+  const int64_t big_cols = static_cast<int64_t>(kWeightChunkBytes / 4 / sizeof(float) / 64);
+  const std::vector<float> big = Values(64 * big_cols, 7.0f);
+  auto w_big = loader.MatrixFromHost(big, 64, big_cols, DType::kF32);
+  ASSERT_TRUE(w_big.ok()) << w_big.status().message();
+  EXPECT_EQ(std::memcmp(w_big->data.data, big.data(), kWeightChunkBytes / 4), 0);
+  auto w_last = loader.MatrixFromHost(Values(16, 3.0f), 4, 4, DType::kF32);
+  ASSERT_TRUE(w_last.ok()) << w_last.status().message();
+  parts.push_back({w_last->data.data, w_last->data.nbytes()});
+  EXPECT_EQ(backend.sizes, (std::vector<size_t>{kWeightChunkBytes, kWeightChunkBytes / 4}));
+
+  // Every small part lies in the first chunk (the first part starts it), starts 256-byte
+  // aligned, and overlaps no other.
+  const auto* lo = static_cast<const uint8_t*>(parts.front().first);
+  std::sort(parts.begin(), parts.end());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto* p = static_cast<const uint8_t*>(parts[i].first);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 256, 0u) << i;
+    EXPECT_GE(p, lo) << i;
+    EXPECT_LE(p + parts[i].second, lo + kWeightChunkBytes) << i;
+    if (i + 1 < parts.size()) {
+      EXPECT_LE(p + parts[i].second, static_cast<const uint8_t*>(parts[i + 1].first)) << i;
+    }
+  }
+
+  // The carved copies hold what QuantizeMatrix gives, byte for byte (checked after all the
+  // writes, so no later weight overwrote an earlier one).
+  for (size_t i = 0; i < quantized.size(); ++i) {
+    auto q = QuantizeMatrix(sources[i], kRows, kCols, options.plan.policy.FormatFor(
+        fmt::format("model.layers.{}.mlp.down_proj.weight", i)).quant, "w");
+    ASSERT_TRUE(q.ok()) << q.status().message();
+    const Weight want = q->View();
+    for (auto [got, exp] : {std::pair{&quantized[i].data, &want.data},
+                            std::pair{&quantized[i].scales, &want.scales},
+                            std::pair{&quantized[i].zeros, &want.zeros}}) {
+      ASSERT_EQ(got->nbytes(), exp->nbytes()) << i;
+      EXPECT_EQ(std::memcmp(got->data, exp->data, exp->nbytes()), 0) << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dh
