@@ -5,13 +5,11 @@
 #include "weights/weight_loader.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,11 +20,10 @@
 #include "backend/reference/reference_backend.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
+#include "unit/io/io_test_util.h"
 
 namespace dh {
 namespace {
-
-namespace fs = std::filesystem;
 
 // Passes every call on, recording the size of each buffer handed out.
 class CountingBackend : public ForwardingBackend {
@@ -46,24 +43,13 @@ std::vector<float> Values(int64_t n, float seed) {
   return v;
 }
 
-class WeightLoaderMemoryTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string templ = ::testing::TempDir() + "dh_loader_XXXXXX";
-    ASSERT_NE(::mkdtemp(templ.data()), nullptr);
-    dir_ = templ;
-    std::vector<float> norm(8, 1.0f);
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    tensors.push_back({"model.norm.weight", Tensor(norm.data(), DType::kF32, {8})});
-    ASSERT_TRUE(WriteSafetensors(dir_ + "/model.safetensors", tensors).ok());
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string dir_;
-};
-
-TEST_F(WeightLoaderMemoryTest, SmallConvertedWeightsShareChunksLargeOnesGetTheirOwn) {
-  auto ckpt = Checkpoint::Open(dir_);
+TEST(WeightLoaderMemoryTest, SmallConvertedWeightsShareChunksLargeOnesGetTheirOwn) {
+  testing::TempDir dir;  // a checkpoint of one tensor: the weights below come from the host
+  std::vector<float> norm(8, 1.0f);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  tensors.push_back({"model.norm.weight", Tensor(norm.data(), DType::kF32, {8})});
+  ASSERT_TRUE(WriteSafetensors(dir.File("model.safetensors"), tensors).ok());
+  auto ckpt = Checkpoint::Open(dir.path());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   WeightFlags flags;
   flags.quant = "int4";
