@@ -101,6 +101,8 @@ class WeightLoader {
 
   // Hands over the buffers of converted weights; the model must keep them alive.
   std::shared_ptr<void> TakeOwnedBuffers() {
+    chunk_ = nullptr;  // the chunk being carved goes with them: a later weight starts a new one
+    chunk_left_ = 0;
     return std::make_shared<std::vector<std::unique_ptr<Buffer>>>(std::move(owned_));
   }
   // Everything the weights handed out point into (owned buffers; a compile cache's file image),
