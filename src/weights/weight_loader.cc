@@ -1,7 +1,6 @@
 // WeightLoader implementation: validation messages name the checkpoint file and tensor.
 #include "weights/weight_loader.h"
 
-#include <cstdint>
 #include <cstring>
 #include <iterator>
 
@@ -45,37 +44,12 @@ std::vector<float> DequantizeFp8(const TensorInfo& q, const TensorInfo& scale, i
   return out;
 }
 
-// Start of each carved tensor: a cache line on the CPU, and CUDA's allocation granule.
-constexpr size_t kWeightAlign = 256;
-
 }  // namespace
-
-void* WeightLoader::Reserve(size_t bytes) {
-  if (bytes == 0 || bytes > SIZE_MAX - kWeightAlign) return nullptr;
-  const size_t need = (bytes + kWeightAlign - 1) / kWeightAlign * kWeightAlign;
-  if (need >= kWeightChunkBytes / 4) {
-    std::unique_ptr<Buffer> own = backend_.Allocate(bytes);
-    if (own == nullptr || own->data() == nullptr) return nullptr;
-    owned_.push_back(std::move(own));
-    return owned_.back()->data();
-  }
-  if (chunk_left_ < need) {
-    std::unique_ptr<Buffer> chunk = backend_.Allocate(kWeightChunkBytes);
-    if (chunk == nullptr || chunk->data() == nullptr) return nullptr;
-    chunk_ = static_cast<uint8_t*>(chunk->data());
-    chunk_left_ = kWeightChunkBytes;
-    owned_.push_back(std::move(chunk));
-  }
-  void* p = chunk_;
-  chunk_ += need;
-  chunk_left_ -= need;
-  return p;
-}
 
 Status WeightLoader::CopyPartsToBackend(Weight& w, const std::string& name) {
   for (Tensor* t : {&w.data, &w.scales, &w.zeros, &w.perm}) {
     if (t->empty()) continue;
-    void* dst = Reserve(t->nbytes());
+    void* dst = converted_.Take(backend_, t->nbytes());
     if (dst == nullptr) {
       return ResourceExhausted("cannot allocate {} bytes for weight '{}'", t->nbytes(), name);
     }
@@ -122,7 +96,7 @@ Result<Tensor> WeightLoader::Upload(const Tensor& host, DType dtype) {
   Tensor out = host;
   out.dtype = dtype;
   out.SetContiguousStrides();
-  void* dst = Reserve(out.nbytes());
+  void* dst = converted_.Take(backend_, out.nbytes());
   if (dst == nullptr) return ResourceExhausted("cannot allocate {} bytes for a weight", out.nbytes());
   std::vector<uint8_t> staged(out.nbytes());
   for (int64_t i = 0; i < n; ++i) {

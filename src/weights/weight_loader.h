@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/buffer_chunks.h"
 #include "base/progress.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
@@ -34,16 +35,6 @@ struct MatrixSlice {
   static MatrixSlice Cols(int64_t begin, int64_t count) { return {Axis::kCols, begin, count}; }
   bool whole() const { return axis == Axis::kWhole; }
 };
-
-// The weights the loader converts (quantized, dtype-converted, AWQ/GPTQ repacked) are carved
-// from backend buffers of this many bytes rather than allocated one by one. On the CPU a block
-// under 2 MiB comes from the heap in 4 KiB pages (base/host_memory.h), while a buffer this large
-// is 2 MiB aligned and advised as transparent huge pages: DeepSeek-V2-Lite's experts quantized
-// to int4 at load (1.5 MB each, 8.3 of its 8.9 GiB) lay in 4 KiB pages and ran slower than the
-// same bytes read from a compile cache into 2 MiB pages (bench/README.md "Zen 5, session 28").
-// A tensor of a quarter of this or more gets its own buffer, so the unused tail a buffer is left
-// with (never written, so never resident) stays under a quarter.
-inline constexpr size_t kWeightChunkBytes = size_t{64} << 20;
 
 class WeightLoader {
  public:
@@ -101,9 +92,7 @@ class WeightLoader {
 
   // Hands over the buffers of converted weights; the model must keep them alive.
   std::shared_ptr<void> TakeOwnedBuffers() {
-    chunk_ = nullptr;  // the chunk being carved goes with them: a later weight starts a new one
-    chunk_left_ = 0;
-    return std::make_shared<std::vector<std::unique_ptr<Buffer>>>(std::move(owned_));
+    return std::make_shared<std::vector<std::unique_ptr<Buffer>>>(converted_.Release());
   }
   // Everything the weights handed out point into (owned buffers; a compile cache's file image),
   // for the model to keep alive. The checkpoint itself is the caller's.
@@ -124,12 +113,8 @@ class WeightLoader {
   // The validated block-scale tensor of FP8 matrix `name` [rows, cols].
   Result<const TensorInfo*> FindFp8Scale(const std::string& name, int64_t rows, int64_t cols);
   Result<Tensor> Upload(const Tensor& host, DType dtype);
-  // Backend memory for `bytes` of a weight the loader converts, kept by owned_: small tensors
-  // are carved from shared buffers of kWeightChunkBytes (above), large ones get their
-  // own buffer. nullptr when the backend has no memory left.
-  void* Reserve(size_t bytes);
-  // Copies each host part of `w` (data, scales, zeros, perm) to memory from Reserve and points
-  // `w` at it; `name` is for the error message.
+  // Copies each host part of `w` (data, scales, zeros, perm) to backend memory from converted_
+  // and points `w` at it; `name` is for the error message.
   Status CopyPartsToBackend(Weight& w, const std::string& name);
   // The dense dtype for copies the architecture derives from matrix `name` (HostMatrixF32): the
   // policy's dense format, bf16 when the policy quantizes it, else `fallback`.
@@ -160,10 +145,10 @@ class WeightLoader {
   std::set<std::string> used_;
   std::vector<std::string> skipped_prefixes_;
   std::set<std::string> other_rank_prefixes_;  // thousands under expert parallelism
-  std::vector<std::unique_ptr<Buffer>> owned_;
-  // The chunk Reserve carves small tensors from (owned by owned_), and its bytes still free.
-  uint8_t* chunk_ = nullptr;
-  size_t chunk_left_ = 0;
+  // Backend memory of the weights converted at load (quantized, dtype-converted, AWQ/GPTQ
+  // repacked), shared buffers so that on the CPU small ones lie in 2 MiB pages; each starts on
+  // 256 bytes (a cache line on the CPU, CUDA's allocation granule).
+  BufferChunks converted_{256};
   int64_t num_parameters_ = 0;
   std::unique_ptr<ProgressBar> progress_;
   uint64_t loaded_bytes_ = 0;

@@ -10,6 +10,7 @@
 // to int8) against its stated error bound, directly and through CpuBackend with the path forced
 // on, against each other, at the extreme codes and over batch tiles; the FP8 e4m3 GEMV and row
 // decoder (f16 widening) against the reference, the decoder bit for bit over every code.
+#include "backend/buffer_chunks.h"
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/quant_vnni.h"
 
@@ -562,7 +563,7 @@ TEST_F(QuantMatMulTest, PreparedWeightMatchesRowLayout) {
     const bool want_tiles =
         cpu::PrepackWanted() &&
         (mem.available == 0 ||
-         mem.available >= cpu::kPrepackChunkBytes + cpu::kPrepackHeadroomBytes);
+         mem.available >= kBufferChunkBytes + cpu::kPrepackHeadroomBytes);
     ASSERT_EQ(!prepared->packed.empty(), want_tiles) << Name(c);
     if (want_tiles) {
       EXPECT_EQ(prepared->packed.nbytes(), cpu::PrepackedBytes(c.int4, c.n, c.k, c.group));

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/buffer_chunks.h"
 #include "backend/reference/reference_backend.h"
 #include "base/thread_pool.h"
 
@@ -81,8 +82,7 @@ class CpuBackend : public ReferenceBackend {
 
   std::unique_ptr<ThreadPool> pool_;
   std::mutex prepacked_mu_;
-  std::vector<std::unique_ptr<Buffer>> prepacked_;  // chunks of PrepareWeight's copies, kept
-  size_t prepacked_used_ = 0;                        // bytes handed out of the last chunk
+  BufferChunks prepacked_{64};  // PrepareWeight's copies, kept while the backend lives
   std::atomic<bool> prepack_skipped_{false};         // logged once when memory ran short
   // A one-thread pool: everything it is given runs on the calling thread and it keeps no state
   // while doing so, so the pool's workers may all use it at once.

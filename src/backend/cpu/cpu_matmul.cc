@@ -418,36 +418,29 @@ Result<Weight> CpuBackend::PrepareWeight(const Weight& w) {
   if (bytes == 0) return w;
   uint8_t* dst = nullptr;
   {
-    // Copies are carved from chunks of at least kPrepackChunkBytes, so they lie in 2 MiB pages
-    // even when a weight is smaller (an expert of DeepSeek-V2-Lite: 1.6 MB); one 4 KiB page
-    // fault per few KiB made loading its 9 GiB of copies take 24 s under KVM.
+    // Copies are carved from shared buffers (backend/buffer_chunks.h), so they lie in 2 MiB
+    // pages even when a weight is smaller (an expert of DeepSeek-V2-Lite: 1.6 MB).
     std::lock_guard<std::mutex> lock(prepacked_mu_);
-    const size_t need = (bytes + 63) / 64 * 64;
-    if (prepacked_.empty() || prepacked_.back()->size() - prepacked_used_ < need) {
-      const size_t chunk_bytes = std::max(need, cpu::kPrepackChunkBytes);
-      // The copies are a speed-up, not a need: a chunk that would leave less than
-      // kPrepackHeadroomBytes of the memory this process may use is not taken, and the weight
-      // keeps the row layout alone. Checked per chunk, not per weight (/proc reads at load).
+    // The copies are a speed-up, not a need: a new buffer that would leave less than
+    // kPrepackHeadroomBytes of the memory this process may use is not taken, and the weight
+    // keeps the row layout alone. Checked per buffer, not per weight (/proc reads at load).
+    if (const size_t fresh = prepacked_.NewBufferBytes(bytes); fresh != 0) {
       const MemoryInfo mem = ReadMemoryInfo();
-      if (mem.available != 0 && mem.available < chunk_bytes + cpu::kPrepackHeadroomBytes) {
+      if (mem.available != 0 && mem.available < fresh + cpu::kPrepackHeadroomBytes) {
         if (!prepack_skipped_.exchange(true)) {
           DH_LOG(Warning, "prepacked tiles: skipped from weight [{}, {}] on: {} left ({}), less "
-                 "than a {} chunk + {} headroom (DH_PREPACKED_TILES=off skips them all)",
-                 w.rows, w.cols, FormatBytes(mem.available), mem.source,
-                 FormatBytes(chunk_bytes), FormatBytes(cpu::kPrepackHeadroomBytes));
+                 "than a {} buffer + {} headroom (DH_PREPACKED_TILES=off skips them all)",
+                 w.rows, w.cols, FormatBytes(mem.available), mem.source, FormatBytes(fresh),
+                 FormatBytes(cpu::kPrepackHeadroomBytes));
         }
         return w;
       }
-      std::unique_ptr<Buffer> chunk = Allocate(chunk_bytes);
-      if (chunk == nullptr || chunk->data() == nullptr) {
-        return ResourceExhausted("no memory for the prepacked copy of a {} weight ({} bytes)",
-                                 WeightFormatName(w.format), bytes);
-      }
-      prepacked_.push_back(std::move(chunk));
-      prepacked_used_ = 0;
     }
-    dst = static_cast<uint8_t*>(prepacked_.back()->data()) + prepacked_used_;
-    prepacked_used_ += need;
+    dst = static_cast<uint8_t*>(prepacked_.Take(*this, bytes));
+    if (dst == nullptr) {
+      return ResourceExhausted("no memory for the prepacked copy of a {} weight ({} bytes)",
+                               WeightFormatName(w.format), bytes);
+    }
   }
   MatMulCall c(w);
   c.dense.k = w.cols;

@@ -178,10 +178,9 @@ bool PrepackSupports(bool int4, int64_t k, int64_t group_size);
 // DH_PREPACKED_TILES is not "off" (the row layout alone: half the memory of quantized weights
 // held in RAM, the per-call packing back).
 bool PrepackWanted();
-// PrepareWeight carves the copies from chunks of at least kPrepackChunkBytes, and takes no chunk
-// that would leave less than kPrepackHeadroomBytes of the memory the process may use
+// PrepareWeight carves the copies from shared buffers (backend/buffer_chunks.h), and takes no
+// new buffer that would leave less than kPrepackHeadroomBytes of the memory the process may use
 // (base/memory_info.h), which the KV cache and the activations still want.
-constexpr size_t kPrepackChunkBytes = size_t{64} << 20;
 constexpr uint64_t kPrepackHeadroomBytes = uint64_t{4} << 30;
 // Bytes the prepacked copy of a weight of n rows takes (0 when it would overflow).
 size_t PrepackedBytes(bool int4, int64_t n, int64_t k, int64_t group_size);

@@ -1,5 +1,5 @@
 // Where the weight loader puts the weights it converts: small tensors share buffers of
-// kWeightChunkBytes (so on the CPU they lie in 2 MiB pages), each start 256-byte aligned and no
+// kBufferChunkBytes (so on the CPU they lie in 2 MiB pages), each start 256-byte aligned and no
 // two overlapping; a tensor of a quarter chunk or more gets a buffer of its own; the bytes are
 // those QuantizeMatrix gives.
 #include "weights/weight_loader.h"
@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/buffer_chunks.h"
 #include "backend/forwarding_backend.h"
 #include "backend/reference/reference_backend.h"
 #include "io/safetensors.h"
@@ -84,19 +85,19 @@ TEST(WeightLoaderMemoryTest, SmallConvertedWeightsShareChunksLargeOnesGetTheirOw
     ASSERT_TRUE(w.ok()) << w.status().message();
     parts.push_back({w->data.data, w->data.nbytes()});
   }
-  ASSERT_EQ(backend.sizes, std::vector<size_t>{kWeightChunkBytes});
+  ASSERT_EQ(backend.sizes, std::vector<size_t>{kBufferChunkBytes});
 
   // One tensor of exactly a quarter chunk: its own buffer of its own size, and the next small
   // tensor still goes into the first chunk.
-  const int64_t big_cols = static_cast<int64_t>(kWeightChunkBytes / 4 / sizeof(float) / 64);
+  const int64_t big_cols = static_cast<int64_t>(kBufferChunkBytes / 4 / sizeof(float) / 64);
   const std::vector<float> big = Values(64 * big_cols, 7.0f);
   auto w_big = loader.MatrixFromHost(big, 64, big_cols, DType::kF32);
   ASSERT_TRUE(w_big.ok()) << w_big.status().message();
-  EXPECT_EQ(std::memcmp(w_big->data.data, big.data(), kWeightChunkBytes / 4), 0);
+  EXPECT_EQ(std::memcmp(w_big->data.data, big.data(), kBufferChunkBytes / 4), 0);
   auto w_last = loader.MatrixFromHost(Values(16, 3.0f), 4, 4, DType::kF32);
   ASSERT_TRUE(w_last.ok()) << w_last.status().message();
   parts.push_back({w_last->data.data, w_last->data.nbytes()});
-  EXPECT_EQ(backend.sizes, (std::vector<size_t>{kWeightChunkBytes, kWeightChunkBytes / 4}));
+  EXPECT_EQ(backend.sizes, (std::vector<size_t>{kBufferChunkBytes, kBufferChunkBytes / 4}));
 
   // Every small part lies in the first chunk (the first part starts it), starts 256-byte
   // aligned, and overlaps no other.
@@ -106,7 +107,7 @@ TEST(WeightLoaderMemoryTest, SmallConvertedWeightsShareChunksLargeOnesGetTheirOw
     const auto* p = static_cast<const uint8_t*>(parts[i].first);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 256, 0u) << i;
     EXPECT_GE(p, lo) << i;
-    EXPECT_LE(p + parts[i].second, lo + kWeightChunkBytes) << i;
+    EXPECT_LE(p + parts[i].second, lo + kBufferChunkBytes) << i;
     if (i + 1 < parts.size()) {
       EXPECT_LE(p + parts[i].second, static_cast<const uint8_t*>(parts[i + 1].first)) << i;
     }
