@@ -349,6 +349,7 @@ Result<Checkpoint> Checkpoint::Open(const std::string& dir, const FileLoadOption
   Checkpoint ckpt;
   ckpt.dir_ = dir;
   ckpt.read_into_memory_ = !file_options.use_mmap;
+  ckpt.mapped_to_fit_ = file_options.use_mmap && !options.use_mmap;
   std::map<std::string, const SafetensorsFile*> by_shard;
   for (size_t i = 0; i < names.size(); ++i) {
     DH_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,

@@ -80,10 +80,15 @@ class Checkpoint {
   // Whether the files were read into memory (FileLoadOptions::use_mmap false, and the files fit
   // in the memory left; else they are mapped).
   bool read_into_memory() const { return read_into_memory_; }
+  // Whether the files are mapped only because they exceed the memory left: use_mmap was false
+  // (read them in, the default) but the whole checkpoint would not fit. The weight loader then
+  // copies what it uses as stored into memory (WeightLoader::ReadInFromMapping).
+  bool mapped_to_fit() const { return mapped_to_fit_; }
 
  private:
   std::string dir_;
   bool read_into_memory_ = false;
+  bool mapped_to_fit_ = false;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::unordered_map<std::string, const TensorInfo*> by_name_;
   std::vector<const TensorInfo*> ordered_;

@@ -8,6 +8,7 @@
 
 #include "backend/weight_rows.h"
 #include "base/log.h"
+#include "base/memory_info.h"
 
 namespace dh {
 namespace {
@@ -57,6 +58,31 @@ Status WeightLoader::CopyPartsToBackend(Weight& w, const std::string& name) {
     t->data = dst;
     backend_.CopyToDevice(*t, src);
   }
+  return Status::Ok();
+}
+
+Status WeightLoader::ReadInFromMapping(Tensor* t, const std::string& name) {
+  if (!checkpoint_.mapped_to_fit() || t->empty()) return Status::Ok();
+  const uint64_t bytes = t->nbytes();
+  const MemoryInfo mem = ReadMemoryInfo();
+  const uint64_t headroom = std::min<uint64_t>(kReadInHeadroomBytes, mem.available / 4);
+  if (mem.available != 0 && (mem.available < headroom || mem.available - headroom < bytes)) {
+    if (!logged_left_mapped_) {
+      logged_left_mapped_ = true;
+      DH_LOG(Warning, "{}: '{}' and the tensors after it that are used as stored stay in the "
+             "mapped files: {} left ({}) would not leave {} free after a {} copy",
+             checkpoint_.dir(), name, FormatBytes(mem.available), mem.source,
+             FormatBytes(headroom), FormatBytes(bytes));
+    }
+    return Status::Ok();
+  }
+  void* dst = converted_.Take(backend_, bytes);
+  if (dst == nullptr) {
+    return ResourceExhausted("cannot allocate {} bytes for weight '{}'", bytes, name);
+  }
+  const void* src = t->data;
+  t->data = dst;
+  backend_.CopyToDevice(*t, src);
   return Status::Ok();
 }
 
@@ -158,6 +184,9 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
       DH_ASSIGN_OR_RETURN(Tensor converted, Upload(host, *requested));
       w = Weight::Dense(converted);
       loaded_as_[name] = {std::string(DTypeName(*requested)), w.nbytes()};
+    } else {
+      DH_RETURN_IF_ERROR(ReadInFromMapping(&w.data, name));
+      if (w.scales.data == s->data) DH_RETURN_IF_ERROR(ReadInFromMapping(&w.scales, scale_name));
     }
     return backend_.PrepareWeight(w);
   }
@@ -179,6 +208,7 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
     DH_ASSIGN_OR_RETURN(data, Upload(data, *requested));
     loaded_as_[name] = {std::string(DTypeName(*requested)), data.nbytes()};
   }
+  if (data.data == t->data) DH_RETURN_IF_ERROR(ReadInFromMapping(&data, name));
   w = Weight::Dense(data);
   return backend_.PrepareWeight(w);
 }

@@ -272,6 +272,9 @@ TEST(CheckpointTest, NoMmapMapsACheckpointLargerThanTheMemoryLeft) {
   EXPECT_FALSE(mapped->read_into_memory());
   EXPECT_TRUE(read->read_into_memory());
   EXPECT_FALSE(default_mmap->read_into_memory());
+  EXPECT_TRUE(mapped->mapped_to_fit());
+  EXPECT_FALSE(read->mapped_to_fit());
+  EXPECT_FALSE(default_mmap->mapped_to_fit());  // mapped because asked to
   const TensorInfo* a = mapped->Find("b");
   const TensorInfo* b = read->Find("b");
   ASSERT_TRUE(a != nullptr && b != nullptr && a->nbytes == b->nbytes);

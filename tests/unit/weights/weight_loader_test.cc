@@ -1,13 +1,15 @@
 // Where the weight loader puts the weights it converts: small tensors share buffers of
 // kBufferChunkBytes (so on the CPU they lie in 2 MiB pages), each start 256-byte aligned and no
 // two overlapping; a tensor of a quarter chunk or more gets a buffer of its own; the bytes are
-// those QuantizeMatrix gives.
+// those QuantizeMatrix gives. A tensor used as stored from a checkpoint mapped only because it
+// did not fit is copied out of the mapping while memory allows.
 #include "weights/weight_loader.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -127,6 +129,51 @@ TEST(WeightLoaderMemoryTest, SmallConvertedWeightsShareChunksLargeOnesGetTheirOw
       EXPECT_EQ(std::memcmp(got->data, exp->data, exp->nbytes()), 0) << i;
     }
   }
+}
+
+// A checkpoint mapped only because it exceeds the memory left (DEEPHARNESS_MEM_AVAILABLE
+// simulates the machine): the embedding table, used as stored, is copied out of the mapping (same
+// bytes, another address) while the copy leaves a quarter of that memory free; with less memory
+// it stays in the mapping, and so it does when the user asked for --mmap.
+TEST(WeightLoaderMemoryTest, TensorsUsedAsStoredLeaveACheckpointMappedToFit) {
+  testing::TempDir dir;
+  constexpr int64_t kVocab = 256, kHidden = 32;  // a 16 KiB bf16 table
+  std::vector<uint16_t> table(kVocab * kHidden);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<uint16_t>(0x3f00 + i % 97);
+  std::vector<float> unused(16384, 0.5f);  // 64 KiB never loaded: the checkpoint is ~80 KiB
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  tensors.push_back({"model.embed_tokens.weight",
+                     Tensor(table.data(), DType::kBF16, {kVocab, kHidden})});
+  tensors.push_back({"unused.weight", Tensor(unused.data(), DType::kF32, {128, 128})});
+  ASSERT_TRUE(WriteSafetensors(dir.File("model.safetensors"), tensors).ok());
+  const std::string name = "model.embed_tokens.weight";
+  const size_t table_bytes = table.size() * sizeof(uint16_t);
+  ModelConfig config;
+
+  // Loads the table from a checkpoint opened with `use_mmap` while DEEPHARNESS_MEM_AVAILABLE is
+  // `available`; returns whether the weight still points into the mapping (and its bytes agree).
+  auto stays_mapped = [&](bool use_mmap, const char* available) {
+    EXPECT_EQ(setenv("DEEPHARNESS_MEM_AVAILABLE", available, 1), 0);
+    auto ckpt = Checkpoint::Open(dir.path(), FileLoadOptions{.use_mmap = use_mmap});
+    EXPECT_TRUE(ckpt.ok()) << ckpt.status().message();
+    if (!ckpt.ok()) return true;
+    EXPECT_EQ(ckpt->mapped_to_fit(), !use_mmap);  // every `available` here is under the file
+    CountingBackend backend;
+    WeightLoader loader(*ckpt, config, backend, LoadOptions{});
+    auto w = loader.Matrix(name, kVocab, kHidden);
+    unsetenv("DEEPHARNESS_MEM_AVAILABLE");
+    EXPECT_TRUE(w.ok()) << w.status().message();
+    if (!w.ok()) return true;
+    EXPECT_EQ(w->data.dtype, DType::kBF16);
+    EXPECT_EQ(w->data.nbytes(), table_bytes);
+    EXPECT_EQ(std::memcmp(w->data.data, table.data(), table_bytes), 0);
+    const bool in_mapping = w->data.data == ckpt->Find(name)->data;
+    EXPECT_EQ(backend.sizes.empty(), in_mapping);  // a copy takes one backend buffer
+    return in_mapping;
+  };
+  EXPECT_FALSE(stays_mapped(false, "72KiB"));  // 16 KiB copied, 56 left: over a quarter of 72
+  EXPECT_TRUE(stays_mapped(false, "20KiB"));   // 16 KiB would leave 4, under 5 (a quarter)
+  EXPECT_TRUE(stays_mapped(true, "72KiB"));    // --mmap: the user's choice stands
 }
 
 }  // namespace
