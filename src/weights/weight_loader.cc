@@ -62,18 +62,16 @@ Status WeightLoader::CopyPartsToBackend(Weight& w, const std::string& name) {
 }
 
 Status WeightLoader::ReadInFromMapping(Tensor* t, const std::string& name) {
-  if (!checkpoint_.mapped_to_fit() || t->empty()) return Status::Ok();
+  if (!checkpoint_.mapped_to_fit() || left_mapped_ || t->empty()) return Status::Ok();
   const uint64_t bytes = t->nbytes();
   const MemoryInfo mem = ReadMemoryInfo();
   const uint64_t headroom = std::min<uint64_t>(kReadInHeadroomBytes, mem.available / 4);
-  if (mem.available != 0 && (mem.available < headroom || mem.available - headroom < bytes)) {
-    if (!logged_left_mapped_) {
-      logged_left_mapped_ = true;
-      DH_LOG(Warning, "{}: '{}' and the tensors after it that are used as stored stay in the "
-             "mapped files: {} left ({}) would not leave {} free after a {} copy",
-             checkpoint_.dir(), name, FormatBytes(mem.available), mem.source,
-             FormatBytes(headroom), FormatBytes(bytes));
-    }
+  if (mem.available != 0 && mem.available - headroom < bytes) {  // headroom <= available
+    left_mapped_ = true;
+    DH_LOG(Warning, "{}: '{}' and the tensors after it that are used as stored stay in the "
+           "mapped files: {} left ({}) would not leave {} free after a {} copy",
+           checkpoint_.dir(), name, FormatBytes(mem.available), mem.source,
+           FormatBytes(headroom), FormatBytes(bytes));
     return Status::Ok();
   }
   void* dst = converted_.Take(backend_, bytes);

@@ -123,11 +123,12 @@ class WeightLoader {
   // A tensor `t` used as stored, still in the checkpoint's files: when they are mapped only
   // because they exceed the memory left (Checkpoint::mapped_to_fit), copied into backend memory
   // from converted_ and `t` pointed at the copy, as long as that leaves kReadInHeadroomBytes (or
-  // a quarter of the memory left, if less) free; otherwise it stays in the mapping. In the
-  // mapping, the pages of a tensor read a few rows at a time (the embedding table: one row per
-  // token) go cold, the kernel drops them as the converted weights fill memory, and each lookup
-  // then waits for the disk: DeepSeek-V2-Lite (29.3 GiB bf16) quantized at load on a 24 GiB
-  // machine spent 3.4 ms per decode step, 6.7 % of it, in the embedding.
+  // a quarter of the memory left, if less) free; otherwise it stays in the mapping, and so do
+  // the tensors after it (one warning names the first). In the mapping, the pages of a tensor
+  // read a few rows at a time (the embedding table: one row per token) go cold, the kernel drops
+  // them as the converted weights fill memory, and each lookup then waits for the disk:
+  // DeepSeek-V2-Lite (29.3 GiB bf16) quantized at load on a 24 GiB machine spent 3.4 ms per
+  // decode step, 6.7 % of it, in the embedding.
   Status ReadInFromMapping(Tensor* t, const std::string& name);
   // The dense dtype for copies the architecture derives from matrix `name` (HostMatrixF32): the
   // policy's dense format, bf16 when the policy quantizes it, else `fallback`.
@@ -150,7 +151,7 @@ class WeightLoader {
   // f32 copy of the tensor being quantized, reused (grown, never shrunk) across tensors.
   std::vector<float> quant_staging_;
   bool logged_prequantized_ = false;
-  bool logged_left_mapped_ = false;  // ReadInFromMapping said once that memory ran short
+  bool left_mapped_ = false;  // ReadInFromMapping found memory short: it copies no more
 
   const Checkpoint& checkpoint_;
   const ModelConfig& config_;
