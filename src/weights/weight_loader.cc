@@ -47,16 +47,20 @@ std::vector<float> DequantizeFp8(const TensorInfo& q, const TensorInfo& scale, i
 
 }  // namespace
 
+Status WeightLoader::CopyToBackend(Tensor* t, const std::string& name) {
+  void* dst = converted_.Take(backend_, t->nbytes());
+  if (dst == nullptr) {
+    return ResourceExhausted("cannot allocate {} bytes for weight '{}'", t->nbytes(), name);
+  }
+  const void* src = t->data;
+  t->data = dst;
+  backend_.CopyToDevice(*t, src);
+  return Status::Ok();
+}
+
 Status WeightLoader::CopyPartsToBackend(Weight& w, const std::string& name) {
   for (Tensor* t : {&w.data, &w.scales, &w.zeros, &w.perm}) {
-    if (t->empty()) continue;
-    void* dst = converted_.Take(backend_, t->nbytes());
-    if (dst == nullptr) {
-      return ResourceExhausted("cannot allocate {} bytes for weight '{}'", t->nbytes(), name);
-    }
-    const void* src = t->data;
-    t->data = dst;
-    backend_.CopyToDevice(*t, src);
+    if (!t->empty()) DH_RETURN_IF_ERROR(CopyToBackend(t, name));
   }
   return Status::Ok();
 }
@@ -74,14 +78,7 @@ Status WeightLoader::ReadInFromMapping(Tensor* t, const std::string& name) {
            FormatBytes(headroom), FormatBytes(bytes));
     return Status::Ok();
   }
-  void* dst = converted_.Take(backend_, bytes);
-  if (dst == nullptr) {
-    return ResourceExhausted("cannot allocate {} bytes for weight '{}'", bytes, name);
-  }
-  const void* src = t->data;
-  t->data = dst;
-  backend_.CopyToDevice(*t, src);
-  return Status::Ok();
+  return CopyToBackend(t, name);
 }
 
 WeightLoader::WeightLoader(const Checkpoint& checkpoint, const ModelConfig& config,
@@ -184,7 +181,7 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
       loaded_as_[name] = {std::string(DTypeName(*requested)), w.nbytes()};
     } else {
       DH_RETURN_IF_ERROR(ReadInFromMapping(&w.data, name));
-      if (w.scales.data == s->data) DH_RETURN_IF_ERROR(ReadInFromMapping(&w.scales, scale_name));
+      if (s->dtype == DType::kF32) DH_RETURN_IF_ERROR(ReadInFromMapping(&w.scales, scale_name));
     }
     return backend_.PrepareWeight(w);
   }
@@ -205,8 +202,9 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
   if (requested && *requested != data.dtype) {
     DH_ASSIGN_OR_RETURN(data, Upload(data, *requested));
     loaded_as_[name] = {std::string(DTypeName(*requested)), data.nbytes()};
+  } else {
+    DH_RETURN_IF_ERROR(ReadInFromMapping(&data, name));
   }
-  if (data.data == t->data) DH_RETURN_IF_ERROR(ReadInFromMapping(&data, name));
   w = Weight::Dense(data);
   return backend_.PrepareWeight(w);
 }

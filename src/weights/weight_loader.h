@@ -117,8 +117,10 @@ class WeightLoader {
   // The validated block-scale tensor of FP8 matrix `name` [rows, cols].
   Result<const TensorInfo*> FindFp8Scale(const std::string& name, int64_t rows, int64_t cols);
   Result<Tensor> Upload(const Tensor& host, DType dtype);
-  // Copies each host part of `w` (data, scales, zeros, perm) to backend memory from converted_
-  // and points `w` at it; `name` is for the error message.
+  // Copies host tensor `t` to backend memory from converted_ and points `t` at it; `name` is for
+  // the error message.
+  Status CopyToBackend(Tensor* t, const std::string& name);
+  // CopyToBackend for each host part of `w` (data, scales, zeros, perm).
   Status CopyPartsToBackend(Weight& w, const std::string& name);
   // A tensor `t` used as stored, still in the checkpoint's files: when they are mapped only
   // because they exceed the memory left (Checkpoint::mapped_to_fit), copied into backend memory
