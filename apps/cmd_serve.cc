@@ -345,6 +345,7 @@ int RunServe(ServeArgs& a) {
                               "with --device reference, or --no-self-check to start anyway",
                               r.message, checker->inner().name()));
     }
+    checker->ReleaseHeldRows();  // the reference has read the stored layout for the last time
     nlohmann::json j = {{"state", r.state}};
     const std::string on_ranks =
         ranks.size() > 1 ? fmt::format(" on each of {} ranks", ranks.size()) : "";

@@ -166,6 +166,9 @@ Result<SelfCheckMode> ParseSelfCheckMode(const std::string& text) {
 
 CheckingBackend::CheckingBackend(std::unique_ptr<Backend> inner)
     : ForwardingBackend(std::move(inner)), reference_(BackendOptions{.num_threads = 1}) {
+  // The reference reads the weights' stored layout: the chosen backend hands it back only once
+  // the check is done (ReleaseHeldRows, cmd_serve.cc / serve_parallel.cc).
+  HoldReleases();
   if (const char* env = std::getenv("DEEPHARNESS_TEST_SELF_CHECK_PERTURB")) {
     perturb_op_ = env;
     if (const size_t at = perturb_op_.find('@'); at != std::string::npos) {

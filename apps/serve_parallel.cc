@@ -197,6 +197,7 @@ int FollowLeader(const ModelOptions& model, SelfCheckMode self_check) {
       std::_Exit(kExitFailure);
     }
     if (r.state == "failed") return kExitBadInput;
+    checker->ReleaseHeldRows();  // the reference has read the stored layout for the last time
   }
   Status st = FollowSteps(*loaded->model, *loaded->backend, *loaded->parallel.comm);
   return st.ok() ? kExitOk : ReportError(st);

@@ -154,6 +154,10 @@ struct BackendOptions {
   // Whether PrepareWeight may add a backend's own second copy of a weight (the CPU backend's
   // prepacked tiles); `deepharness compile`, which only writes the cache, turns it off.
   bool prepack_weights = true;
+  // Whether PrepareWeight may then hand the bytes of the stored layout back to the system where
+  // its own copy serves every product (Weight::rows_released); tests that switch kernels after
+  // the load keep them.
+  bool release_rows = true;
 };
 
 class Backend {
@@ -179,6 +183,12 @@ class Backend {
   // Makes a weight read from a checkpoint (host memory) usable by this backend's kernels:
   // uploads or repacks it. Host backends return it unchanged.
   virtual Result<Weight> PrepareWeight(const Weight& w) { return w; }
+  // Held releases: after HoldReleases, PrepareWeight keeps the stored bytes it would release
+  // (BackendOptions::release_rows), leaves Weight::rows_released unset, and remembers them;
+  // ReleaseHeldRows hands them back and ends the hold. For a reader of the stored layout that
+  // comes after the load: the self-check's reference backend (apps/self_check.h).
+  virtual void HoldReleases() {}
+  virtual void ReleaseHeldRows() {}
 
   // ---- ops ----
   // out[t, :] = table[ids[t], :] as f32. ids: [T] i32; table rows: vocab.

@@ -25,6 +25,8 @@ class ForwardingBackend : public Backend {
   void CopyToHost(void* dst, const Tensor& src) override { inner_->CopyToHost(dst, src); }
   void Synchronize() override { inner_->Synchronize(); }
   Result<Weight> PrepareWeight(const Weight& w) override { return inner_->PrepareWeight(w); }
+  void HoldReleases() override { inner_->HoldReleases(); }
+  void ReleaseHeldRows() override { inner_->ReleaseHeldRows(); }
 
   void Embedding(const Weight& table, const Tensor& ids, Tensor out) override {
     inner_->Embedding(table, ids, out);

@@ -53,6 +53,13 @@ struct Weight {
   // backend/cpu/quant_vnni.h); the fields above stay valid. Empty: none. Code that changes
   // data or rows must clear it.
   Tensor packed;
+  // Set by the loader on a table that is also read a row at a time (an embedding): a backend
+  // keeps the fields above readable.
+  bool read_by_rows = false;
+  // Set by a backend whose `packed` copy serves every product, where it handed the bytes of
+  // data / scales / zeros back to the system (the CPU backend's int4 tiles; their shapes and
+  // dtypes stay as they were, their bytes must not be read). Code that reads rows must check.
+  bool rows_released = false;
   // Multiply by exact x even where bf16 weights round x to bf16 (backend/cpu/gemm_bf16.h): set
   // on dense data standing in for another format (FP8 blocks dequantized into a tensor-parallel
   // slice), so a parallel layout gives the products of one process, and on MLA's kv_b_proj and

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 
 namespace dh {
 namespace {
@@ -14,6 +16,16 @@ constexpr size_t kSmallAlign = 64;
 constexpr size_t kPageBytes = 4096;
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Registered releasable ranges: start -> bytes.
+struct Releasable {
+  std::mutex mu;
+  std::map<uintptr_t, size_t> ranges;
+};
+Releasable& Registry() {
+  static Releasable* r = new Releasable();  // never destroyed: buffers may outlive statics
+  return *r;
+}
 
 }  // namespace
 
@@ -41,6 +53,7 @@ void* AllocateHostMemory(size_t bytes) {
 #if defined(MADV_HUGEPAGE)
   ::madvise(data, reserve, MADV_HUGEPAGE);  // a hint: where refused, 4 KiB pages work the same
 #endif
+  RegisterReleasableMemory(data, reserve);
   return data;
 }
 
@@ -49,8 +62,40 @@ void FreeHostMemory(void* data, size_t bytes) {
   if (bytes < kHugePageBytes) {
     std::free(data);
   } else {
+    UnregisterReleasableMemory(data);
     ::munmap(data, HostMemoryReservation(bytes));
   }
+}
+
+void RegisterReleasableMemory(const void* data, size_t bytes) {
+  if (data == nullptr || bytes == 0) return;
+  Releasable& r = Registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.ranges[reinterpret_cast<uintptr_t>(data)] = bytes;
+}
+
+void UnregisterReleasableMemory(const void* data) {
+  Releasable& r = Registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.ranges.erase(reinterpret_cast<uintptr_t>(data));
+}
+
+size_t ReleaseHostPages(const void* data, size_t bytes) {
+  const uintptr_t b = reinterpret_cast<uintptr_t>(data);
+  if (data == nullptr || bytes == 0 || b > UINTPTR_MAX - bytes) return 0;
+  const uintptr_t e = b + bytes;
+  {
+    Releasable& r = Registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.ranges.upper_bound(b);  // the first range starting after b
+    if (it == r.ranges.begin()) return 0;
+    --it;
+    if (e > it->first + it->second) return 0;  // not wholly inside one registered range
+  }
+  const uintptr_t pb = RoundUp(b, kPageBytes), pe = e / kPageBytes * kPageBytes;
+  if (pe <= pb) return 0;
+  if (::madvise(reinterpret_cast<void*>(pb), pe - pb, MADV_DONTNEED) != 0) return 0;
+  return pe - pb;
 }
 
 }  // namespace dh

@@ -29,4 +29,15 @@ size_t HostMemoryReservation(size_t bytes);
 void* AllocateHostMemory(size_t bytes);
 void FreeHostMemory(void* data, size_t bytes);
 
+// Memory whose pages may be handed back while it stays mapped: every mapping AllocateHostMemory
+// makes (from kHugePageBytes up) is registered until freed; a private anonymous mapping made
+// elsewhere (a compile cache read into memory) registers itself and unregisters before unmapping.
+void RegisterReleasableMemory(const void* data, size_t bytes);
+void UnregisterReleasableMemory(const void* data);
+// Hands the whole 4 KiB pages inside [data, data + bytes) back to the system (MADV_DONTNEED)
+// when the range lies inside registered memory, and returns how many bytes that was (0 when it
+// does not, or the kernel refused). Those pages read as zero afterwards: for bytes no reader
+// will ask for again (a weight's row layout once a backend's own copy serves every product).
+size_t ReleaseHostPages(const void* data, size_t bytes);
+
 }  // namespace dh

@@ -24,6 +24,9 @@ struct KnownWeightFields {
   // Not stored: the model sets it after loading (MLA's kv_b_proj, model/arch/deepseek.cc), and the
   // loader on tensor-parallel FP8 slices, which the cache does not serve.
   bool exact_x;
+  // Not stored: what the loader and the backend decide at each load (the writer's loader keeps
+  // every weight's rows, WeightLoader::keep_rows_; a released weight is refused).
+  bool read_by_rows, rows_released;
 };
 
 std::optional<DType> DTypeFromName(std::string_view name) {

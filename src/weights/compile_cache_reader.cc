@@ -19,6 +19,7 @@
 
 #include "base/checked_math.h"
 #include "base/file_io.h"
+#include "base/host_memory.h"
 #include "base/log.h"
 #include "weights/compile_cache.h"
 #include "weights/compile_cache_format.h"
@@ -132,6 +133,7 @@ class CacheImage {
       img->data_ = base;
       DH_RETURN_IF_ERROR(ParallelRead(fd, base, size, path));
       ::mprotect(p, bytes, PROT_READ);
+      RegisterReleasableMemory(p, bytes);  // a backend may release weights it copied
     }
     if (o.mlock && ::mlock(img->data_, img->size_) != 0) {
       DH_LOG(Warning, "{}: mlock of {} bytes failed ({}); continuing without it", path, size,
@@ -140,6 +142,7 @@ class CacheImage {
     return img;
   }
   ~CacheImage() {
+    UnregisterReleasableMemory(map_);
     if (map_ != nullptr) ::munmap(map_, map_bytes_);
   }
   const uint8_t* data() const { return data_; }
@@ -199,7 +202,7 @@ class ServingLoader final : public WeightLoader {
         }
       }
     }
-    return backend().PrepareWeight(w);
+    return PrepareNamed(name, w);
   }
 
   Result<Tensor> Vector(const std::string& name, int64_t n) override {

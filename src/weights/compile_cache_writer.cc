@@ -63,7 +63,9 @@ class CompileCacheWriter::Impl {
 
   void AddWeight(const std::string& name, const Weight& w) {
     if (!status_.ok() || !seen_.insert(name).second) return;
-    Status layout = CheckWeightLayout(w, name);
+    Status layout = w.rows_released
+                        ? Internal("weight '{}': its rows were released at load", name)
+                        : CheckWeightLayout(w, name);
     if (!layout.ok()) {
       status_ = layout;
       return;
@@ -236,6 +238,7 @@ class RecordingLoader final : public WeightLoader {
         checkpoint_(checkpoint),
         writer_(writer) {
     if (progress) progress_ = std::make_unique<ProgressBar>("compiling", checkpoint.total_bytes());
+    keep_rows_ = true;  // the writer reads each weight's rows after the backend prepared it
   }
 
   Result<Weight> Matrix(const std::string& name, int64_t rows, int64_t cols) override {

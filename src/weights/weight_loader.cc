@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <iterator>
+#include <string_view>
 
 #include <fmt/ranges.h>
 
@@ -96,7 +97,7 @@ Result<Weight> WeightLoader::UploadQuantized(std::span<const float> values, int6
   Weight w = q.View();
   DH_RETURN_IF_ERROR(CopyPartsToBackend(w, name));
   loaded_as_[name] = {std::string(WeightFormatName(w.format)), w.nbytes()};
-  return backend_.PrepareWeight(w);
+  return PrepareNamed(name, w);
 }
 
 Result<const TensorInfo*> WeightLoader::Find(const std::string& name) {
@@ -183,7 +184,7 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
       DH_RETURN_IF_ERROR(ReadInFromMapping(&w.data, name));
       if (s->dtype == DType::kF32) DH_RETURN_IF_ERROR(ReadInFromMapping(&w.scales, scale_name));
     }
-    return backend_.PrepareWeight(w);
+    return PrepareNamed(name, w);
   }
   if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
     return InvalidArgument("{}: tensor '{}' has dtype {}, expected F32, BF16, F16 or F8_E4M3",
@@ -206,7 +207,7 @@ Result<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64
     DH_RETURN_IF_ERROR(ReadInFromMapping(&data, name));
   }
   w = Weight::Dense(data);
-  return backend_.PrepareWeight(w);
+  return PrepareNamed(name, w);
 }
 
 Result<const TensorInfo*> WeightLoader::FindFp8Scale(const std::string& name, int64_t rows,
@@ -267,6 +268,14 @@ DType WeightLoader::PolicyDenseDType(const std::string& name, DType fallback) co
   const PrecisionFormat f = plan().policy.FormatFor(name);
   if (f.kind == PrecisionFormat::Kind::kDense) return f.dtype;
   return f.kind == PrecisionFormat::Kind::kQuant ? DType::kBF16 : fallback;
+}
+
+Result<Weight> WeightLoader::PrepareNamed(const std::string& name, Weight w) {
+  constexpr std::string_view kTable = "embed_tokens.weight";
+  w.read_by_rows = keep_rows_ || (name.size() >= kTable.size() &&
+                                  name.compare(name.size() - kTable.size(), kTable.size(),
+                                               kTable) == 0);
+  return backend_.PrepareWeight(w);
 }
 
 Result<Weight> WeightLoader::MatrixFromHost(std::span<const float> values, int64_t rows,
@@ -366,7 +375,7 @@ Result<Weight> WeightLoader::MatrixPart(const std::string& name, int64_t rows, i
   // stands in for it and keeps x exact too.
   out.exact_x = t->dtype == DType::kF8E4M3 && target.kind != PrecisionFormat::Kind::kDense &&
                 !plan().dtype.has_value();
-  return backend_.PrepareWeight(out);
+  return PrepareNamed(name, out);
 }
 
 Result<Tensor> WeightLoader::VectorPart(const std::string& name, int64_t n, int64_t begin,

@@ -103,6 +103,11 @@ class WeightLoader {
   virtual std::vector<std::shared_ptr<void>> TakeResources() { return {TakeOwnedBuffers()}; }
   const ModelConfig& config() const { return config_; }
   Backend& backend() { return backend_; }
+  // backend().PrepareWeight(w) for weight `name`, marked read_by_rows when it is an embedding
+  // table (a backend then keeps its row layout: the lookups read it) or keep_rows_ is set.
+  Result<Weight> PrepareNamed(const std::string& name, Weight w);
+  // Every weight is read by rows after it is prepared (a compile cache writer records them).
+  bool keep_rows_ = false;
   const LoadOptions& options() const { return options_; }
   const WeightPlan& plan() const { return options_.plan; }
   // True when `name` starts with a prefix given to Skip.

@@ -60,7 +60,7 @@ Result<Weight> WeightLoader::LoadPackedInt4(const std::string& base, int64_t row
   for (const TensorInfo* companion : {t.qzeros, t.scales, t.g_idx}) {
     if (companion != nullptr) prequantized_bytes_[companion->name] = 0;
   }
-  return backend_.PrepareWeight(w);
+  return PrepareNamed(base + ".weight", w);
 }
 
 Result<std::vector<float>> WeightLoader::HostPackedInt4F32(const std::string& base, int64_t rows,

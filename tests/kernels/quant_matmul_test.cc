@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 
 #include "backend/cpu/cpu_backend.h"
@@ -496,7 +497,8 @@ TEST_F(QuantMatMulTest, PrepackedTilesMatchPerRowKernel) {
                         Case{false, 8, 33, 640, 128}, Case{false, 5, 17, 1111, 1111},
                         Case{true, 3, 33, 640, 128}, Case{true, 8, 16, 256, 64},
                         Case{true, 9, 65, 1111, 1111}, Case{true, 4, 31, 1408, 32},
-                        Case{true, 12, 18, 96, 96}}) {
+                        Case{true, 12, 18, 96, 96}, Case{true, 1, 20, 8960, 32},
+                        Case{true, 2, 33, 8192, 128}}) {
     cases.push_back(c);
   }
   int tested = 0;
@@ -522,10 +524,19 @@ TEST_F(QuantMatMulTest, PrepackedTilesMatchPerRowKernel) {
     const std::vector<double> mag = TermMagnitudes(c, rw);
     for (cpu::IntegerDotPath path : paths) {
       const std::string what = std::string(cpu::IntegerDotPathName(path)) + " " + Name(c);
-      for (bool tiled : {false, true}) {
+      // The row layout; the tiles with packed x; the tiles with x by rows (int4 on vnni512:
+      // PrepackedFewRowsInt4, which serves decode; elsewhere the row layout again).
+      Owned by_rows(DType::kF32, {c.m, c.n + 3});
+      for (int variant = 0; variant < 3; ++variant) {
+        const bool tiled = variant == 1;
         cpu::SetPackedMinRowsForTest(tiled ? 1 : int64_t{1} << 40);
-        cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, true, tiled ? got : per_row, c.n + 3);
-        if (tiled) a.tiles = base;
+        Owned& dst = variant == 0 ? per_row : variant == 1 ? got : by_rows;
+        cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, true, dst, c.n + 3);
+        if (variant > 0) a.tiles = base;
+        // Only the tiles may be read where the kernel takes them at every M.
+        const bool tiles_only = variant == 2 && c.int4 && path == cpu::IntegerDotPath::kVnni512 &&
+                                c.k <= cpu::kFewRowsTilesMaxK;
+        if (tiles_only) a.q = nullptr, a.scales = nullptr, a.zeros = nullptr;
         cpu::QuantizedActs acts;
         cpu::QuantizeActs(a, &acts);
         ASSERT_EQ(acts.packed, tiled);
@@ -540,6 +551,10 @@ TEST_F(QuantMatMulTest, PrepackedTilesMatchPerRowKernel) {
                              want.ToVector(), "prepacked " + what);
       ASSERT_NO_FATAL_FAILURE(
           ExpectNearPerRow(c, got, per_row, c.n + 3, mag, "prepacked vs per-row " + what));
+      ExpectWithinQuantBound(c, rw.w, x, c.k, true, rw.bias, by_rows.f32(), c.n + 3,
+                             want.ToVector(), "prepacked, x by rows " + what);
+      ASSERT_NO_FATAL_FAILURE(ExpectNearPerRow(c, by_rows, per_row, c.n + 3, mag,
+                                               "prepacked x by rows vs per-row " + what));
     }
   }
   EXPECT_GT(tested, 30);
@@ -552,7 +567,8 @@ TEST_F(QuantMatMulTest, PreparedWeightMatchesRowLayout) {
   Rng rng(31);
   for (const Case& c : {Case{true, 1, 70, 512, 32}, Case{true, 2, 70, 512, 32},
                         Case{true, 3, 70, 512, 32}, Case{true, 8, 70, 512, 32},
-                        Case{true, 40, 37, 256, 128}, Case{false, 1, 20, 256, 32},
+                        Case{true, 40, 37, 256, 128}, Case{true, 1, 24, 8960, 32},
+                        Case{false, 1, 20, 256, 32},
                         Case{false, 3, 20, 256, 32}, Case{false, 9, 20, 256, 256}}) {
     RandomWeight rw(rng, c);
     Result<Weight> prepared = cpu_.PrepareWeight(rw.w);
@@ -568,12 +584,75 @@ TEST_F(QuantMatMulTest, PreparedWeightMatchesRowLayout) {
     if (want_tiles) {
       EXPECT_EQ(prepared->packed.nbytes(), cpu::PrepackedBytes(c.int4, c.n, c.k, c.group));
     }
+    // int4 tiles serve every M up to kFewRowsTilesMaxK columns, so the rows are released (this
+    // test's own memory is not registered, so its bytes stay; the products must not read them:
+    // scribbled below).
+    EXPECT_EQ(prepared->rows_released, want_tiles && c.int4 && c.k <= cpu::kFewRowsTilesMaxK)
+        << Name(c);
     Owned x(DType::kF32, {c.m, c.k}), a(DType::kF32, {c.m, c.n}), b(DType::kF32, {c.m, c.n});
     rng.Fill(x, -2.0f, 2.0f);
+    const std::vector<double> mag = TermMagnitudes(c, rw);
     cpu_.MatMul(x.t, rw.w, rw.bias.t, a.t);
+    if (prepared->rows_released) {
+      std::fill(rw.q.bytes.begin(), rw.q.bytes.end(), uint8_t{0x77});
+      std::fill(rw.scales.bytes.begin(), rw.scales.bytes.end(), uint8_t{0xff});  // f16 NaN
+      std::fill(rw.zeros.bytes.begin(), rw.zeros.bytes.end(), uint8_t{0x99});
+    }
     cpu_.MatMul(x.t, *prepared, rw.bias.t, b.t);
-    ASSERT_NO_FATAL_FAILURE(
-        ExpectNearPerRow(c, b, a, c.n, TermMagnitudes(c, rw), "prepared vs rows " + Name(c)));
+    ASSERT_NO_FATAL_FAILURE(ExpectNearPerRow(c, b, a, c.n, mag, "prepared vs rows " + Name(c)));
+  }
+  // A table the loader marks read by rows (an embedding) keeps them.
+  const Case c{true, 1, 64, 256, 32};
+  RandomWeight rw(rng, c);
+  rw.w.read_by_rows = true;
+  Result<Weight> prepared = cpu_.PrepareWeight(rw.w);
+  ASSERT_TRUE(prepared.ok()) << prepared.status().message();
+  EXPECT_FALSE(prepared->rows_released);
+}
+
+// An int4 weight in memory this process mapped (a backend buffer, as the loader's): PrepareWeight
+// hands its row layout back to the system (the pages read as zero, not resident) and MatMul reads
+// the tiles alone; under HoldReleases the bytes stay until ReleaseHeldRows.
+TEST_F(QuantMatMulTest, PreparedInt4WeightReleasesItsRows) {
+  if (!cpu::PrepackWanted()) GTEST_SKIP() << "no prepacked tiles with this CPU's integer kernel";
+  const MemoryInfo mem = ReadMemoryInfo();
+  if (mem.available != 0 && mem.available < kBufferChunkBytes + cpu::kPrepackHeadroomBytes) {
+    GTEST_SKIP() << "too little memory left for a chunk of prepacked tiles";
+  }
+  Rng rng(33);
+  const Case c{true, 1, 2048, 2048, 32};  // 2 MiB of codes: a mapped buffer of its own
+  RandomWeight rw(rng, c);
+  Owned x(DType::kF32, {c.m, c.k}), want(DType::kF32, {c.m, c.n}), got(DType::kF32, {c.m, c.n});
+  rng.Fill(x, -2.0f, 2.0f);
+  cpu_.MatMul(x.t, rw.w, rw.bias.t, want.t);
+  const std::vector<double> mag = TermMagnitudes(c, rw);
+  for (bool hold : {false, true}) {
+    auto codes = cpu_.Allocate(rw.q.t.nbytes());
+    ASSERT_NE(codes, nullptr);
+    std::memcpy(codes->data(), rw.q.t.data, rw.q.t.nbytes());
+    Weight w = rw.w;
+    w.data = Tensor(codes->data(), w.data.dtype, {c.n, c.k / 2});
+    if (hold) cpu_.HoldReleases();
+    Result<Weight> prepared = cpu_.PrepareWeight(w);
+    ASSERT_TRUE(prepared.ok()) << prepared.status().message();
+    ASSERT_FALSE(prepared->packed.empty());
+    EXPECT_EQ(prepared->rows_released, !hold);
+    const auto* bytes = static_cast<const uint8_t*>(codes->data());
+    const size_t n = rw.q.t.nbytes();
+    auto all_zero = [&] {
+      for (size_t i = 0; i < n; ++i) {
+        if (bytes[i] != 0) return false;
+      }
+      return true;
+    };
+    if (hold) {
+      EXPECT_EQ(std::memcmp(bytes, rw.q.t.data, n), 0) << "held rows keep their bytes";
+      cpu_.ReleaseHeldRows();
+    }
+    EXPECT_TRUE(all_zero()) << "hold " << hold << ": the rows' pages were not handed back";
+    cpu_.MatMul(x.t, *prepared, rw.bias.t, got.t);
+    ASSERT_NO_FATAL_FAILURE(ExpectNearPerRow(c, got, want, c.n, mag,
+                                             fmt::format("released rows, hold {}", hold)));
   }
 }
 

@@ -177,6 +177,8 @@ void CpuBackend::Trace(const std::string& what) {
 }
 
 void CpuBackend::Embedding(const Weight& table, const Tensor& ids, Tensor out) {
+  DH_CHECK(!table.rows_released, "embedding: the table's rows were released (the loader marks "
+           "tables read_by_rows)");
   const auto o = AsRows(out);
   const auto wtype = WTypeOf(table.data.dtype);
   if (table.format != WeightFormat::kDense || !wtype || !o || table.data.ndim != 2 ||

@@ -29,8 +29,13 @@ class CpuBackend : public ReferenceBackend {
   std::string KernelTag() const override;
   bool Supports(const OpDesc& op) const override;
   // int8 / int4 weights the integer kernels take get a prepacked copy beside the row layout
-  // (quant_vnni.h "Prepacked tiles"; PrepackWanted says when); others pass unchanged.
+  // (quant_vnni.h "Prepacked tiles"; PrepackWanted says when); others pass unchanged. An int4
+  // weight whose tiles serve every row count (ReadsPrepackedTiles) then gives its row layout
+  // back (Weight::rows_released), unless read_by_rows, BackendOptions::release_rows = false or
+  // a hold (HoldReleases) keeps it.
   Result<Weight> PrepareWeight(const Weight& w) override;
+  void HoldReleases() override;
+  void ReleaseHeldRows() override;
 
   ThreadPool& pool() { return *pool_; }
 
@@ -83,6 +88,8 @@ class CpuBackend : public ReferenceBackend {
   std::unique_ptr<ThreadPool> pool_;
   std::mutex prepacked_mu_;
   BufferChunks prepacked_{64};  // PrepareWeight's copies, kept while the backend lives
+  bool hold_releases_ = false;  // HoldReleases: under prepacked_mu_, as held_rows_
+  std::vector<std::pair<const void*, size_t>> held_rows_;
   std::atomic<bool> prepack_skipped_{false};         // logged once when memory ran short
   // A one-thread pool: everything it is given runs on the calling thread and it keeps no state
   // while doing so, so the pool's workers may all use it at once.

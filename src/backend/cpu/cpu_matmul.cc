@@ -17,6 +17,7 @@
 #include "backend/kernel_note.h"
 #include "backend/reference/reference_ops.h"
 #include "base/check.h"
+#include "base/host_memory.h"
 #include "base/log.h"
 #include "base/memory_info.h"
 
@@ -100,12 +101,13 @@ struct MatMulCall {
     if (quant_ok) {
       static_cast<cpu::ActivationArgs&>(quant) = dense;
       quant.int4 = w.format == WeightFormat::kInt4;
-      quant.q = w.data.data;
+      // Released rows (PrepareWeight) are left null, so that a kernel reading them fails loudly.
+      quant.q = w.rows_released ? nullptr : w.data.data;
       quant.q_stride = w.data.stride[0];
-      quant.scales = w.scales.as<const uint16_t>();
+      quant.scales = w.rows_released ? nullptr : w.scales.as<const uint16_t>();
       quant.scale_stride = w.scales.stride[0];
       if (quant.int4) {
-        quant.zeros = w.zeros.as<const uint8_t>();
+        quant.zeros = w.rows_released ? nullptr : w.zeros.as<const uint8_t>();
         quant.zero_stride = w.zeros.stride[0];
         quant.zero_offset = w.zero_offset;
       }
@@ -242,7 +244,8 @@ void QuantIntegerDot(const MatMulCall& c, ThreadPool& pool) {
   thread_local cpu::QuantizedActs tl_acts;
   cpu::QuantizedActs& acts = tl_acts;
   cpu::QuantizeActs(c.quant, &acts, &pool);
-  if (acts.packed) {  // whole packed tiles of 16 weight rows (8 on 256-bit kernels) per chunk
+  // Whole packed tiles of 16 weight rows (8 on 256-bit kernels) per chunk.
+  if (acts.packed || cpu::ReadsPrepackedTiles(c.quant)) {
     constexpr int64_t kTile = 16;
     const int64_t n = c.n();
     pool.ParallelFor((n + kTile - 1) / kTile, 1, [&](size_t b, size_t e) {
@@ -362,9 +365,7 @@ const MatMulKernel kMatMulKernels[] = {
      [](const MatMulCall& c) {
        return fmt::format("matmul {} {} g{} {}{} M={} N={} K={}", c.kind(),
                           WeightFormatName(c.w.format), c.w.group_size, cpu::IntegerDotName(),
-                          c.quant.tiles != nullptr && c.m() >= cpu::PrepackedMinRows(c.quant.int4)
-                              ? " prepacked-tiles"
-                              : "",
+                          cpu::ReadsPrepackedTiles(c.quant) ? " prepacked-tiles" : "",
                           c.m(), c.n(), c.k());
      },
      QuantIntegerDot},
@@ -451,7 +452,43 @@ Result<Weight> CpuBackend::PrepareWeight(const Weight& w) {
   });
   Weight out = w;
   out.packed = Tensor(dst, DType::kU8, {static_cast<int64_t>(bytes)});
+  // An int4 weight's tiles serve every number of rows of x (ReadsPrepackedTiles: rows up to
+  // kFewRowsTilesMaxK), so its row layout goes back to the system where this process owns it
+  // (the loader's buffers, a compile cache read into memory; not a mapped file, nor a caller's
+  // memory): the weight is held once, not twice (DeepSeek-V2-Lite at int4: 17.8 -> 9.6 GiB of
+  // anonymous memory; bench/README.md "Zen 5, session 30"). A table also read by rows (an
+  // embedding) keeps them, as do int8 (its tiles were 1.5x slower than its rows from one row of
+  // x) and longer int4 rows, and so does every weight while the integer path is switched off
+  // (tests switch it at run time; DH_INTEGER_DOT=off at start makes no tiles) or when the
+  // backend was told to keep them (BackendOptions::release_rows).
+  c.quant.m = 1;
+  c.quant.tiles = dst;
+  if (int4 && !w.read_by_rows && options().release_rows && cpu::UseIntegerDot(c.quant) &&
+      cpu::ReadsPrepackedTiles(c.quant)) {
+    std::lock_guard<std::mutex> lock(prepacked_mu_);
+    for (const Tensor* t : {&w.data, &w.scales, &w.zeros}) {
+      if (hold_releases_) {
+        held_rows_.push_back({t->data, t->nbytes()});
+      } else {
+        ReleaseHostPages(t->data, t->nbytes());
+      }
+    }
+    out.rows_released = !hold_releases_;
+  }
   return out;
+}
+
+void CpuBackend::HoldReleases() {
+  std::lock_guard<std::mutex> lock(prepacked_mu_);
+  hold_releases_ = true;
+}
+
+void CpuBackend::ReleaseHeldRows() {
+  std::lock_guard<std::mutex> lock(prepacked_mu_);
+  for (const auto& [data, bytes] : held_rows_) ReleaseHostPages(data, bytes);
+  held_rows_.clear();
+  held_rows_.shrink_to_fit();
+  hold_releases_ = false;
 }
 
 void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) {
@@ -500,6 +537,8 @@ void CpuBackend::MatMulOn(ThreadPool& pool, const Tensor& x, const Weight& w, co
                          o->cols == w.rows && w.data.ndim == 2 &&
                          (w.data.stride[1] == 1 || w.cols == 1);
   if (!layout_ok || (dense && !wtype)) {
+    DH_CHECK(!w.rows_released, "matmul: a weight whose rows were released met x {} out {}",
+             x.ShapeString(), out.ShapeString());
     Trace("matmul reference {} {}", WeightFormatName(w.format),
                       DTypeName(w.data.dtype));
     return ReferenceBackend::MatMul(x, w, bias, out);
@@ -516,6 +555,8 @@ void CpuBackend::MatMulOn(ThreadPool& pool, const Tensor& x, const Weight& w, co
   c.Prepare();
   for (const MatMulKernel& kernel : kMatMulKernels) {
     if (kernel.Takes(c)) {
+      DH_CHECK(!w.rows_released || kernel.run == QuantIntegerDot,
+               "matmul: only the integer kernels read a weight whose rows were released");
       NoteKernel(kernel.name(c), kernel.variant);
       if (options().trace_kernels) Trace(kernel.describe(c));
       kernel.run(c, pool);

@@ -1078,6 +1078,87 @@ DH_IDOT_TARGET void PrepackedAll(const QuantMatMulArgs& a, const QuantizedActs& 
   }
 }
 
+#if DH_IDOT_BITS == 512
+// MR (1 or 2) rows of x from r0, quantized by rows as the per-row kernels take them, over weight
+// rows [n_begin, n_end) of an int4 prepacked weight (n_begin a multiple of kPrepackedRows): the
+// tiles' 16 lanes are 16 weight rows, so each x dword is broadcast and no output row needs a
+// horizontal sum. Decode reads the tiles with this kernel, so that a weight needs no row layout
+// once its tiles are made (CpuBackend::PrepareWeight releases it). Per block, like the per-row
+// kernel: the i32 dots of the low and high nibbles times x's block scale, summed over the
+// group in f32 and times the weight scale; the zero points' term from x's group sums. Zen 5,
+// bench_quant --threads 2 --m 1 from memory, three rounds, against the per-row kernel over the
+// row layout: a V2-Lite expert's down (2048 x 1408) 39.4-45.0 against 46.0-56.6 us, 8960 x 1536
+// 172.8-194.1 against 211.4-225.7; rows longer than kFewRowsTilesMaxK keep the row layout
+// (bench/README.md "Zen 5, session 30").
+template <int MR>
+DH_IDOT_TARGET void PrepackedFewRowsInt4(const QuantMatMulArgs& a, const QuantizedActs& x,
+                                         int64_t r0, int64_t n_begin, int64_t n_end) {
+  const PrepackedLayout l = PrepackedLayoutOf(true, a.k, a.group_size);
+  const int64_t blocks_per_group = a.group_size >= a.k ? l.blocks : a.group_size / kXBlock;
+  const int64_t ahead_step = (l.tile_bytes / l.blocks + 63) / 64 * 64;
+  const int64_t half = x.row_bytes / 2;  // int4 x: the even columns' codes, then the odd ones'
+  const VecF off = SetF(static_cast<float>(a.zero_offset));
+  const uint8_t* xc[MR];
+  const float* xs[MR];
+  const float* gs[MR];
+  for (int r = 0; r < MR; ++r) {
+    xc[r] = x.codes.data() + (r0 + r) * x.row_bytes;
+    xs[r] = x.block_scales.data() + (r0 + r) * x.blocks;
+    gs[r] = x.group_sums.data() + (r0 + r) * x.groups;
+  }
+  for (int64_t t0 = n_begin; t0 < n_end; t0 += kPrepackedRows) {
+    const uint8_t* tile = a.tiles + t0 / kPrepackedRows * l.tile_bytes;
+    // This tile's scales and zero points, wanted from its first block on, in one burst.
+    for (int64_t o = l.scale_offset; o < l.tile_bytes; o += 64) __builtin_prefetch(tile + o, 0, 3);
+    const auto* codes = reinterpret_cast<const int32_t*>(tile);
+    const auto* h = reinterpret_cast<const uint16_t*>(tile + l.scale_offset);
+    const uint8_t* z = tile + l.extra_offset;
+    const char* ahead = reinterpret_cast<const char*>(tile) + kTileAhead;
+    VecF facc[MR], zacc[MR];
+    for (int r = 0; r < MR; ++r) facc[r] = zacc[r] = ZeroF();
+    for (int64_t gi = 0; gi < l.groups; ++gi) {
+      const VecF ws = WidenHalves(h + gi * kPrepackedRows);
+      VecF gacc[MR];
+      for (int r = 0; r < MR; ++r) gacc[r] = ZeroF();
+      const int64_t b_end = (gi + 1) * blocks_per_group < l.blocks ? (gi + 1) * blocks_per_group
+                                                                    : l.blocks;
+      for (int64_t b = gi * blocks_per_group; b < b_end; ++b) {
+        for (int64_t o = 0; o < ahead_step; o += 64) {
+          __builtin_prefetch(ahead + b * ahead_step + o, 0, 3);
+        }
+        const int32_t* wb = codes + b * 4 * kPrepackedRows;
+        VecI lo_acc[MR], hi_acc[MR];
+        for (int r = 0; r < MR; ++r) lo_acc[r] = hi_acc[r] = ZeroI();
+#pragma GCC unroll 4
+        for (int st = 0; st < 4; ++st) {
+          VecI lo, hi;
+          SplitNibbles(LoadI(wb + st * kPrepackedRows), &lo, &hi);
+          for (int r = 0; r < MR; ++r) {
+            lo_acc[r] = Dpbusd(lo_acc[r], lo, BroadcastDword(xc[r] + b * 16 + 4 * st));
+            hi_acc[r] = Dpbusd(hi_acc[r], hi, BroadcastDword(xc[r] + half + b * 16 + 4 * st));
+          }
+        }
+        for (int r = 0; r < MR; ++r) {
+          gacc[r] = FmaF(ToF(AddI32(lo_acc[r], hi_acc[r])), SetF(xs[r][b]), gacc[r]);
+        }
+      }
+      const VecF zs = ZeroTimesScale(z + gi * (kPrepackedRows / 2), 0, off, ws);
+      for (int r = 0; r < MR; ++r) {
+        facc[r] = FmaF(gacc[r], ws, facc[r]);
+        zacc[r] = FnmaF(zs, SetF(gs[r][gi]), zacc[r]);
+      }
+    }
+    const int64_t rows = n_end - t0 < kLanes ? n_end - t0 : kLanes;
+    for (int r = 0; r < MR; ++r) {
+      alignas(64) float sums[kLanes];
+      StoreF(sums, AddF(facc[r], zacc[r]));
+      float* out = a.out + (r0 + r) * a.out_stride + t0;
+      for (int64_t i = 0; i < rows; ++i) out[i] = sums[i] + (a.bias ? a.bias[t0 + i] : 0.0f);
+    }
+  }
+}
+#endif
+
 // All rows of x over weight rows [n_begin, n_end), in tiles of ~32 KiB of weight codes that stay
 // in L1/L2 while every block of 4 x rows passes over them: a batch reads each weight byte from
 // memory once.
@@ -1087,6 +1168,17 @@ void DotAll(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t n_begin, i
     if (a.tiles != nullptr) return PrepackedAll<kInt4>(a, x, n_begin, n_end);
     return PackedAll<kInt4>(a, x, n_begin, n_end);
   }
+#if DH_IDOT_BITS == 512
+  if constexpr (kInt4) {
+    // Rows of x by rows (fewer than PrepackedMinRows) over int4 tiles: ReadsPrepackedTiles.
+    if (a.tiles != nullptr && a.k <= kFewRowsTilesMaxK) {
+      int64_t r0 = 0;
+      for (; r0 + 2 <= a.m; r0 += 2) PrepackedFewRowsInt4<2>(a, x, r0, n_begin, n_end);
+      if (r0 < a.m) PrepackedFewRowsInt4<1>(a, x, r0, n_begin, n_end);
+      return;
+    }
+  }
+#endif
   int64_t row_bytes = kInt4 ? (a.k + 1) / 2 : a.k;
   if (row_bytes < 1) row_bytes = 1;
   int64_t tile = a.m <= 4 ? n_end - n_begin : (32 << 10) / row_bytes;

@@ -648,6 +648,21 @@ int64_t PrepackTileCodes512(const uint8_t* q0, int64_t q_stride, int64_t row_byt
   return 0;
 }
 
+namespace {
+// Whether rows of x quantized by rows read a's int4 tiles on `path` (PrepackedFewRowsInt4).
+bool FewRowsReadTiles(IntegerDotPath path, const QuantMatMulArgs& a) {
+  return a.tiles != nullptr && a.int4 && path == IntegerDotPath::kVnni512 &&
+         a.k <= kFewRowsTilesMaxK;
+}
+}  // namespace
+
+bool ReadsPrepackedTiles(const QuantMatMulArgs& a) {
+  // x packed (QuantizeActs), or by rows.
+  return a.tiles != nullptr &&
+         ((a.m >= PrepackedMinRows(a.int4) && PackedTilesSupport(a.k, a.group_size)) ||
+          FewRowsReadTiles(ActiveIntegerDotPath(), a));
+}
+
 void IntegerDotRange(const QuantMatMulArgs& a, const QuantizedActs& acts, int64_t n_begin,
                      int64_t n_end) {
   IntegerDotRangeOn(ActiveIntegerDotPath(), a, acts, n_begin, n_end);
@@ -660,8 +675,10 @@ void IntegerDotRangeOn(IntegerDotPath path, const QuantMatMulArgs& a, const Quan
            "integer dot {}: {} k={} group={} m={} (prepared for m={})", IntegerDotPathName(path),
            a.int4 ? "int4" : "int8", a.k, a.group_size, a.m, acts.m);
   if (n_begin >= n_end || a.m <= 0) return;
-  DH_CHECK(a.tiles == nullptr || !acts.packed || n_begin % kPrepackedRows == 0,
-           "prepacked tiles start at row {}", n_begin);
+  const bool tiles = a.tiles != nullptr && (acts.packed || FewRowsReadTiles(path, a));
+  DH_CHECK(!tiles || n_begin % kPrepackedRows == 0, "prepacked tiles start at row {}", n_begin);
+  DH_CHECK(tiles || a.q != nullptr, "integer dot {}: the weight's rows were released (only its "
+           "prepacked tiles remain)", IntegerDotPathName(path));
   if (path != IntegerDotPath::kVnni512) {
     return IntegerDot256Range(path == IntegerDotPath::kAvxVnni, a, acts, n_begin, n_end);
   }

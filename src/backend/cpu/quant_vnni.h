@@ -189,6 +189,19 @@ size_t PrepackedBytes(bool int4, int64_t n, int64_t k, int64_t group_size);
 void PrepackTiles(const QuantMatMulArgs& a, int64_t n, int64_t tile_begin, int64_t tile_end,
                   uint8_t* dst);
 
+// Whether the active integer kernel reads a's prepacked tiles for a.m rows of x, so that a range
+// must start at a multiple of kPrepackedRows: from PrepackedMinRows rows (x packed), and on
+// vnni512 an int4 weight's tiles at every number of rows (fewer by rows of x,
+// PrepackedFewRowsInt4) where k <= kFewRowsTilesMaxK, so that its row layout is not read once
+// the tiles are made (CpuBackend::PrepareWeight then releases it).
+bool ReadsPrepackedTiles(const QuantMatMulArgs& a);
+// The longest rows one or two rows of x read from int4 tiles. Zen 5, bench_quant --threads 2
+// --m 1 from memory, rows against tiles, three rounds (bench/README.md "Zen 5, session 30"): at
+// K = 1408-8192 the tiles ran at 0.88-1.29x the row layout's speed (1536 x 8192 188.7-206.4
+// against 187.3-214.7 us), at K = 8960 the row layout 1.6x faster (1536 x 8960 131-154 against
+// 228-255 us).
+constexpr int64_t kFewRowsTilesMaxK = 8192;
+
 // Rows [n_begin, n_end) of the output of `a` with the active integer kernel (needs
 // UseIntegerDot(a) or IntegerDotAvailable() && IntegerDotSupports(...)). Packed acts over a
 // prepacked weight (a.tiles) take n_begin at a multiple of kPrepackedRows.

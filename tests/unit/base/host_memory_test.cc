@@ -1,6 +1,7 @@
 // Host memory (base/host_memory.h): the reservation rule, alignment of small and large blocks,
 // that a large block is writable end to end, and that on Linux its mapping carries the
-// MADV_HUGEPAGE advice (VmFlags "hg" in /proc/self/smaps).
+// MADV_HUGEPAGE advice (VmFlags "hg" in /proc/self/smaps); which memory ReleaseHostPages hands
+// back, and that it hands back only the whole pages inside the range.
 #include "base/host_memory.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,12 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 namespace dh {
 namespace {
@@ -84,6 +91,62 @@ TEST(HostMemoryTest, LargeBlocksAreHugePageAlignedAndAdvised) {
     EXPECT_EQ(VmFlagsOf(p), "") << "block of " << bytes << " still mapped after the free";
 #endif
   }
+}
+
+#if defined(__linux__)
+// How many of the 4 KiB pages of [p, p + bytes) (page aligned) are resident (mincore).
+size_t ResidentPages(const void* p, size_t bytes) {
+  std::vector<unsigned char> v(bytes / 4096);
+  if (::mincore(const_cast<void*>(p), bytes, v.data()) != 0) return SIZE_MAX;
+  size_t n = 0;
+  for (unsigned char c : v) n += c & 1;
+  return n;
+}
+#endif
+
+// A large block's pages inside a range go back to the system (not resident, reading as zero);
+// the bytes of the pages the range only partly covers keep their values; memory that
+// AllocateHostMemory did not map (the heap, a freed block) is left alone.
+TEST(HostMemoryTest, ReleasesOnlyWholePagesInsideRegisteredMemory) {
+  const size_t bytes = 4 * kMiB;
+  auto* b = static_cast<unsigned char*>(AllocateHostMemory(bytes));
+  ASSERT_NE(b, nullptr);
+  std::memset(b, 0x5a, bytes);
+  // [100000, 3000000): pages 25..732 lie wholly inside (page 24 holds bytes 98304..102399).
+  const size_t begin = 100000, end = 3000000;
+  const size_t first_page = (begin + 4095) / 4096, last_page = end / 4096;  // [first, last)
+  EXPECT_EQ(ReleaseHostPages(b + begin, end - begin), (last_page - first_page) * 4096);
+#if defined(__linux__)
+  EXPECT_EQ(ResidentPages(b + first_page * 4096, (last_page - first_page) * 4096), 0u);
+#endif
+  for (size_t i : {size_t{0}, begin - 1, begin, first_page * 4096 - 1, last_page * 4096,
+                   end - 1, end, bytes - 1}) {
+    EXPECT_EQ(b[i], 0x5a) << i;  // outside the whole pages: kept
+  }
+  EXPECT_EQ(b[first_page * 4096], 0) << "a released page reads as zero";
+  EXPECT_EQ(b[last_page * 4096 - 1], 0);
+  // Past the block's end, and ranges with no whole page: nothing.
+  EXPECT_EQ(ReleaseHostPages(b + bytes - 4096, 8192), 0u);
+  EXPECT_EQ(ReleaseHostPages(b + 10, 4000), 0u);
+  EXPECT_EQ(ReleaseHostPages(nullptr, 4096), 0u);
+  FreeHostMemory(b, bytes);
+  EXPECT_EQ(ReleaseHostPages(b, 8192), 0u) << "a freed block is no longer registered";
+
+  std::vector<unsigned char> heap(3 * kMiB, 0x33);
+  EXPECT_EQ(ReleaseHostPages(heap.data(), heap.size()), 0u);
+  EXPECT_EQ(heap[heap.size() / 2], 0x33);
+  // A mapping registered by its owner (a compile cache read into memory) is released too.
+#if defined(__linux__)
+  void* m = ::mmap(nullptr, kMiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  std::memset(m, 1, kMiB);
+  EXPECT_EQ(ReleaseHostPages(m, kMiB), 0u);
+  RegisterReleasableMemory(m, kMiB);
+  EXPECT_EQ(ReleaseHostPages(m, kMiB), kMiB);
+  EXPECT_EQ(ResidentPages(m, kMiB), 0u);
+  UnregisterReleasableMemory(m);
+  ::munmap(m, kMiB);
+#endif
 }
 
 }  // namespace
