@@ -84,16 +84,15 @@ size_t ReleaseHostPages(const void* data, size_t bytes) {
   const uintptr_t b = reinterpret_cast<uintptr_t>(data);
   if (data == nullptr || bytes == 0 || b > UINTPTR_MAX - bytes) return 0;
   const uintptr_t e = b + bytes;
-  {
-    Releasable& r = Registry();
-    std::lock_guard<std::mutex> lock(r.mu);
-    auto it = r.ranges.upper_bound(b);  // the first range starting after b
-    if (it == r.ranges.begin()) return 0;
-    --it;
-    if (e > it->first + it->second) return 0;  // not wholly inside one registered range
-  }
   const uintptr_t pb = RoundUp(b, kPageBytes), pe = e / kPageBytes * kPageBytes;
   if (pe <= pb) return 0;
+  // Under the lock, so that the range cannot be unregistered and unmapped meanwhile.
+  Releasable& r = Registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.ranges.upper_bound(b);  // the first range starting after b
+  if (it == r.ranges.begin()) return 0;
+  --it;
+  if (e > it->first + it->second) return 0;  // not wholly inside one registered range
   if (::madvise(reinterpret_cast<void*>(pb), pe - pb, MADV_DONTNEED) != 0) return 0;
   return pe - pb;
 }
