@@ -3,7 +3,9 @@
 // a fraction of the measured f32 FMA peak and (bf16 weights, AVX512-BF16) of the bf16 dot peak;
 // DH_BF16_DOT=off runs bf16 weights on the f32 FMA GEMM for comparison.
 // Usage: bench_ops [--threads N] [--mb WORKING_SET_MB] [--seconds S] [--m 1,4,16]
-//                  [--kernel auto|gemv|gemm] [--dtype all|bf16|f32]
+//                  [--kernel auto|gemv|gemm] [--dtype all|bf16|f32] [--heads H]
+// --heads H times CpuBackend::BatchedMatMul on MLA's absorbed decode products with H heads
+// (V2-Lite 16, V3 128) instead.
 // --kernel gemv / gemm call cpu::MatMulRange / cpu::Gemm directly (to find their crossover in M);
 // auto goes through CpuBackend::MatMul.
 #include <chrono>
@@ -32,6 +34,7 @@ struct Options {
   std::vector<int64_t> ms = {1, 4, 16};
   std::string kernel = "auto";
   std::string dtype = "all";
+  int64_t heads = 0;  // --heads H: time BatchedMatMul on MLA's absorbed products instead
 };
 
 std::vector<int64_t> ParseList(const char* s) {
@@ -146,6 +149,65 @@ double TimeMatMul(CpuBackend& cpu, DType dtype, int64_t m, int64_t n, int64_t k,
   return best;
 }
 
+// Seconds per BatchedMatMul of x [m, heads, k] with `heads` bf16 weights [n, k] (multiplied by
+// exact x, as MLA's absorbed kv_b copies are), each of `copies` distinct sets in turn; best of
+// repeated passes within `seconds`.
+double TimeBatched(CpuBackend& cpu, int64_t m, int64_t heads, int64_t n, int64_t k, size_t copies,
+                   double seconds) {
+  std::vector<std::unique_ptr<Buffer>> store;
+  std::vector<std::vector<Weight>> sets(copies);
+  for (size_t c = 0; c < copies; ++c) {
+    for (int64_t h = 0; h < heads; ++h) {
+      store.push_back(cpu.Allocate(static_cast<size_t>(n * k) * 2));
+      FillUnique(*store.back(), DType::kBF16, c * heads + h + 1);
+      Weight w = Weight::Dense(Tensor(store.back()->data(), DType::kBF16, {n, k}));
+      w.exact_x = true;
+      sets[c].push_back(w);
+    }
+  }
+  std::vector<float> x(m * heads * k, 0.5f), out(m * heads * n);
+  const Tensor xt(x.data(), DType::kF32, {m, heads, k});
+  const Tensor ot(out.data(), DType::kF32, {m, heads, n});
+  for (const auto& set : sets) cpu.BatchedMatMul(xt, set, ot);  // warm-up
+  double best = 1e30;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int passes = 0;
+  while (passes < 3 || std::chrono::steady_clock::now() < deadline) {
+    const auto start = std::chrono::steady_clock::now();
+    for (const auto& set : sets) cpu.BatchedMatMul(xt, set, ot);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::min(best, s / static_cast<double>(copies));
+    ++passes;
+  }
+  return best;
+}
+
+// MLA's two absorbed products per layer at decode (DeepSeek-V2/V3: kv_lora 512, qk_nope 128,
+// v_head 128): q_nope through W_uk^T ([512, 128] per head) and the latent output through W_uv
+// ([128, 512] per head).
+int RunBatched(const Options& o, CpuBackend& cpu, double bw) {
+  std::printf("%-9s %5s %5s %6s %6s %10s %10s %8s\n", "product", "M", "heads", "N", "K",
+              "time_us", "GB/s", "bw_frac");
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  for (const Shape& s : {Shape{"q*W_uk^T", 512, 128}, Shape{"o*W_uv", 128, 512}}) {
+    const size_t bytes = static_cast<size_t>(o.heads * s.n * s.k) * 2;
+    for (int64_t m : o.ms) {
+      const size_t copies = std::max<size_t>(2, (o.working_set_mb << 20) / bytes);
+      const double t = TimeBatched(cpu, m, o.heads, s.n, s.k, copies, o.seconds);
+      const double gbs = static_cast<double>(bytes) / t / 1e9;
+      std::printf("%-9s %5lld %5lld %6lld %6lld %10.1f %10.2f %8.2f\n", s.name,
+                  static_cast<long long>(m), static_cast<long long>(o.heads),
+                  static_cast<long long>(s.n), static_cast<long long>(s.k), t * 1e6, gbs,
+                  gbs / bw);
+    }
+  }
+  return 0;
+}
+
 int Run(const Options& o) {
   CpuBackend cpu(BackendOptions{.num_threads = o.threads});
   const double bw = MeasureReadBandwidthGBs(cpu.pool(), o.working_set_mb << 20);
@@ -161,6 +223,7 @@ int Run(const Options& o) {
               "%s\n",
               o.threads, cpu::DispatchedTargetName(), bw, peak, core_peak, bf16_peak,
               cpu::UseBf16Dot(bf16_call) ? "vdpbf16ps" : "f32 FMA");
+  if (o.heads > 0) return RunBatched(o, cpu, bw);
   // cpu_frac: GFLOP per CPU-second of the whole process / (threads x the one-thread peak per
   // CPU-second): the kernel's efficiency while other processes take turns on the cores (pool
   // threads waiting at the end of a call count as busy, so it errs low).
@@ -204,7 +267,7 @@ int Run(const Options& o) {
 namespace {
 constexpr const char* kUsage =
     "usage: bench_ops [--threads N] [--mb MB] [--seconds S] [--m M1,M2,...] "
-    "[--kernel auto|gemv|gemm] [--dtype all|bf16|f32]\n";
+    "[--kernel auto|gemv|gemm] [--dtype all|bf16|f32] [--heads H]\n";
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -223,6 +286,8 @@ int main(int argc, char** argv) {
       o.kernel = argv[i + 1];
     } else if (flag == "--dtype") {
       o.dtype = argv[i + 1];
+    } else if (flag == "--heads") {
+      o.heads = std::atoll(argv[i + 1]);
     } else {
       std::fprintf(stderr, "%s", kUsage);
       return 2;
@@ -230,7 +295,7 @@ int main(int argc, char** argv) {
   }
   const bool kernel_ok = o.kernel == "auto" || o.kernel == "gemv" || o.kernel == "gemm";
   if ((argc - 1) % 2 != 0 || o.threads < 1 || o.working_set_mb < 16 || o.seconds <= 0 ||
-      o.ms.empty() || !kernel_ok) {
+      o.ms.empty() || !kernel_ok || o.heads < 0) {
     std::fprintf(stderr, "%s", kUsage);
     return 2;
   }

@@ -9,6 +9,10 @@
 // int8 / int4 weights also run prepacked (CpuBackend::PrepareWeight's tiles; path name
 // "+tiles") on every integer kernel, alternated with the row layout, where the engine would
 // prepack (the best kernel is vnni512; not with DH_PREPACKED_TILES=off).
+// --moe E times CpuBackend::MoeExperts instead: E experts of int4 g32 SwiGLU weights (gate and up
+// [n, k], down [k, n]; --n 1408 --k 2048 is DeepSeek-V2-Lite's), each of M tokens (--m) routed
+// to 6 distinct random experts with a new routing every call, on the engine's own kernel choice
+// (DH_CPU_TIER / DH_INTEGER_DOT pick the tier); reports the routed experts' bytes per second.
 // --cpu-time 1 (with --threads 1, where the calling thread does all the work) times the calling
 // thread's CPU time instead of wall time: with a cache-resident working set (--mb 1 --n 256) it
 // measures the kernels' compute rate even on a busy machine.
@@ -38,6 +42,7 @@ struct Options {
   bool cpu_time = false;
   std::string formats = "int8,int8-row,int4,int4-g128,fp8";
   int64_t packed_min_rows = 0;  // 0: the default (cpu::PackedMinRows)
+  int64_t moe_experts = 0;      // --moe E: time MoeExperts over E experts instead
 };
 
 double Now(bool cpu_time) {
@@ -127,6 +132,82 @@ std::vector<int64_t> ParseList(const char* s) {
   return v;
 }
 
+// --moe: MoeExperts over o.moe_experts int4 experts, top 6, hidden o.k, intermediate o.n.
+int RunMoe(const Options& o, CpuBackend& cpu, double bw) {
+  constexpr int64_t kTopK = 6;
+  const int64_t experts = o.moe_experts, hidden = o.k, inter = o.n;
+  if (experts < kTopK) {
+    std::fprintf(stderr, "bench_quant: --moe needs at least %lld experts\n",
+                 static_cast<long long>(kTopK));
+    return 2;
+  }
+  const Format f{"int4", WeightFormat::kInt4, 32};
+  std::vector<Stored> stored;
+  std::vector<ExpertWeights> ew(static_cast<size_t>(experts));
+  auto prepared = [&](int64_t n, int64_t k) {
+    stored.push_back(Make(cpu, f, n, k));
+    Result<Weight> p = cpu.PrepareWeight(stored.back().w);
+    return p.ok() ? *p : stored.back().w;
+  };
+  for (ExpertWeights& e : ew) {
+    e.gate = prepared(inter, hidden);
+    e.up = prepared(inter, hidden);
+    e.down = prepared(hidden, inter);
+  }
+  const size_t expert_bytes = ew[0].gate.nbytes() + ew[0].up.nbytes() + ew[0].down.nbytes();
+  std::printf("MoeExperts: %lld int4 g32 experts [%lld x %lld] (%.2f MB each), top %lld, "
+              "integer kernel %s%s\n",
+              static_cast<long long>(experts), static_cast<long long>(inter),
+              static_cast<long long>(hidden), static_cast<double>(expert_bytes) / 1e6,
+              static_cast<long long>(kTopK), cpu::IntegerDotName(),
+              ew[0].gate.packed.empty() ? "" : " (prepacked tiles)");
+  std::printf("| M | us/call | experts read per call | routed GB/s | %% of bandwidth |\n");
+  std::printf("| ---: | ---: | ---: | ---: | ---: |\n");
+  for (int64_t m : o.ms) {
+    std::vector<float> x(m * hidden), out(m * hidden), wts(m * kTopK, 1.0f / kTopK);
+    for (float& v : x) v = static_cast<float>(RandomByte()) / 128 - 1;
+    // 64 routings, cycled: each call reads other experts than the one before.
+    constexpr int kRoutings = 64;
+    std::vector<int32_t> ids(kRoutings * m * kTopK);
+    int64_t distinct_total = 0;
+    for (int r = 0; r < kRoutings; ++r) {
+      std::vector<uint8_t> used(experts, 0);
+      for (int64_t t = 0; t < m; ++t) {
+        std::vector<uint8_t> mine(experts, 0);
+        for (int64_t i = 0; i < kTopK; ++i) {
+          int64_t e = RandomByte() % experts;
+          while (mine[e]) e = (e + 1) % experts;
+          mine[e] = used[e] = 1;
+          ids[(r * m + t) * kTopK + i] = static_cast<int32_t>(e);
+        }
+      }
+      for (uint8_t u : used) distinct_total += u;
+    }
+    const Tensor xt(x.data(), DType::kF32, {m, hidden}), ot(out.data(), DType::kF32, {m, hidden});
+    const Tensor wt(wts.data(), DType::kF32, {m, kTopK});
+    auto call = [&](int r) {
+      const Tensor it(ids.data() + r * m * kTopK, DType::kI32, {m, kTopK});
+      cpu.MoeExperts(xt, it, wt, ew, ot);
+    };
+    for (int r = 0; r < kRoutings; ++r) call(r);  // warm-up
+    int64_t calls = 0;
+    const double t0 = Now(false);
+    double elapsed = 0;
+    do {
+      for (int r = 0; r < kRoutings; ++r) call(r);
+      calls += kRoutings;
+      elapsed = Now(false) - t0;
+    } while (elapsed < o.seconds);
+    const double per_call = elapsed / static_cast<double>(calls);
+    const double experts_per_call = static_cast<double>(distinct_total) / kRoutings;
+    const double gbs = experts_per_call * static_cast<double>(expert_bytes) / per_call / 1e9;
+    std::printf("| %lld | %.1f | %.1f | %.2f | %.1f |\n", static_cast<long long>(m),
+                per_call * 1e6, experts_per_call, gbs, 100.0 * gbs / bw);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -140,6 +221,7 @@ int Main(int argc, char** argv) {
     else if (a == "--cpu-time") o.cpu_time = std::atoi(argv[i + 1]) != 0;
     else if (a == "--formats") o.formats = argv[i + 1];
     else if (a == "--packed-min-rows") o.packed_min_rows = std::atoll(argv[i + 1]);
+    else if (a == "--moe") o.moe_experts = std::atoll(argv[i + 1]);
     else {
       std::fprintf(stderr, "bench_quant: unknown option %s\n", a.c_str());
       return 2;
@@ -152,6 +234,7 @@ int Main(int argc, char** argv) {
   std::printf("threads %d, N=%lld K=%lld, measured read bandwidth %.2f GB/s, best integer kernel %s\n",
               o.threads, static_cast<long long>(o.n), static_cast<long long>(o.k), bw,
               cpu::IntegerDotPathName(cpu::BestIntegerDotPath()));
+  if (o.moe_experts > 0) return RunMoe(o, cpu, bw);
   std::printf("packed integer tiles from M = %lld\n",
               static_cast<long long>(cpu::PackedMinRows()));
   std::printf("| format | path | M | us/call | weight GB/s | %% of bandwidth | GOP/s |\n");

@@ -63,7 +63,8 @@ TEST_F(BatchedMatMulTest, CpuMatchesReferenceOnStridedViews) {
   struct Shape {
     int64_t t, heads, n, k;
   };
-  // T <= 3 takes the fused GEMV path, larger T one MatMul per head (GEMV or tiled GEMM).
+  // T <= 3 takes the fused GEMV path, larger T the heads' tiled GEMMs at once (GemmBatched)
+  // where x is taken as it is, else one MatMul per head.
   const Shape shapes[] = {{1, 1, 1, 1},  {1, 3, 7, 5},   {1, 16, 33, 24}, {2, 4, 17, 129},
                           {3, 5, 40, 64}, {4, 2, 9, 31}, {7, 3, 24, 48},  {17, 2, 23, 65}};
   Rng rng(11);
@@ -164,6 +165,58 @@ TEST(TensorViewTest, SelectDropsTheDimension) {
   EXPECT_EQ(b.stride[0], 0);
   EXPECT_EQ(b.stride[1], 4);
   EXPECT_EQ(b.data, static_cast<void*>(data.data() + 12));
+}
+
+// More rows than the GEMV takes (batched decode, prefill): every head's f32 tiled GEMM is handed
+// out to the threads at once (cpu::GemmBatched), each head cut into the blocks its own MatMul
+// would use, so each head's output has MatMul's bits exactly. Heads x rows x columns large
+// enough that the work spreads over both threads; MLA's exact-x bf16 copies and f32 weights.
+TEST_F(BatchedMatMulTest, ManyRowsGiveEachHeadsMatMulBitsInOneGemm) {
+  Rng rng(15);
+  struct Shape {
+    int64_t t, heads, n, k;
+  };
+  const Shape shapes[] = {{4, 16, 64, 128}, {8, 16, 128, 64}, {17, 3, 100, 40}};
+  ForEachTarget([&] {
+    for (DType wt : {DType::kBF16, DType::kF32}) {
+      for (const Shape& s : shapes) {
+        const std::string what = fmt::format("{} T={} H={} N={} K={}", DTypeName(wt), s.t,
+                                             s.heads, s.n, s.k);
+        HeadWeights w(rng, wt, s.heads, s.n, s.k);
+        for (Weight& wh : w.w) wh.exact_x = true;
+        Owned xs(DType::kF32, {s.t, s.heads, s.k + 5});
+        rng.Fill(xs);
+        const Tensor x = xs.t.Narrow(2, 0, s.k);
+        Owned got(DType::kF32, {s.t, s.heads, s.n});
+        cpu_.BatchedMatMul(x, w.w, got.t);
+        for (int64_t h = 0; h < s.heads; ++h) {
+          Owned xh(DType::kF32, {s.t, s.k}), oh(DType::kF32, {s.t, s.n});
+          for (int64_t t = 0; t < s.t; ++t) {
+            for (int64_t i = 0; i < s.k; ++i) {
+              xh.f32()[t * s.k + i] = xs.f32()[(t * s.heads + h) * (s.k + 5) + i];
+            }
+          }
+          cpu_.MatMul(xh.t, w.w[h], Tensor(), oh.t);
+          for (int64_t t = 0; t < s.t; ++t) {
+            for (int64_t j = 0; j < s.n; ++j) {
+              ASSERT_EQ(got.f32()[(t * s.heads + h) * s.n + j], oh.f32()[t * s.n + j])
+                  << what << " head " << h << " row " << t << " col " << j;
+            }
+          }
+        }
+      }
+    }
+  });
+  SetLogLevel(LogLevel::kInfo);
+  CpuBackend traced(BackendOptions{.num_threads = 2, .trace_kernels = true});
+  HeadWeights w(rng, DType::kBF16, 4, 8, 16);
+  for (Weight& wh : w.w) wh.exact_x = true;
+  Owned x(DType::kF32, {5, 4, 16}), out(DType::kF32, {5, 4, 8});
+  rng.Fill(x);
+  ::testing::internal::CaptureStderr();
+  traced.BatchedMatMul(x.t, w.w, out.t);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("batched_matmul gemm bf16 H=4 M=5 N=8 K=16"), std::string::npos) << log;
 }
 
 TEST_F(BatchedMatMulTest, TraceNamesTheFusedKernelAndSupportsSaysSo) {

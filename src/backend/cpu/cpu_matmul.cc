@@ -567,6 +567,51 @@ void CpuBackend::MatMulOn(ThreadPool& pool, const Tensor& x, const Weight& w, co
            DTypeName(w.data.dtype));
 }
 
+bool CpuBackend::BatchedGemm(const Tensor& x, std::span<const Weight> w, Tensor out) {
+  const int64_t heads = static_cast<int64_t>(w.size());
+  const int64_t m = x.dim(0), k = x.dim(2), n = out.dim(2);
+  // More rows than the GEMV takes (batched decode, prefill), dense weights of one type and
+  // shape that MatMul would send to the f32 tiled GEMM as they are (no x rounded first; exact x
+  // or f32 weights), f32 rows with contiguous last dims: every head's GEMM handed out at once
+  // (cpu::GemmBatched: the same blocks, so the bits of MatMul head by head, in one dispatch
+  // instead of one per head).
+  const auto wtype = cpu::WTypeOf(w[0].data.dtype);
+  bool ok = m > cpu::kGemvMaxRows && wtype && !TakesRoundedX(*wtype, w[0]) &&
+            x.dtype == DType::kF32 && out.dtype == DType::kF32 && (x.stride[2] == 1 || k == 1) &&
+            (out.stride[2] == 1 || n == 1);
+  for (const Weight& wh : w) {
+    ok = ok && wh.format == WeightFormat::kDense && wh.data.dtype == w[0].data.dtype &&
+         wh.rows == n && wh.cols == k && wh.perm.empty() && wh.exact_x == w[0].exact_x &&
+         wh.data.ndim == 2 && (wh.data.stride[1] == 1 || k == 1);
+  }
+  if (!ok) return false;
+  // Grows once: a decode step allocates nothing (named through a reference, as below).
+  thread_local std::vector<cpu::GemmArgs> calls_storage;
+  std::vector<cpu::GemmArgs>& calls = calls_storage;
+  calls.resize(static_cast<size_t>(heads));
+  for (int64_t h = 0; h < heads; ++h) {
+    cpu::GemmArgs& a = calls[static_cast<size_t>(h)];
+    a = cpu::GemmArgs();
+    a.x = x.Select(1, h).as<const float>();
+    a.x_stride = x.stride[0];
+    a.m = m;
+    a.k = k;
+    a.out = out.Select(1, h).as<float>();
+    a.out_stride = out.stride[0];
+    a.n = n;
+    a.w = w[h].data.data;
+    a.wtype = *wtype;
+    a.w_stride = w[h].data.stride[0];
+    a.exact_x = w[h].exact_x;
+  }
+  NoteKernel(cpu::GemmUsesPanels(m, *wtype, false) ? "batched-gemm-panels" : "batched-gemm-tiled",
+             cpu::DispatchedTargetName);
+  Trace("batched_matmul gemm {} H={} M={} N={} K={}", DTypeName(w[0].data.dtype), heads, m, n,
+        k);
+  cpu::GemmBatched(calls, *pool_);
+  return true;
+}
+
 void CpuBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) {
   const int64_t heads = static_cast<int64_t>(w.size());
   DH_CHECK(x.ndim == 3 && out.ndim == 3 && x.dim(1) == heads && out.dim(1) == heads &&
@@ -590,6 +635,7 @@ void CpuBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tenso
             (wh.data.stride[1] == 1 || k == 1);
   }
   if (!fused) {
+    if (BatchedGemm(x, w, out)) return;
     for (int64_t h = 0; h < heads; ++h) MatMul(x.Select(1, h), w[h], Tensor(), out.Select(1, h));
     return;
   }

@@ -412,6 +412,20 @@ constexpr int64_t kPackedRowsUnit = 48;  // whole panels of 16 or 8 features, wh
 
 int64_t GemmMaxBlockRows() { return kMaxBlockRows; }
 
+namespace {
+// Whether every call has the first one's shape and weight type (GemmBatched's shared plan).
+bool SameGemmShape(std::span<const GemmArgs> calls) {
+  const GemmArgs& a = calls[0];
+  for (const GemmArgs& c : calls) {
+    if (c.m != a.m || c.n != a.n || c.k != a.k || c.wtype != a.wtype ||
+        (c.rows_fn == nullptr) != (a.rows_fn == nullptr) || UseBf16Dot(c)) {
+      return false;
+    }
+  }
+  return true;
+}
+}  // namespace
+
 int64_t GemmKc(int64_t m, int64_t k, bool rows_fn) {
   // One x tile (m <= 8): whole rows, so the weight is read as long sequential streams.
   if (m <= 8 && !rows_fn) return std::max<int64_t>(k, 1);
@@ -422,17 +436,35 @@ int64_t GemmKc(int64_t m, int64_t k, bool rows_fn) {
 }
 
 void Gemm(const GemmArgs& a, ThreadPool& pool) {
+  GemmBatched(std::span<const GemmArgs>(&a, 1), pool);
+}
+
+void GemmBatched(std::span<const GemmArgs> calls, ThreadPool& pool) {
+  if (calls.empty()) return;
+  const GemmArgs& a = calls[0];
   if (a.m <= 0 || a.n <= 0) return;
-  if (UseBf16Dot(a)) return Bf16DotGemm(a, pool);  // bf16 weights on AVX512-BF16 (gemm_bf16.h)
+  if (UseBf16Dot(a) || (calls.size() > 1 && !SameGemmShape(calls))) {
+    // bf16 weights on AVX512-BF16 (gemm_bf16.h), and calls of different shapes: one by one.
+    for (const GemmArgs& c : calls) {
+      if (UseBf16Dot(c)) {
+        Bf16DotGemm(c, pool);
+      } else {
+        GemmBatched(std::span<const GemmArgs>(&c, 1), pool);
+      }
+    }
+    return;
+  }
   const int64_t threads = pool.num_threads();
   const bool panels = GemmUsesPanels(a.m, a.wtype, a.rows_fn != nullptr);
   // Blocks of output features: at most kMaxBlockRows (the weight block, kMaxBlockRows x kGemmKc,
   // stays in L2), and at least ~4 per thread so the dynamic hand-out can balance; multiples of
-  // kBlockRowsUnit, or of kPackedRowsUnit (whole panels) for the packed kernel.
+  // kBlockRowsUnit, or of kPackedRowsUnit (whole panels) for the packed kernel. Set per call, as
+  // if it ran alone, so a call gives the same bits in a batch as by itself.
   const int64_t unit = panels ? kPackedRowsUnit : kBlockRowsUnit;
   int64_t nb = (a.n + 4 * threads - 1) / (4 * threads);
   nb = std::clamp<int64_t>((nb + unit - 1) / unit * unit, unit, kMaxBlockRows);
   const int64_t blocks = (a.n + nb - 1) / nb;
+  const int64_t all_blocks = blocks * static_cast<int64_t>(calls.size());
   // Rows from a callback come whole to the panels (decoded once; packed 256 columns at a time).
   const int64_t kc = panels && a.rows_fn != nullptr ? std::max<int64_t>(a.k, 1)
                                                     : GemmKc(a.m, a.k, a.rows_fn != nullptr);
@@ -445,13 +477,16 @@ void Gemm(const GemmArgs& a, ThreadPool& pool) {
       tl_buf.resize(nb * kc);
     }
     if (panels) tl_pack.resize(kMaxBlockRows * kGemmPackKc);
-    for (int64_t b = next.fetch_add(1); b < blocks; b = next.fetch_add(1)) {
-      const int64_t j0 = b * nb;
-      HWY_DYNAMIC_DISPATCH(GemmBlock)(a, j0, std::min(nb, a.n - j0), kc, tl_buf.data(),
+    // Blocks call after call, so consecutive blocks read consecutive weight rows.
+    for (int64_t i = next.fetch_add(1); i < all_blocks; i = next.fetch_add(1)) {
+      const GemmArgs& c = calls[static_cast<size_t>(i / blocks)];
+      const int64_t j0 = i % blocks * nb;
+      HWY_DYNAMIC_DISPATCH(GemmBlock)(c, j0, std::min(nb, c.n - j0), kc, tl_buf.data(),
                                       panels ? tl_pack.data() : nullptr);
     }
   };
-  if (threads <= 1 || blocks == 1 || a.m * a.n * a.k < kGemmMinParallelWork) return work(0);
+  const int64_t work_total = a.m * a.n * a.k * static_cast<int64_t>(calls.size());
+  if (threads <= 1 || all_blocks == 1 || work_total < kGemmMinParallelWork) return work(0);
   pool.RunOnAll(work);
 }
 

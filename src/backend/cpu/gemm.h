@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 
 #include "backend/cpu/cpu_kernels.h"
 #include "base/thread_pool.h"
@@ -71,6 +72,12 @@ constexpr int64_t kGemmPackKc = 256;
 
 // Runs the GEMM on all threads of pool (the caller's thread included).
 void Gemm(const GemmArgs& a, ThreadPool& pool);
+// Runs several GEMMs of one shape (m, n, k, weight type) as one hand-out of their blocks over
+// the pool, each call cut into the blocks it would take alone, so each gives the same bits as
+// Gemm (CpuBackend::BatchedMatMul: MLA's per-head products, where one head is too little work
+// to spread over the threads by itself). Calls of other shapes, or taking the bf16 dot tiles,
+// run one by one.
+void GemmBatched(std::span<const GemmArgs> calls, ThreadPool& pool);
 
 // Most weight rows one rows_fn call asks for.
 int64_t GemmMaxBlockRows();
