@@ -175,7 +175,7 @@ int RunMoe(const Options& o, CpuBackend& cpu, double bw) {
       for (int64_t t = 0; t < m; ++t) {
         std::vector<uint8_t> mine(experts, 0);
         for (int64_t i = 0; i < kTopK; ++i) {
-          int64_t e = RandomByte() % experts;
+          int64_t e = ((RandomByte() << 8) | RandomByte()) % experts;
           while (mine[e]) e = (e + 1) % experts;
           mine[e] = used[e] = 1;
           ids[(r * m + t) * kTopK + i] = static_cast<int32_t>(e);
@@ -234,7 +234,7 @@ int Main(int argc, char** argv) {
   std::printf("threads %d, N=%lld K=%lld, measured read bandwidth %.2f GB/s, best integer kernel %s\n",
               o.threads, static_cast<long long>(o.n), static_cast<long long>(o.k), bw,
               cpu::IntegerDotPathName(cpu::BestIntegerDotPath()));
-  if (o.moe_experts > 0) return RunMoe(o, cpu, bw);
+  if (o.moe_experts != 0) return RunMoe(o, cpu, bw);
   std::printf("packed integer tiles from M = %lld\n",
               static_cast<long long>(cpu::PackedMinRows()));
   std::printf("| format | path | M | us/call | weight GB/s | %% of bandwidth | GOP/s |\n");
