@@ -81,9 +81,8 @@ class CpuBackend : public ReferenceBackend {
   void MatMulOn(ThreadPool& pool, const Tensor& x, const Weight& w, const Tensor& bias,
                 Tensor out);
   void SiluMulOn(ThreadPool& pool, const Tensor& gate, const Tensor& up, Tensor out);
-  // BatchedMatMul's heads as one cpu::GemmBatched call where MatMul would take each to the f32
-  // tiled GEMM as it is; false (nothing done) otherwise.
-  bool BatchedGemm(const Tensor& x, std::span<const Weight> w, Tensor out);
+  // BatchedMatMul's heads (dense, one type and shape) as one cpu::GemmBatched call.
+  void BatchedGemm(const Tensor& x, std::span<const Weight> w, Tensor out);
   // One expert's SwiGLU FFN over its grouped rows [r0, r0 + n) of moe_'s scratch.
   void ExpertFfn(ThreadPool& pool, const ExpertWeights& ew, int64_t r0, int64_t n,
                  int64_t hidden, int64_t inter);

@@ -567,24 +567,10 @@ void CpuBackend::MatMulOn(ThreadPool& pool, const Tensor& x, const Weight& w, co
            DTypeName(w.data.dtype));
 }
 
-bool CpuBackend::BatchedGemm(const Tensor& x, std::span<const Weight> w, Tensor out) {
+void CpuBackend::BatchedGemm(const Tensor& x, std::span<const Weight> w, Tensor out) {
+  const cpu::WType wtype = *cpu::WTypeOf(w[0].data.dtype);
   const int64_t heads = static_cast<int64_t>(w.size());
   const int64_t m = x.dim(0), k = x.dim(2), n = out.dim(2);
-  // More rows than the GEMV takes (batched decode, prefill), dense weights of one type and
-  // shape that MatMul would send to the f32 tiled GEMM as they are (no x rounded first; exact x
-  // or f32 weights), f32 rows with contiguous last dims: every head's GEMM handed out at once
-  // (cpu::GemmBatched: the same blocks, so the bits of MatMul head by head, in one dispatch
-  // instead of one per head).
-  const auto wtype = cpu::WTypeOf(w[0].data.dtype);
-  bool ok = m > cpu::kGemvMaxRows && wtype && !TakesRoundedX(*wtype, w[0]) &&
-            x.dtype == DType::kF32 && out.dtype == DType::kF32 && (x.stride[2] == 1 || k == 1) &&
-            (out.stride[2] == 1 || n == 1);
-  for (const Weight& wh : w) {
-    ok = ok && wh.format == WeightFormat::kDense && wh.data.dtype == w[0].data.dtype &&
-         wh.rows == n && wh.cols == k && wh.perm.empty() && wh.exact_x == w[0].exact_x &&
-         wh.data.ndim == 2 && (wh.data.stride[1] == 1 || k == 1);
-  }
-  if (!ok) return false;
   // Grows once: a decode step allocates nothing (named through a reference, as below).
   thread_local std::vector<cpu::GemmArgs> calls_storage;
   std::vector<cpu::GemmArgs>& calls = calls_storage;
@@ -600,16 +586,15 @@ bool CpuBackend::BatchedGemm(const Tensor& x, std::span<const Weight> w, Tensor 
     a.out_stride = out.stride[0];
     a.n = n;
     a.w = w[h].data.data;
-    a.wtype = *wtype;
+    a.wtype = wtype;
     a.w_stride = w[h].data.stride[0];
     a.exact_x = w[h].exact_x;
   }
-  NoteKernel(cpu::GemmUsesPanels(m, *wtype, false) ? "batched-gemm-panels" : "batched-gemm-tiled",
+  NoteKernel(cpu::GemmUsesPanels(m, wtype, false) ? "batched-gemm-panels" : "batched-gemm-tiled",
              cpu::DispatchedTargetName);
   Trace("batched_matmul gemm {} H={} M={} N={} K={}", DTypeName(w[0].data.dtype), heads, m, n,
         k);
   cpu::GemmBatched(calls, *pool_);
-  return true;
 }
 
 void CpuBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) {
@@ -618,24 +603,28 @@ void CpuBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tenso
                out.dim(0) == x.dim(0) && heads > 0,
            "batched matmul x {} out {} with {} weights", x.ShapeString(), out.ShapeString(), heads);
   const int64_t m = x.dim(0), k = x.dim(2), n = out.dim(2);
-  // The fused path: dense weights of one supported type and shape, f32 rows with contiguous
-  // last dims, and few rows (the GEMV regime, where one head's rows are too little work to
-  // spread over the threads on their own).
+  // The heads' own paths: dense weights of one supported type and shape, f32 rows with
+  // contiguous last dims.
   const auto wtype = cpu::WTypeOf(w[0].data.dtype);
-  // Rows longer than kBf16GemvMaxCols of bf16 weights taking rounded x go to the dot tiles, head
-  // by head, as MatMul sends them.
-  bool fused = m <= cpu::kGemvMaxRows && wtype && x.dtype == DType::kF32 &&
-               out.dtype == DType::kF32 && (x.stride[2] == 1 || k == 1) &&
-               (out.stride[2] == 1 || n == 1) &&
-               !LongRowsTakeDotTiles(*wtype, w[0], k);
+  bool uniform = wtype && x.dtype == DType::kF32 && out.dtype == DType::kF32 &&
+                 (x.stride[2] == 1 || k == 1) && (out.stride[2] == 1 || n == 1);
   for (const Weight& wh : w) {
-    fused = fused && wh.format == WeightFormat::kDense && wh.data.dtype == w[0].data.dtype &&
-            wh.rows == n && wh.cols == k && wh.perm.empty() && wh.exact_x == w[0].exact_x &&
-            wh.data.ndim == 2 &&
-            (wh.data.stride[1] == 1 || k == 1);
+    uniform = uniform && wh.format == WeightFormat::kDense && wh.data.dtype == w[0].data.dtype &&
+              wh.rows == n && wh.cols == k && wh.perm.empty() && wh.exact_x == w[0].exact_x &&
+              wh.data.ndim == 2 && (wh.data.stride[1] == 1 || k == 1);
   }
+  // Few rows (the GEMV regime, where one head's rows are too little work to spread over the
+  // threads on their own): one fused GEMV loop. Rows longer than kBf16GemvMaxCols of bf16
+  // weights taking rounded x go to the dot tiles, head by head, as MatMul sends them.
+  const bool fused = uniform && m <= cpu::kGemvMaxRows && !LongRowsTakeDotTiles(*wtype, w[0], k);
   if (!fused) {
-    if (BatchedGemm(x, w, out)) return;
+    // More rows (batched decode, prefill) where MatMul would take every head to the f32 tiled
+    // GEMM with x as it is (exact x or f32 weights): every head's GEMM handed out at once
+    // (cpu::GemmBatched: the same blocks, so the bits of MatMul head by head, in one dispatch
+    // instead of one per head).
+    if (uniform && m > cpu::kGemvMaxRows && !TakesRoundedX(*wtype, w[0])) {
+      return BatchedGemm(x, w, out);
+    }
     for (int64_t h = 0; h < heads; ++h) MatMul(x.Select(1, h), w[h], Tensor(), out.Select(1, h));
     return;
   }
