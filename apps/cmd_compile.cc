@@ -44,7 +44,9 @@ std::function<int()> SetupCompile(CLI::App* sub) {
     // Each checkpoint tensor is read once: map the files rather than copying them first (an
     // up-to-date cache is then also only mapped to check it).
     if (!m.no_mmap) m.mmap = true;
-    m.prepack_weights = false;  // nothing runs on this load: no second copy of the weights
+    // The file holds int4 weights in the backend's tiles where they serve every product (a load
+    // then makes none); nothing runs on this load, so each copy goes back once written.
+    m.compile_only = true;
     auto loaded = LoadFromOptions(m);
     if (!loaded.ok()) return ReportError(loaded.status());
     const CompileCacheResult& r = loaded->compile_cache;

@@ -118,7 +118,6 @@ Result<LoadedModel> LoadFromOptions(const ModelOptions& o, const BackendWrapper&
   BackendOptions bo;
   bo.num_threads = loaded.parallel.threads;
   bo.trace_kernels = o.trace_kernels;
-  bo.prepack_weights = o.prepack_weights;
   DH_ASSIGN_OR_RETURN(loaded.backend, CreateBackend(o.device, bo));
   DH_ASSIGN_OR_RETURN(loaded.observability,
                       Observability::Start(o.observe, loaded.parallel.options.rank, o.quiet));
@@ -148,6 +147,7 @@ Result<LoadedModel> LoadFromOptions(const ModelOptions& o, const BackendWrapper&
   }
   lo.compile_cache.write = o.compile_cache_write;
   lo.compile_cache.force = o.compile_cache_force;
+  lo.compile_cache.compile_only = o.compile_only;
   lo.compile_cache.result = &loaded.compile_cache;
   const auto start = std::chrono::steady_clock::now();
   DH_ASSIGN_OR_RETURN(loaded.model, LoadModel(o.model_path, *loaded.backend, lo));

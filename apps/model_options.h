@@ -35,8 +35,8 @@ struct ModelOptions {
   bool mmap = false;
   bool no_mmap = false;
   bool mlock = false;
-  // BackendOptions::prepack_weights (set by compile, not a flag).
-  bool prepack_weights = true;
+  // CompileCacheOptions::compile_only (set by compile, not a flag).
+  bool compile_only = false;
   bool trace_kernels = false;
   bool quiet = false;
   // Compiled weight cache (docs/compile-cache.md): --compile-cache DIR (default

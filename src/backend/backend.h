@@ -151,9 +151,6 @@ struct OpDesc {
 struct BackendOptions {
   int num_threads = 0;         // 0: all available CPUs
   bool trace_kernels = false;  // log the kernel chosen per op and shape
-  // Whether PrepareWeight may add a backend's own second copy of a weight (the CPU backend's
-  // prepacked tiles); `deepharness compile`, which only writes the cache, turns it off.
-  bool prepack_weights = true;
   // Whether PrepareWeight may then hand the bytes of the stored layout back to the system where
   // its own copy serves every product (Weight::rows_released); tests that switch kernels after
   // the load keep them.
@@ -181,8 +178,20 @@ class Backend {
   // Synchronize where results cross to the host otherwise (timing, the end of a step).
   virtual void Synchronize() {}
   // Makes a weight read from a checkpoint (host memory) usable by this backend's kernels:
-  // uploads or repacks it. Host backends return it unchanged.
+  // uploads or repacks it. Host backends return it unchanged. A weight served by a compile cache
+  // may arrive with the `packed` copy this backend made when the file was written (the key holds
+  // KernelTag, so the same layout), and with rows_released set where that copy serves every
+  // product (PackedServesEveryProduct) and the file kept the rows' shapes only: the backend checks
+  // the copy instead of making it again, and returns an error where it cannot use what arrived
+  // (the load then falls back to the checkpoint).
   virtual Result<Weight> PrepareWeight(const Weight& w) { return w; }
+  // Whether `w`'s packed copy (made by PrepareWeight) serves every product, so that a load hands
+  // its row layout back to the system (Weight::rows_released) unless it is held; a compile cache
+  // then stores the copy alone.
+  virtual bool PackedServesEveryProduct(const Weight& w) const {
+    (void)w;
+    return false;
+  }
   // Held releases: after HoldReleases, PrepareWeight keeps the stored bytes it would release
   // (BackendOptions::release_rows), leaves Weight::rows_released unset, and remembers them;
   // ReleaseHeldRows hands them back and ends the hold. For a reader of the stored layout that

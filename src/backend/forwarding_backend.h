@@ -25,6 +25,9 @@ class ForwardingBackend : public Backend {
   void CopyToHost(void* dst, const Tensor& src) override { inner_->CopyToHost(dst, src); }
   void Synchronize() override { inner_->Synchronize(); }
   Result<Weight> PrepareWeight(const Weight& w) override { return inner_->PrepareWeight(w); }
+  bool PackedServesEveryProduct(const Weight& w) const override {
+    return inner_->PackedServesEveryProduct(w);
+  }
   void HoldReleases() override { inner_->HoldReleases(); }
   void ReleaseHeldRows() override { inner_->ReleaseHeldRows(); }
 

@@ -12,12 +12,13 @@
 //   key text            what the file was compiled from (see CompileCacheKey)
 //   table               meta (ModelInfo counts), checkpoint tensor names (for Has()), entries:
 //                       name, kind, format, rows/cols/block/group sizes and, per tensor slot
-//                       (data, scales, zeros, perm), dtype, shape, offset and size
+//                       (data, scales, zeros, perm, packed), dtype, shape, offset and size
+//                       (row slots of a weight stored as its packed copy: dtype, shape only)
 // The file is written to a temporary name in the same directory and renamed into place, so a
 // reader sees either the old file or the complete new one.
 //
 // The key covers: the format version, the deepharness build (ELF build id), the backend name and
-// its KernelTag() (the CPU backend's SIMD target and CPU features), the options that change
+// its KernelTag() (the CPU backend's SIMD target, tiles and CPU features), the options that change
 // weights (the parsed WeightPlan's canonical text),
 // config.json's bytes, the index file's bytes, and each *.safetensors file's name, size, mtime
 // and header bytes. Tensor data is not hashed (that would read the whole checkpoint at every
@@ -37,7 +38,9 @@ namespace dh {
 // 2: the key records the parsed weight plan ("weights=" + WeightPlan::Canonical()) instead of
 // the --dtype/--quant/--quant-lm-head/--policy strings.
 // 3: int8 / int4 store f16 scales, int4 4-bit zero points instead of f32 mins (issue 22).
-inline constexpr uint32_t kCompileCacheVersion = 3;
+// 4: a fifth tensor slot, the backend's packed copy; a weight it serves alone keeps its rows as
+// dtypes and shapes only (the CPU backend's int4 tiles: no repacking at load; issue 22).
+inline constexpr uint32_t kCompileCacheVersion = 4;
 inline constexpr uint64_t kCompileCacheAlignment = 4096;
 inline constexpr char kCompileCacheExtension[] = ".dhc";
 

@@ -20,12 +20,14 @@ struct KnownWeightFields {
   int64_t rows, cols;
   int block_rows, block_cols, group_size, zero_offset;
   Tensor perm;
-  Tensor packed;  // not stored: the backend's own copy, which PrepareWeight remakes at load
+  Tensor packed;  // stored as it is (the backend checks it at load: Backend::PrepareWeight)
   // Not stored: the model sets it after loading (MLA's kv_b_proj, model/arch/deepseek.cc), and the
   // loader on tensor-parallel FP8 slices, which the cache does not serve.
   bool exact_x;
-  // Not stored: what the loader and the backend decide at each load (the writer's loader keeps
-  // every weight's rows, WeightLoader::keep_rows_; a released weight is refused).
+  // read_by_rows: not stored, the loader decides it at each load. rows_released: not stored as
+  // such (the writer's loader keeps every weight's rows, WeightLoader::keep_rows_, and a released
+  // weight is refused); a weight whose packed copy serves every product is stored with its row
+  // slots as shapes only, and is read back with rows_released set.
   bool read_by_rows, rows_released;
 };
 
@@ -62,9 +64,11 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool WeightLayoutKnown() { return sizeof(Weight) == sizeof(KnownWeightFields); }
 
-std::array<Tensor*, kNumSlots> Slots(Weight& w) { return {&w.data, &w.scales, &w.zeros, &w.perm}; }
+std::array<Tensor*, kNumSlots> Slots(Weight& w) {
+  return {&w.data, &w.scales, &w.zeros, &w.perm, &w.packed};
+}
 std::array<const Tensor*, kNumSlots> Slots(const Weight& w) {
-  return {&w.data, &w.scales, &w.zeros, &w.perm};
+  return {&w.data, &w.scales, &w.zeros, &w.perm, &w.packed};
 }
 
 std::array<uint8_t, 16> Hash128(const void* p, size_t n) {
@@ -103,21 +107,23 @@ void EncodeEntry(const Entry& e, ByteSink& out) {
   out.U8(e.zero_offset);
   out.U8(kNumSlots);
   for (const SlotInfo& s : e.slots) {
-    out.U8(s.present ? 1 : 0);
+    // 0: absent; 1: dtype, shape and bytes; 2: dtype and shape only (SlotInfo::stored).
+    out.U8(!s.present ? 0 : s.stored ? 1 : 2);
     if (!s.present) continue;
     out.Str(DTypeName(s.dtype));
     out.U8(static_cast<uint8_t>(s.ndim));
     for (int d = 0; d < s.ndim; ++d) out.I64(s.shape[d]);
+    if (!s.stored) continue;
     out.U64(s.offset);
     out.U64(s.nbytes);
   }
 }
 
-// A Tensor over `base` + slot offset (base may be null while only checking layouts).
-Tensor SlotTensor(const SlotInfo& s, const uint8_t* base) {
+Tensor SlotTensor(const SlotInfo& s, const uint8_t* base, const uint8_t* packed_at) {
   Tensor t;
   if (!s.present) return t;
-  t.data = const_cast<uint8_t*>(base ? base + s.offset : reinterpret_cast<const uint8_t*>(64));
+  const uint8_t* at = !s.stored ? packed_at : base ? base + s.offset : nullptr;
+  t.data = const_cast<uint8_t*>(at ? at : reinterpret_cast<const uint8_t*>(64));
   t.dtype = s.dtype;
   t.ndim = s.ndim;
   t.shape = s.shape;
@@ -134,8 +140,13 @@ Weight EntryWeight(const Entry& e, const uint8_t* data_base) {
   w.block_cols = e.block_cols;
   w.group_size = e.group_size;
   w.zero_offset = e.zero_offset;
+  const SlotInfo& packed = e.slots[kPackedSlot];
+  const uint8_t* packed_at = packed.present && data_base ? data_base + packed.offset : nullptr;
   auto slots = Slots(w);
-  for (int i = 0; i < kNumSlots; ++i) *slots[i] = SlotTensor(e.slots[i], data_base);
+  for (int i = 0; i < kNumSlots; ++i) {
+    *slots[i] = SlotTensor(e.slots[i], data_base, packed_at);
+    if (e.slots[i].present && !e.slots[i].stored) w.rows_released = true;
+  }
   return w;
 }
 
@@ -219,6 +230,12 @@ Status CheckWeightLayout(const Weight& w, const std::string& name) {
   if (!w.perm.empty() && !TensorIs(w.perm, DType::kI32, {w.cols})) {
     return bad("perm", w.perm, fmt::format("i32 [{}]", w.cols));
   }
+  // The backend's own copy: opaque bytes here, checked by the backend that reads them.
+  if (!w.packed.empty() &&
+      (w.packed.dtype != DType::kU8 || w.packed.ndim != 1 || w.packed.shape[0] <= 0 ||
+       !w.packed.contiguous())) {
+    return bad("packed", w.packed, "u8 [n]");
+  }
   return Status::Ok();
 }
 
@@ -270,7 +287,10 @@ Result<ParsedTable> ParseTable(std::span<const uint8_t> table, uint64_t data_byt
     }
     for (int s = 0; s < kNumSlots && in.ok(); ++s) {
       SlotInfo& slot = e.slots[s];
-      slot.present = in.U8("slot flag") != 0;
+      const uint8_t flag = in.U8("slot flag");
+      if (flag > 2) return fail(fmt::format("'{}' {}: slot flag {}", e.name, kSlotNames[s], flag));
+      slot.present = flag != 0;
+      slot.stored = flag == 1;
       if (!slot.present) continue;
       const std::string dtype = in.Str("dtype");
       slot.ndim = in.U8("ndim");
@@ -282,11 +302,19 @@ Result<ParsedTable> ParseTable(std::span<const uint8_t> table, uint64_t data_byt
         return fail(fmt::format("'{}' {}: {} dims", e.name, kSlotNames[s], slot.ndim));
       }
       for (int d = 0; d < slot.ndim; ++d) slot.shape[d] = in.I64("dim");
-      slot.offset = in.U64("offset");
-      slot.nbytes = in.U64("size");
+      if (slot.stored) {
+        slot.offset = in.U64("offset");
+        slot.nbytes = in.U64("size");
+      }
       if (!in.ok()) break;
       auto numel = CheckedProduct(std::span<const int64_t>(slot.shape.data(), slot.ndim));
       auto bytes = numel ? CheckedMul(*numel, DTypeSize(slot.dtype)) : std::nullopt;
+      if (!slot.stored) {
+        if (!bytes) {
+          return fail(fmt::format("'{}' {}: shape overflows", e.name, kSlotNames[s]));
+        }
+        continue;
+      }
       if (!bytes || *bytes != slot.nbytes) {
         return fail(fmt::format("'{}' {}: {} bytes do not match its shape and dtype", e.name,
                                 kSlotNames[s], slot.nbytes));
@@ -300,6 +328,23 @@ Result<ParsedTable> ParseTable(std::span<const uint8_t> table, uint64_t data_byt
       if (slot.nbytes > 0) ranges.emplace_back(slot.offset, *end);
     }
     if (!in.ok()) break;
+    // Rows kept as shapes only: all of them (data, scales, zeros), never perm, beside a packed
+    // copy whose bytes are in the file.
+    int shape_only = 0, row_slots = 0;
+    for (int s = 0; s < kNumSlots; ++s) {
+      if (!e.slots[s].present) continue;
+      if (s < 3) ++row_slots;
+      if (!e.slots[s].stored) ++shape_only;
+      if (!e.slots[s].stored && s >= 3) {
+        return fail(fmt::format("'{}' {}: only row slots may be kept as shapes", e.name,
+                                kSlotNames[s]));
+      }
+    }
+    if (shape_only > 0 && (shape_only != row_slots || e.kind != EntryKind::kWeight ||
+                           !e.slots[kPackedSlot].present || e.slots[kPackedSlot].nbytes == 0)) {
+      return fail(fmt::format("'{}': rows kept as shapes need every row slot so and a packed copy",
+                              e.name));
+    }
     if (e.kind == EntryKind::kWeight) {
       DH_RETURN_IF_ERROR(CheckWeightLayout(EntryWeight(e, nullptr), e.name).WithContext("table"));
     } else {

@@ -24,8 +24,11 @@ inline constexpr uint64_t kDataStart = 4096;            // first data byte (head
 inline constexpr uint64_t kMinBlobAlignment = 64;       // accepted on read
 inline constexpr uint64_t kMaxKeyBytes = 64ull << 20;   // limits checked before allocating
 inline constexpr uint64_t kMaxTableBytes = 1ull << 30;
-inline constexpr int kNumSlots = 4;  // data, scales, zeros, perm
-inline constexpr const char* kSlotNames[kNumSlots] = {"data", "scales", "zeros", "perm"};
+// data, scales, zeros, perm, and the backend's own copy (Weight::packed; kPackedSlot).
+inline constexpr int kNumSlots = 5;
+inline constexpr int kPackedSlot = 4;
+inline constexpr const char* kSlotNames[kNumSlots] = {"data", "scales", "zeros", "perm",
+                                                      "packed"};
 
 // Whether Weight has exactly the fields this format stores. If Weight gains a field, the cache
 // refuses to read or write (a log line, a normal load) until the serializer learns it.
@@ -62,6 +65,10 @@ inline uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 struct SlotInfo {
   bool present = false;
+  // False for a row slot (data, scales, zeros) kept as dtype and shape only: the weight's packed
+  // copy serves every product (Backend::PackedServesEveryProduct), so its row bytes are not in
+  // the file and the loaded weight has Weight::rows_released set. offset and nbytes are then 0.
+  bool stored = true;
   DType dtype = DType::kF32;
   int ndim = 0;
   std::array<int64_t, kMaxDims> shape{};
@@ -146,8 +153,9 @@ class ByteSource {
 };
 
 void EncodeEntry(const Entry& e, ByteSink& out);
-// A Tensor over `base` + slot offset (base may be null while only checking layouts).
-Tensor SlotTensor(const SlotInfo& s, const uint8_t* base);
+// A Tensor over `base` + slot offset (base may be null while only checking layouts). A slot kept
+// as its shape only gets the packed copy's bytes (`packed_at`), never read through this tensor.
+Tensor SlotTensor(const SlotInfo& s, const uint8_t* base, const uint8_t* packed_at = nullptr);
 Weight EntryWeight(const Entry& e, const uint8_t* data_base);
 std::string TensorDesc(const Tensor& t);
 // The invariants backend/weight.h states for each format, so that kernels given this weight never

@@ -17,6 +17,7 @@
 #include <set>
 
 #include "base/file_io.h"
+#include "base/host_memory.h"
 #include "base/progress.h"
 #include "weights/compile_cache.h"
 #include "weights/compile_cache_format.h"
@@ -80,9 +81,18 @@ class CompileCacheWriter::Impl {
     e.block_cols = w.block_cols;
     e.group_size = w.group_size;
     e.zero_offset = w.zero_offset;
+    // Where the backend's own copy serves every product, a load hands the row layout back to the
+    // system at once: the file keeps the copy, and the rows' dtypes and shapes only. Elsewhere it
+    // keeps the rows alone (a copy beside them would double the file; the load makes it).
+    const bool copy = !w.packed.empty() && backend_.PackedServesEveryProduct(w);
     const auto slots = Slots(w);
     for (int i = 0; i < kNumSlots && status_.ok(); ++i) {
-      if (!slots[i]->empty()) status_ = WriteSlot(*slots[i], &e.slots[i]);
+      if (slots[i]->empty() || (i == kPackedSlot && !copy)) continue;
+      if (i < 3 && copy) {
+        ShapeOnly(*slots[i], &e.slots[i]);
+      } else {
+        status_ = WriteSlot(*slots[i], &e.slots[i]);
+      }
     }
     entries_.push_back(std::move(e));
   }
@@ -165,6 +175,14 @@ class CompileCacheWriter::Impl {
   }
 
  private:
+  static void ShapeOnly(const Tensor& t, SlotInfo* slot) {
+    slot->present = true;
+    slot->stored = false;
+    slot->dtype = t.dtype;
+    slot->ndim = t.ndim;
+    slot->shape = t.shape;
+  }
+
   Status WriteSlot(const Tensor& t, SlotInfo* slot) {
     if (!t.contiguous()) return InvalidArgument("a strided weight tensor cannot be cached");
     slot->present = true;
@@ -243,7 +261,7 @@ class RecordingLoader final : public WeightLoader {
 
   Result<Weight> Matrix(const std::string& name, int64_t rows, int64_t cols) override {
     auto w = WeightLoader::Matrix(name, rows, cols);
-    if (w.ok()) writer_->AddWeight(name, *w);
+    if (w.ok()) Record(name, *w);
     Advance(name);
     if (name.size() > 7) Advance(name.substr(0, name.size() - 7) + ".weight_scale_inv");
     return w;
@@ -259,9 +277,7 @@ class RecordingLoader final : public WeightLoader {
       const std::function<Result<std::vector<Weight>>()>& compute) override {
     auto ws = WeightLoader::DerivedMatrices(name, shapes, compute);
     if (ws.ok()) {
-      for (size_t i = 0; i < ws->size(); ++i) {
-        writer_->AddWeight(fmt::format("{}#{}", name, i), (*ws)[i]);
-      }
+      for (size_t i = 0; i < ws->size(); ++i) Record(fmt::format("{}#{}", name, i), (*ws)[i]);
     }
     return ws;
   }
@@ -280,6 +296,19 @@ class RecordingLoader final : public WeightLoader {
   }
 
  private:
+  // Hands `w` to the writer as a load that does not keep every weight's rows would see it
+  // (keep_rows_ is this loader's own need). Under `deepharness compile` nothing runs on the
+  // loaded model, so the backend's copy goes back to the system once written: the load then
+  // holds no more than the row layouts (packed copies are made for the file alone).
+  void Record(const std::string& name, const Weight& w) {
+    Weight as_loaded = w;
+    as_loaded.read_by_rows = IsRowReadTable(name);
+    writer_->AddWeight(name, as_loaded);
+    if (options().compile_cache.compile_only && !w.packed.empty()) {
+      ReleaseHostPages(w.packed.data, w.packed.nbytes());
+    }
+  }
+
   static LoadOptions WithoutProgress(LoadOptions o) {
     o.show_progress = false;
     return o;

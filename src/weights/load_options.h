@@ -55,6 +55,9 @@ struct CompileCacheOptions {
   enum class Write { kNever, kReplaceStale, kAlways };
   Write write = Write::kReplaceStale;
   bool force = false;        // rebuild even a valid file (compile --force)
+  // `deepharness compile`: nothing runs on the loaded model, so the recording loader hands each
+  // weight's packed copy (Backend::PrepareWeight) back to the system once it is written.
+  bool compile_only = false;
   CompileCacheResult* result = nullptr;  // filled in when not null
 };
 

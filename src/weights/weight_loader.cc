@@ -270,11 +270,14 @@ DType WeightLoader::PolicyDenseDType(const std::string& name, DType fallback) co
   return f.kind == PrecisionFormat::Kind::kQuant ? DType::kBF16 : fallback;
 }
 
-Result<Weight> WeightLoader::PrepareNamed(const std::string& name, Weight w) {
+bool WeightLoader::IsRowReadTable(std::string_view name) {
   constexpr std::string_view kTable = "embed_tokens.weight";
-  w.read_by_rows = keep_rows_ || (name.size() >= kTable.size() &&
-                                  name.compare(name.size() - kTable.size(), kTable.size(),
-                                               kTable) == 0);
+  return name.size() >= kTable.size() &&
+         name.compare(name.size() - kTable.size(), kTable.size(), kTable) == 0;
+}
+
+Result<Weight> WeightLoader::PrepareNamed(const std::string& name, Weight w) {
+  w.read_by_rows = keep_rows_ || IsRowReadTable(name);
   return backend_.PrepareWeight(w);
 }
 

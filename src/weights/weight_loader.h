@@ -10,6 +10,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
@@ -106,6 +107,8 @@ class WeightLoader {
   // backend().PrepareWeight(w) for weight `name`, marked read_by_rows when it is an embedding
   // table (a backend then keeps its row layout: the lookups read it) or keep_rows_ is set.
   Result<Weight> PrepareNamed(const std::string& name, Weight w);
+  // Whether weight `name` is a table also read a row at a time (an embedding).
+  static bool IsRowReadTable(std::string_view name);
   // Every weight is read by rows after it is prepared (a compile cache writer records them).
   bool keep_rows_ = false;
   const LoadOptions& options() const { return options_; }

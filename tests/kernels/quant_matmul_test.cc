@@ -560,6 +560,49 @@ TEST_F(QuantMatMulTest, PrepackedTilesMatchPerRowKernel) {
   EXPECT_GT(tested, 30);
 }
 
+// UnpackTiles (a compile cache's int4 weight kept as tiles alone, whose rows a load needs) gives
+// back exactly the row layout PrepackTiles packed: codes, f16 scales and zero nibbles, for int8
+// and int4, partial last tiles, odd K and one group per row; in two calls, as the pool splits it.
+TEST_F(QuantMatMulTest, UnpackedTilesGiveTheRowsBack) {
+  Rng rng(37);
+  int tested = 0;
+  for (const Case& c : {Case{true, 1, 40, 1536, 32}, Case{true, 1, 47, 2048, 128},
+                        Case{true, 1, 33, 1111, 1111}, Case{true, 1, 18, 96, 96},
+                        Case{true, 1, 16, 8960, 32}, Case{true, 1, 5, 130, 2},
+                        Case{false, 1, 40, 1536, 32}, Case{false, 1, 17, 1111, 1111},
+                        Case{false, 1, 33, 640, 128}}) {
+    if (!cpu::PrepackSupports(c.int4, c.k, c.group)) continue;
+    ++tested;
+    RandomWeight rw(rng, c);
+    std::vector<uint8_t> tiles(cpu::PrepackedBytes(c.int4, c.n, c.k, c.group));
+    cpu::QuantMatMulArgs a;
+    rw.SetArgs(a);
+    a.k = c.k;
+    const int64_t ntiles = (c.n + cpu::kPrepackedRows - 1) / cpu::kPrepackedRows;
+    cpu::PrepackTiles(a, c.n, 0, ntiles, tiles.data());
+    RandomWeight back(rng, c);  // other random bytes, all overwritten
+    cpu::QuantMatMulArgs b;
+    back.SetArgs(b);
+    b.k = c.k;
+    b.tiles = tiles.data();
+    cpu::UnpackTiles(b, c.n, 0, ntiles / 2);
+    cpu::UnpackTiles(b, c.n, ntiles / 2, ntiles);
+    EXPECT_EQ(back.q.bytes, rw.q.bytes) << Name(c);
+    EXPECT_EQ(back.scales.bytes, rw.scales.bytes) << Name(c);
+    if (c.int4) {
+      const int64_t groups = (c.k + c.group - 1) / c.group, stride = rw.zeros.t.shape[1];
+      for (int64_t j = 0; j < c.n; ++j) {
+        for (int64_t g = 0; g < groups; ++g) {
+          ASSERT_EQ(ZeroNibble(back.zeros.bytes.data() + j * stride, g),
+                    ZeroNibble(rw.zeros.bytes.data() + j * stride, g))
+              << Name(c) << " row " << j << " group " << g;
+        }
+      }
+    }
+  }
+  EXPECT_GE(tested, 6);
+}
+
 // CpuBackend::PrepareWeight: int8 and int4 weights get their prepacked copy where the CPU's best
 // kernel is vnni512, and MatMul over the prepared weight gives the unprepared
 // one's outputs within f32 summation order at every M, the default thresholds included.

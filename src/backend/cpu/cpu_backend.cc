@@ -138,7 +138,8 @@ CpuBackend::CpuBackend(const BackendOptions& options)
 CpuBackend::~CpuBackend() = default;
 
 std::string CpuBackend::KernelTag() const {
-  return fmt::format("target={} cpu={}", cpu::DispatchedTargetName(), CpuFeatureString());
+  return fmt::format("target={} tiles={} cpu={}", cpu::DispatchedTargetName(),
+                     cpu::PrepackWanted() ? "int-v1" : "off", CpuFeatureString());
 }
 
 bool CpuBackend::Supports(const OpDesc& op) const {

@@ -25,7 +25,8 @@ class CpuBackend : public ReferenceBackend {
   ~CpuBackend() override;
 
   std::string name() const override { return "cpu"; }
-  // "target=<Highway target> cpu=<the CPU's SIMD features>" (compile-cache key).
+  // "target=<Highway target> tiles=<int-v1|off> cpu=<the CPU's SIMD features>" (compile-cache
+  // key: a cache holds int4 weights as this build's tiles where PrepackWanted).
   std::string KernelTag() const override;
   bool Supports(const OpDesc& op) const override;
   // int8 / int4 weights the integer kernels take get a prepacked copy beside the row layout
@@ -33,7 +34,11 @@ class CpuBackend : public ReferenceBackend {
   // weight whose tiles serve every row count (ReadsPrepackedTiles) then gives its row layout
   // back (Weight::rows_released), unless read_by_rows, BackendOptions::release_rows = false or
   // a hold (HoldReleases) keeps it.
+  // A weight that arrives with tiles (a compile cache) keeps them (AdoptTiles).
   Result<Weight> PrepareWeight(const Weight& w) override;
+  bool PackedServesEveryProduct(const Weight& w) const override;
+  // Bytes of tiles PrepareWeight has packed itself (not those a compile cache handed over).
+  uint64_t tiles_packed_bytes() const { return tiles_packed_bytes_.load(); }
   void HoldReleases() override;
   void ReleaseHeldRows() override;
 
@@ -87,12 +92,22 @@ class CpuBackend : public ReferenceBackend {
   void ExpertFfn(ThreadPool& pool, const ExpertWeights& ew, int64_t r0, int64_t n,
                  int64_t hidden, int64_t inter);
 
+  // Whether an int4 weight's tiles at `tiles` serve every number of rows of x on this load
+  // (ReadsPrepackedTiles, the integer path on, not a table, release_rows), so that its rows
+  // need not stay.
+  bool TilesServeEveryProduct(const Weight& w, const uint8_t* tiles) const;
+  // w with its rows handed back (or held) where its tiles serve every product.
+  Weight ReleaseServedRows(Weight w);
+  // PrepareWeight of a weight that arrives with tiles (compile cache): checked, kept.
+  Result<Weight> AdoptTiles(const Weight& w);
+
   std::unique_ptr<ThreadPool> pool_;
   std::mutex prepacked_mu_;
   BufferChunks prepacked_{64};  // PrepareWeight's copies, kept while the backend lives
   bool hold_releases_ = false;  // HoldReleases: under prepacked_mu_, as held_rows_
   std::vector<std::pair<const void*, size_t>> held_rows_;
   std::atomic<bool> prepack_skipped_{false};         // logged once when memory ran short
+  std::atomic<uint64_t> tiles_packed_bytes_{0};
   // A one-thread pool: everything it is given runs on the calling thread and it keeps no state
   // while doing so, so the pool's workers may all use it at once.
   std::unique_ptr<ThreadPool> inline_pool_;

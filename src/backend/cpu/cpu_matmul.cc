@@ -408,10 +408,24 @@ const MatMulKernel kMatMulKernels[] = {
 
 }  // namespace
 
+bool CpuBackend::TilesServeEveryProduct(const Weight& w, const uint8_t* tiles) const {
+  if (w.format != WeightFormat::kInt4 || w.read_by_rows || !options().release_rows) return false;
+  MatMulCall c(w);
+  c.dense.k = w.cols;
+  c.Prepare();
+  c.quant.m = 1;
+  c.quant.tiles = tiles;
+  return cpu::UseIntegerDot(c.quant) && cpu::ReadsPrepackedTiles(c.quant);
+}
+
+bool CpuBackend::PackedServesEveryProduct(const Weight& w) const {
+  return !w.packed.empty() && TilesServeEveryProduct(w, w.packed.as<const uint8_t>());
+}
+
 Result<Weight> CpuBackend::PrepareWeight(const Weight& w) {
+  if (!w.packed.empty()) return AdoptTiles(w);
   const bool int4 = w.format == WeightFormat::kInt4;
-  if (!options().prepack_weights || !w.packed.empty() || !cpu::PrepackWanted() ||
-      !QuantKernelApplies(w) ||
+  if (!cpu::PrepackWanted() || !QuantKernelApplies(w) ||
       !cpu::PrepackSupports(int4, w.cols, w.group_size)) {
     return w;
   }
@@ -450,32 +464,82 @@ Result<Weight> CpuBackend::PrepareWeight(const Weight& w) {
   pool_->ParallelFor(static_cast<size_t>(tiles), 1, [&](size_t b, size_t e) {
     cpu::PrepackTiles(c.quant, w.rows, static_cast<int64_t>(b), static_cast<int64_t>(e), dst);
   });
+  tiles_packed_bytes_ += bytes;
   Weight out = w;
   out.packed = Tensor(dst, DType::kU8, {static_cast<int64_t>(bytes)});
-  // An int4 weight's tiles serve every number of rows of x (ReadsPrepackedTiles: rows up to
-  // kFewRowsTilesMaxK), so its row layout goes back to the system where this process owns it
-  // (the loader's buffers, a compile cache read into memory; not a mapped file, nor a caller's
-  // memory): the weight is held once, not twice (DeepSeek-V2-Lite at int4: 17.8 -> 9.6 GiB of
-  // anonymous memory; bench/README.md "Zen 5, session 30"). A table also read by rows (an
-  // embedding) keeps them, as do int8 (its tiles were 1.5x slower than its rows from one row of
-  // x) and longer int4 rows, and so does every weight while the integer path is switched off
-  // (tests switch it at run time; DH_INTEGER_DOT=off at start makes no tiles) or when the
-  // backend was told to keep them (BackendOptions::release_rows).
-  c.quant.m = 1;
-  c.quant.tiles = dst;
-  if (int4 && !w.read_by_rows && options().release_rows && cpu::UseIntegerDot(c.quant) &&
-      cpu::ReadsPrepackedTiles(c.quant)) {
-    std::lock_guard<std::mutex> lock(prepacked_mu_);
-    for (const Tensor* t : {&w.data, &w.scales, &w.zeros}) {
-      if (hold_releases_) {
-        held_rows_.push_back({t->data, t->nbytes()});
-      } else {
-        ReleaseHostPages(t->data, t->nbytes());
-      }
+  return ReleaseServedRows(std::move(out));
+}
+
+// An int4 weight's tiles serve every number of rows of x (ReadsPrepackedTiles: rows up to
+// kFewRowsTilesMaxK), so its row layout goes back to the system where this process owns it (the
+// loader's buffers, a compile cache read into memory; not a mapped file, nor a caller's memory):
+// the weight is held once, not twice (DeepSeek-V2-Lite at int4: 17.8 -> 9.6 GiB of anonymous
+// memory; bench/README.md "Zen 5, session 30"). A table also read by rows (an embedding) keeps
+// them, as do int8 (its tiles were 1.5x slower than its rows from one row of x) and longer int4
+// rows, and so does every weight while the integer path is switched off (tests switch it at run
+// time; DH_INTEGER_DOT=off at start makes no tiles) or when the backend was told to keep them
+// (BackendOptions::release_rows); a hold (HoldReleases) releases them later.
+Weight CpuBackend::ReleaseServedRows(Weight w) {
+  if (!TilesServeEveryProduct(w, w.packed.as<const uint8_t>())) return w;
+  std::lock_guard<std::mutex> lock(prepacked_mu_);
+  for (const Tensor* t : {&w.data, &w.scales, &w.zeros}) {
+    if (hold_releases_) {
+      held_rows_.push_back({t->data, t->nbytes()});
+    } else {
+      ReleaseHostPages(t->data, t->nbytes());
     }
-    out.rows_released = !hold_releases_;
   }
-  return out;
+  w.rows_released = !hold_releases_;
+  return w;
+}
+
+// A weight with tiles from a compile cache (made by this build for this CPU: the key holds
+// KernelTag). Kept as it is where its tiles serve every product; rows that arrived are handed
+// back as above; rows kept as shapes only in the file (rows_released) are rebuilt from the tiles
+// where this load reads them (a hold for the self-check, a table, release_rows off).
+Result<Weight> CpuBackend::AdoptTiles(const Weight& w) {
+  const bool int4 = w.format == WeightFormat::kInt4;
+  const size_t want = cpu::PrepackWanted() && QuantKernelApplies(w) &&
+                              cpu::PrepackSupports(int4, w.cols, w.group_size)
+                          ? cpu::PrepackedBytes(int4, w.rows, w.cols, w.group_size)
+                          : 0;
+  if (want == 0 || w.packed.dtype != DType::kU8 || w.packed.ndim != 1 ||
+      w.packed.nbytes() != want || reinterpret_cast<uintptr_t>(w.packed.data) % 64 != 0) {
+    return InvalidArgument("a {} weight [{}, {}] arrived with {} bytes of tiles, where this "
+                           "build's tiles take {}", WeightFormatName(w.format), w.rows, w.cols,
+                           w.packed.nbytes(), want);
+  }
+  if (!w.rows_released) return ReleaseServedRows(w);
+  {
+    std::lock_guard<std::mutex> lock(prepacked_mu_);
+    if (!hold_releases_ && TilesServeEveryProduct(w, w.packed.as<const uint8_t>())) return w;
+  }
+  Weight out = w;
+  out.rows_released = false;
+  const size_t data_bytes = w.data.nbytes(), scale_bytes = w.scales.nbytes(),
+               zero_bytes = w.zeros.nbytes();
+  const size_t a1 = (data_bytes + 63) / 64 * 64, a2 = a1 + (scale_bytes + 63) / 64 * 64;
+  uint8_t* rows = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(prepacked_mu_);
+    rows = static_cast<uint8_t*>(prepacked_.Take(*this, a2 + zero_bytes));
+  }
+  if (rows == nullptr) {
+    return ResourceExhausted("no memory to rebuild the rows of a {} weight ({} bytes)",
+                             WeightFormatName(w.format), a2 + zero_bytes);
+  }
+  out.data.data = rows;
+  out.scales.data = rows + a1;
+  if (!w.zeros.empty()) out.zeros.data = rows + a2;
+  MatMulCall c(out);
+  c.dense.k = w.cols;
+  c.Prepare();
+  c.quant.tiles = w.packed.as<const uint8_t>();
+  const int64_t tiles = (w.rows + cpu::kPrepackedRows - 1) / cpu::kPrepackedRows;
+  pool_->ParallelFor(static_cast<size_t>(tiles), 1, [&](size_t b, size_t e) {
+    cpu::UnpackTiles(c.quant, w.rows, static_cast<int64_t>(b), static_cast<int64_t>(e));
+  });
+  return ReleaseServedRows(std::move(out));
 }
 
 void CpuBackend::HoldReleases() {

@@ -564,6 +564,39 @@ void PrepackTiles(const QuantMatMulArgs& a, int64_t n, int64_t tile_begin, int64
   }
 }
 
+void UnpackTiles(const QuantMatMulArgs& a, int64_t n, int64_t tile_begin, int64_t tile_end) {
+  const PrepackedLayout l = PrepackedLayoutOf(a.int4, a.k, a.group_size);
+  const int64_t row_bytes = a.int4 ? (a.k + 1) / 2 : a.k;
+  auto* q = static_cast<uint8_t*>(const_cast<void*>(a.q));
+  auto* scales = const_cast<uint16_t*>(a.scales);
+  auto* zeros = const_cast<uint8_t*>(a.zeros);
+  for (int64_t t = tile_begin; t < tile_end; ++t) {
+    const uint8_t* tile = a.tiles + t * l.tile_bytes;
+    const auto* codes = reinterpret_cast<const uint32_t*>(tile);
+    const auto* h = reinterpret_cast<const uint16_t*>(tile + l.scale_offset);
+    const uint8_t* z = tile + l.extra_offset;
+    for (int64_t i = 0; i < kPrepackedRows && t * kPrepackedRows + i < n; ++i) {
+      const int64_t j = t * kPrepackedRows + i;
+      uint8_t* row = q + j * a.q_stride;
+      for (int64_t s = 0; 4 * s < row_bytes; ++s) {
+        std::memcpy(row + 4 * s, codes + s * kPrepackedRows + i,
+                    static_cast<size_t>(std::min<int64_t>(4, row_bytes - 4 * s)));
+      }
+      for (int64_t gi = 0; gi < l.groups; ++gi) {
+        scales[j * a.scale_stride + gi] = h[gi * kPrepackedRows + i];
+      }
+      if (a.int4) {
+        uint8_t* zrow = zeros + j * a.zero_stride;
+        std::memset(zrow, 0, static_cast<size_t>((l.groups + 1) / 2));
+        for (int64_t gi = 0; gi < l.groups; ++gi) {
+          const int nib = (z[gi * (kPrepackedRows / 2) + i / 2] >> ((i & 1) * 4)) & 15;
+          zrow[gi / 2] |= static_cast<uint8_t>(nib << ((gi & 1) * 4));
+        }
+      }
+    }
+  }
+}
+
 void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts, ThreadPool* pool) {
   const int64_t k = a.k, m = a.m;
   const int64_t g = std::min(a.group_size, k);

@@ -188,6 +188,11 @@ size_t PrepackedBytes(bool int4, int64_t n, int64_t k, int64_t group_size);
 // n rows) to dst, which holds the whole prepacked weight.
 void PrepackTiles(const QuantMatMulArgs& a, int64_t n, int64_t tile_begin, int64_t tile_end,
                   uint8_t* dst);
+// The inverse: rows [16 * tile_begin, min(n, 16 * tile_end)) of the row layout (codes, f16
+// scales and, int4, zero nibbles at a.q / a.scales / a.zeros with their strides, written through
+// const_cast) from the tiles at a.tiles. For a weight a compile cache kept as tiles alone, where
+// this load needs its rows (CpuBackend::PrepareWeight).
+void UnpackTiles(const QuantMatMulArgs& a, int64_t n, int64_t tile_begin, int64_t tile_end);
 
 // Whether the active integer kernel reads a's prepacked tiles for a.m rows of x, so that a range
 // must start at a multiple of kPrepackedRows: from PrepackedMinRows rows (x packed), and on

@@ -18,6 +18,7 @@
 #include <xxhash.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/quant_vnni.h"
 #include "model/model.h"
 #include "model/sequence_runner.h"
 #include "weights/compile_cache.h"
@@ -56,6 +57,7 @@ struct Loaded {
   std::vector<float> logits;
   ModelInfo info;
   CompileCacheResult cache;
+  uint64_t tiles_packed = 0;  // bytes of tiles the backend packed on this load
 };
 
 struct Opts {
@@ -67,6 +69,9 @@ struct Opts {
   bool force = false;
   bool mmap = false;
   std::string kernel_tag = "test-target";
+  bool release_rows = true;      // BackendOptions::release_rows
+  bool hold = false;             // HoldReleases during the load and the forward pass
+  bool integer_dot_off = false;  // the forward pass on the f32 kernels (which read the rows)
 };
 
 // A CPU backend with a chosen KernelTag(), standing in for another machine's SIMD target.
@@ -82,7 +87,9 @@ class TaggedCpuBackend : public CpuBackend {
 Result<Loaded> Load(const fs::path& model_dir, const Opts& opts) {
   BackendOptions bo;
   bo.num_threads = 2;
+  bo.release_rows = opts.release_rows;
   TaggedCpuBackend backend(bo, opts.kernel_tag);
+  if (opts.hold) backend.HoldReleases();
   Loaded out;
   LoadOptions o;
   DH_ASSIGN_OR_RETURN(o.plan, ParseWeightPlan({.quant = opts.quant, .policy = opts.policy}));
@@ -94,9 +101,14 @@ Result<Loaded> Load(const fs::path& model_dir, const Opts& opts) {
   o.compile_cache.result = &out.cache;
   DH_ASSIGN_OR_RETURN(auto model, LoadModel(model_dir.string(), backend, o));
   out.info = model->info();
+  out.tiles_packed = backend.tiles_packed_bytes();
   DH_ASSIGN_OR_RETURN(auto runner,
                       SequenceRunner::Create(*model, backend, static_cast<int>(kPrompt.size())));
-  DH_ASSIGN_OR_RETURN(out.logits, runner->Feed(kPrompt, /*all_logits=*/true));
+  if (opts.integer_dot_off) cpu::SetIntegerDotForTest(cpu::IntegerDot::kOff);
+  auto logits = runner->Feed(kPrompt, /*all_logits=*/true);
+  cpu::SetIntegerDotForTest(cpu::IntegerDot::kAuto);
+  if (opts.hold) backend.ReleaseHeldRows();
+  DH_ASSIGN_OR_RETURN(out.logits, std::move(logits));
   return out;
 }
 
@@ -226,6 +238,58 @@ TEST(CompileCacheTest, CachedLogitsAreBitwiseEqual) {
       ExpectSameInfo(got->info, want->info);
     }
   }
+}
+
+// Where this CPU's integer kernel reads int4 weights from prepacked tiles alone (vnni512), the
+// file holds those tiles in place of the rows: a cached load, read or mapped, packs none and gives
+// the same logits. A load that needs the rows (held for the self-check, release_rows off) gets
+// them rebuilt from the tiles: the f32 kernels, which read the rows, then give the checkpoint
+// load's logits bit for bit.
+TEST(CompileCacheTest, Int4TilesComeFromTheFile) {
+  const bool tiles = cpu::PrepackWanted();
+  for (const char* fixture : {"ds_v2_lite", "llama_f32"}) {
+    SCOPED_TRACE(fixture);
+    TempDir cache;
+    Opts plain;
+    plain.quant = "int4";
+    auto want = Load(kFixtures / fixture, plain);
+    ASSERT_TRUE(want.ok()) << want.status().message();
+    EXPECT_EQ(want->tiles_packed > 0, tiles);
+    Opts write = plain;
+    write.cache_dir = cache.path().string();
+    write.write = CompileCacheOptions::Write::kAlways;
+    auto written = Load(kFixtures / fixture, write);
+    ASSERT_TRUE(written.ok()) << written.status().message();
+    ASSERT_EQ(written->cache.outcome, Outcome::kWritten) << written->cache.reason;
+    for (bool mmap : {false, true}) {
+      Opts read = write;
+      read.write = CompileCacheOptions::Write::kNever;
+      read.mmap = mmap;
+      auto got = Load(kFixtures / fixture, read);
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      ASSERT_EQ(got->cache.outcome, Outcome::kHit) << got->cache.reason;
+      EXPECT_EQ(got->tiles_packed, 0u) << "mmap=" << mmap;
+      EXPECT_TRUE(BitwiseEqual(got->logits, want->logits)) << "mmap=" << mmap;
+    }
+    Opts rows = plain;
+    rows.release_rows = false;
+    rows.integer_dot_off = true;
+    auto f32 = Load(kFixtures / fixture, rows);
+    ASSERT_TRUE(f32.ok()) << f32.status().message();
+    for (bool hold : {false, true}) {
+      Opts read = write;
+      read.write = CompileCacheOptions::Write::kNever;
+      read.release_rows = hold;
+      read.hold = hold;
+      read.integer_dot_off = true;
+      auto got = Load(kFixtures / fixture, read);
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      ASSERT_EQ(got->cache.outcome, Outcome::kHit) << got->cache.reason;
+      EXPECT_EQ(got->tiles_packed, 0u) << "hold=" << hold;
+      EXPECT_TRUE(BitwiseEqual(got->logits, f32->logits)) << "hold=" << hold;
+    }
+  }
+  if (!tiles) std::printf("this CPU's integer kernel makes no tiles: rows only in the file\n");
 }
 
 TEST(CompileCacheTest, HitReadsNoTensorData) {
@@ -364,13 +428,13 @@ TEST(CompileCacheTest, DamagedFilesAreIgnored) {
          FixHeaderHash(b);
        },
        "version"},
-      // A file of the previous format (f32 int8/int4 scales, int4 mins: version 2).
+      // A file of the previous format (no packed copies: version 3).
       {"older version",
        [](auto& b) {
          b[kVersionAt] -= 1;
          FixHeaderHash(b);
        },
-       "(written by an older build), this build reads version 3 only: recompile it with "
+       "(written by an older build), this build reads version 4 only: recompile it with "
        "`deepharness compile`"},
       {"header bit flip", [](auto& b) { b[40] ^= 1; }, "header checksum"},
       {"table out of bounds",
@@ -529,7 +593,7 @@ TEST(CompileCacheTest, KeyNamesItsInputs) {
   o.plan = *ParseWeightPlan({.quant = "int4"});
   auto key = CompileCacheKey((kFixtures / "qwen2_sharded").string(), o, "cpu", "target=AVX3");
   ASSERT_TRUE(key.ok()) << key.status().message();
-  for (const char* part : {"format=3\n", "build=", "backend=cpu", "kernels=target=AVX3",
+  for (const char* part : {"format=4\n", "build=", "backend=cpu", "kernels=target=AVX3",
                            "\nweights=dtype=auto;embed=auto,attn=int4,", ",lm_head=auto,",
                            "config.json size=", "model.safetensors.index.json size=",
                            "-of-", "mtime_ns=", "header_xxh3="}) {
