@@ -92,6 +92,8 @@ class CpuBackend : public ReferenceBackend {
   void ExpertFfn(ThreadPool& pool, const ExpertWeights& ew, int64_t r0, int64_t n,
                  int64_t hidden, int64_t inter);
 
+  // The bytes of w's prepacked tiles on this load (PrepackWanted, a layout they take); 0: none.
+  size_t TileBytes(const Weight& w) const;
   // Whether an int4 weight's tiles at `tiles` serve every number of rows of x on this load
   // (ReadsPrepackedTiles, the integer path on, not a table, release_rows), so that its rows
   // need not stay.

@@ -422,14 +422,19 @@ bool CpuBackend::PackedServesEveryProduct(const Weight& w) const {
   return !w.packed.empty() && TilesServeEveryProduct(w, w.packed.as<const uint8_t>());
 }
 
-Result<Weight> CpuBackend::PrepareWeight(const Weight& w) {
-  if (!w.packed.empty()) return AdoptTiles(w);
+// The bytes of w's prepacked tiles on this load; 0 where it gets none.
+size_t CpuBackend::TileBytes(const Weight& w) const {
   const bool int4 = w.format == WeightFormat::kInt4;
   if (!cpu::PrepackWanted() || !QuantKernelApplies(w) ||
       !cpu::PrepackSupports(int4, w.cols, w.group_size)) {
-    return w;
+    return 0;
   }
-  const size_t bytes = cpu::PrepackedBytes(int4, w.rows, w.cols, w.group_size);
+  return cpu::PrepackedBytes(int4, w.rows, w.cols, w.group_size);
+}
+
+Result<Weight> CpuBackend::PrepareWeight(const Weight& w) {
+  if (!w.packed.empty()) return AdoptTiles(w);
+  const size_t bytes = TileBytes(w);
   if (bytes == 0) return w;
   uint8_t* dst = nullptr;
   {
@@ -498,11 +503,7 @@ Weight CpuBackend::ReleaseServedRows(Weight w) {
 // back as above; rows kept as shapes only in the file (rows_released) are rebuilt from the tiles
 // where this load reads them (a hold for the self-check, a table, release_rows off).
 Result<Weight> CpuBackend::AdoptTiles(const Weight& w) {
-  const bool int4 = w.format == WeightFormat::kInt4;
-  const size_t want = cpu::PrepackWanted() && QuantKernelApplies(w) &&
-                              cpu::PrepackSupports(int4, w.cols, w.group_size)
-                          ? cpu::PrepackedBytes(int4, w.rows, w.cols, w.group_size)
-                          : 0;
+  const size_t want = TileBytes(w);
   if (want == 0 || w.packed.dtype != DType::kU8 || w.packed.ndim != 1 ||
       w.packed.nbytes() != want || reinterpret_cast<uintptr_t>(w.packed.data) % 64 != 0) {
     return InvalidArgument("a {} weight [{}, {}] arrived with {} bytes of tiles, where this "
