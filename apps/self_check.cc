@@ -329,6 +329,20 @@ void CheckingBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bia
           ActivationQuantBound(x0.t, w));
 }
 
+// The products as the backend runs them together, each then compared as MatMul's above.
+void CheckingBackend::MatMuls(const Tensor& x, std::span<const MatMulTarget> targets) {
+  if (!Checking(OpKind::kMatMul)) return inner().MatMuls(x, targets);
+  HostCopy x0 = CopyOf(x);
+  inner().MatMuls(x, targets);
+  for (const MatMulTarget& t : targets) {
+    MaybePerturb(OpKind::kMatMul, t.out);
+    HostCopy want = ZerosLike(t.out);
+    reference_.MatMul(x0.t, *t.w, t.bias, want.t);
+    Compare(OpKind::kMatMul, "output", t.out, want.t, TolFor(*t.w), WeightText(*t.w),
+            ActivationQuantBound(x0.t, *t.w));
+  }
+}
+
 void CheckingBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) {
   if (!Checking(OpKind::kBatchedMatMul) || w.empty()) return inner().BatchedMatMul(x, w, out);
   HostCopy x0 = CopyOf(x);

@@ -47,6 +47,7 @@ class CheckingBackend : public ForwardingBackend {
   void AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
                   Tensor out) override;
   void MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) override;
+  void MatMuls(const Tensor& x, std::span<const MatMulTarget> targets) override;
   void BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) override;
   void Rope(Tensor x, const Tensor& positions, const RopeParams& p) override;
   void KvWrite(const Tensor& k, const Tensor& v, KvCacheView k_cache, KvCacheView v_cache,

@@ -4,7 +4,8 @@
 // (codes + scales + zero points) per second and their fraction of the measured read bandwidth.
 // Usage: bench_quant [--threads N] [--mb WORKING_SET_MB] [--seconds S] [--m 1,2,4,16]
 //                    [--n 8960] [--k 1536] [--cpu-time 1] [--formats
-//                    int8,int8-row,int4,int4-g128,fp8] [--packed-min-rows R]
+//                    int8,int8-row,int4,int4-g128,fp8] [--packed-min-rows R] [--moe E]
+//                    [--shared N1,N2,...]
 // --packed-min-rows R runs the integer kernels' packed tiles from M = R (default: the engine's).
 // int8 / int4 weights also run prepacked (CpuBackend::PrepareWeight's tiles; path name
 // "+tiles") on every integer kernel, alternated with the row layout, where the engine would
@@ -13,9 +14,16 @@
 // [n, k], down [k, n]; --n 1408 --k 2048 is DeepSeek-V2-Lite's), each of M tokens (--m) routed
 // to 6 distinct random experts with a new routing every call, on the engine's own kernel choice
 // (DH_CPU_TIER / DH_INTEGER_DOT pick the tier); reports the routed experts' bytes per second.
+// --shared N1,N2,... times CpuBackend::MatMuls instead: weights of N1, N2, ... rows and --k
+// columns over one x (a layer's q, k and v: 1536,256,256 for Qwen2-1.5B; an MLP's gate and up),
+// in each of --formats int8 / int4 (groups of 32, prepared as a load prepares them) and bf16, on
+// the engine's own kernel choice, as one MatMul per weight and as one MatMuls call, alternated in
+// 20 bursts of --seconds / 10 each; the median burst of each is reported, so a host whose speed
+// changes between bursts moves both alike.
 // --cpu-time 1 (with --threads 1, where the calling thread does all the work) times the calling
 // thread's CPU time instead of wall time: with a cache-resident working set (--mb 1 --n 256) it
 // measures the kernels' compute rate even on a busy machine.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -43,6 +51,7 @@ struct Options {
   std::string formats = "int8,int8-row,int4,int4-g128,fp8";
   int64_t packed_min_rows = 0;  // 0: the default (cpu::PackedMinRows)
   int64_t moe_experts = 0;      // --moe E: time MoeExperts over E experts instead
+  std::vector<int64_t> shared;  // --shared N1,N2,...: time MatMuls over weights of these rows
 };
 
 double Now(bool cpu_time) {
@@ -208,6 +217,96 @@ int RunMoe(const Options& o, CpuBackend& cpu, double bw) {
   return 0;
 }
 
+// A dense bf16 weight [n, k] of random values in [-1, 1), in the backend's host memory.
+Stored MakeBf16(Backend& backend, int64_t n, int64_t k) {
+  Stored s;
+  s.q = backend.Allocate(static_cast<size_t>(n * k) * 2);
+  auto* p = static_cast<uint16_t*>(s.q->data());
+  for (int64_t i = 0; i < n * k; ++i) p[i] = F32ToBF16(static_cast<float>(RandomByte()) / 128 - 1);
+  s.w = Weight::Dense(Tensor(s.q->data(), DType::kBF16, {n, k}));
+  return s;
+}
+
+// --shared: one MatMul per weight against one MatMuls call over the same weights.
+int RunShared(const Options& o, CpuBackend& cpu, double bw) {
+  const Format formats[] = {{"int8", WeightFormat::kInt8, 32},
+                            {"int4", WeightFormat::kInt4, 32},
+                            {"bf16", WeightFormat::kDense, 0}};
+  std::printf("| format | weights | M | one MatMul each (us) | MatMuls (us) | ratio | MatMuls GB/s "
+              "| %% of bandwidth |\n");
+  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::string names;
+  for (int64_t n : o.shared) names += (names.empty() ? "" : ",") + std::to_string(n);
+  for (const Format& f : formats) {
+    if (("," + o.formats + ",").find("," + std::string(f.name) + ",") == std::string::npos) continue;
+    // Groups of weights cycled through the working set, as in the main loop.
+    std::vector<std::vector<Stored>> groups;
+    size_t total = 0, group_bytes = 0;
+    while (total < (o.working_set_mb << 20) || groups.empty()) {
+      groups.emplace_back();
+      group_bytes = 0;
+      for (int64_t n : o.shared) {
+        Stored s = f.format == WeightFormat::kDense ? MakeBf16(cpu, n, o.k) : Make(cpu, f, n, o.k);
+        if (f.format != WeightFormat::kDense) {
+          Result<Weight> p = cpu.PrepareWeight(s.w);
+          if (p.ok()) s.w = *p;
+        }
+        group_bytes += s.w.nbytes();
+        groups.back().push_back(std::move(s));
+      }
+      total += group_bytes;
+    }
+    for (int64_t m : o.ms) {
+      std::vector<float> x(m * o.k);
+      for (float& v : x) v = static_cast<float>(RandomByte()) / 128 - 1;
+      const Tensor xt(x.data(), DType::kF32, {m, o.k});
+      std::vector<std::vector<float>> outs;
+      for (int64_t n : o.shared) outs.emplace_back(m * n);
+      auto targets_of = [&](const std::vector<Stored>& g) {
+        std::vector<MatMulTarget> t;
+        for (size_t i = 0; i < g.size(); ++i) {
+          t.push_back({&g[i].w, Tensor(), Tensor(outs[i].data(), DType::kF32, {m, g[i].w.rows})});
+        }
+        return t;
+      };
+      std::vector<std::vector<MatMulTarget>> targets;
+      for (const auto& g : groups) targets.push_back(targets_of(g));
+      auto burst = [&](bool together) {
+        int64_t calls = 0;
+        const double t0 = Now(false);
+        double elapsed = 0;
+        do {
+          for (const auto& t : targets) {
+            if (together) {
+              cpu.MatMuls(xt, t);
+            } else {
+              for (const MatMulTarget& one : t) cpu.MatMul(xt, *one.w, one.bias, one.out);
+            }
+          }
+          calls += static_cast<int64_t>(targets.size());
+          elapsed = Now(false) - t0;
+        } while (elapsed < o.seconds / 10);
+        return elapsed / static_cast<double>(calls);
+      };
+      burst(false);  // warm-up
+      burst(true);
+      std::vector<double> each, together;
+      for (int b = 0; b < 20; ++b) (b % 2 == 0 ? each : together).push_back(burst(b % 2 != 0));
+      auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      const double t_each = median(each), t_together = median(together);
+      const double gbs = static_cast<double>(group_bytes) / t_together / 1e9;
+      std::printf("| %s | %s | %lld | %.1f | %.1f | %.3f | %.2f | %.1f |\n", f.name,
+                  names.c_str(), static_cast<long long>(m), t_each * 1e6, t_together * 1e6,
+                  t_each / t_together, gbs, 100.0 * gbs / bw);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -222,6 +321,7 @@ int Main(int argc, char** argv) {
     else if (a == "--formats") o.formats = argv[i + 1];
     else if (a == "--packed-min-rows") o.packed_min_rows = std::atoll(argv[i + 1]);
     else if (a == "--moe") o.moe_experts = std::atoll(argv[i + 1]);
+    else if (a == "--shared") o.shared = ParseList(argv[i + 1]);
     else {
       std::fprintf(stderr, "bench_quant: unknown option %s\n", a.c_str());
       return 2;
@@ -235,6 +335,10 @@ int Main(int argc, char** argv) {
               o.threads, static_cast<long long>(o.n), static_cast<long long>(o.k), bw,
               cpu::IntegerDotPathName(cpu::BestIntegerDotPath()));
   if (o.moe_experts != 0) return RunMoe(o, cpu, bw);
+  if (!o.shared.empty()) {
+    cpu::SetPackedMinRowsForTest(0);
+    return RunShared(o, cpu, bw);
+  }
   std::printf("packed integer tiles from M = %lld\n",
               static_cast<long long>(cpu::PackedMinRows()));
   std::printf("| format | path | M | us/call | weight GB/s | %% of bandwidth | GOP/s |\n");

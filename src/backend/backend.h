@@ -129,6 +129,13 @@ struct MoeGateParams {
   float routed_scaling_factor = 1.0f;
 };
 
+// One product of Backend::MatMuls: out = x @ w^T (+ bias if not empty), as MatMul takes them.
+struct MatMulTarget {
+  const Weight* w = nullptr;
+  Tensor bias;
+  Tensor out;
+};
+
 // One routed expert: SwiGLU MLP down(silu(gate(x)) * up(x)).
 struct ExpertWeights {
   Weight gate;
@@ -209,6 +216,13 @@ class Backend {
                           Tensor out) = 0;
   // out[M, N] = x[M, K] @ w^T (+ bias[N] if not empty), f32 accumulation.
   virtual void MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) = 0;
+  // Several weights over the same x (a layer's q, k and v projections, an MLP's gate and up):
+  // each target's out exactly as MatMul(x, *w, bias, out) gives it. A backend may prepare x once
+  // for them all and hand out every weight's rows in one dispatch; this default runs MatMul
+  // target by target.
+  virtual void MatMuls(const Tensor& x, std::span<const MatMulTarget> targets) {
+    for (const MatMulTarget& t : targets) MatMul(x, *t.w, t.bias, t.out);
+  }
   // One weight per head: out[t, h, :] = x[t, h, :] @ w[h]^T for h < w.size() (einsum
   // "thk,hnk->thn"; MLA's absorbed W_uk^T and W_uv). x: [T, heads, K], out: [T, heads, N], dims 0
   // and 1 strided allowed, dim 2 contiguous; every w[h] is [N, K]. f32 accumulation.

@@ -44,6 +44,9 @@ class ForwardingBackend : public Backend {
   void MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) override {
     inner_->MatMul(x, w, bias, out);
   }
+  void MatMuls(const Tensor& x, std::span<const MatMulTarget> targets) override {
+    inner_->MatMuls(x, targets);
+  }
   void BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) override {
     inner_->BatchedMatMul(x, w, out);
   }

@@ -111,6 +111,30 @@ void TracingBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& bias
       });
 }
 
+// One op in the profile, as the products run together: "MatMul" with every weight's bytes and
+// flops, the weights' shapes in the trace.
+void TracingBackend::MatMuls(const Tensor& x, std::span<const MatMulTarget> targets) {
+  const double m = static_cast<double>(x.dim(0));
+  double bytes = Bytes(x), flops = 0;
+  for (const MatMulTarget& t : targets) {
+    bytes += static_cast<double>(t.w->nbytes()) + Bytes(t.bias) + Bytes(t.out);
+    flops += 2 * m * static_cast<double>(t.w->rows) * static_cast<double>(t.w->cols);
+  }
+  Timed(
+      "MatMul", bytes, flops, [&] { inner().MatMuls(x, targets); },
+      [&] {
+        std::string weights;
+        for (const MatMulTarget& t : targets) {
+          if (!weights.empty()) weights += ' ';
+          weights += fmt::format("[{}, {}]", t.w->rows, t.w->cols);
+        }
+        return Shapes({{"x", &x}}) + ", " +
+               (targets.empty() ? JsonArg("weights", 0.0)
+                                : JsonArg("format", WeightFormatName(targets[0].w->format)) +
+                                      ", " + JsonArg("weights", weights));
+      });
+}
+
 void TracingBackend::BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) {
   double weight_bytes = 0, flops = 0;
   for (const Weight& wh : w) {

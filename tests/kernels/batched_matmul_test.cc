@@ -6,6 +6,8 @@
 // Tolerance: |cpu - ref| <= 2e-5 * max(1, max|ref|), as for MatMul (f32 SIMD sums vs the
 // reference's double sums). The reference itself must equal its own per-head MatMul exactly.
 #include <cstdio>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -91,6 +93,48 @@ TEST_F(BatchedMatMulTest, CpuMatchesReferenceOnStridedViews) {
         for (int64_t r = 0; r < s.t * s.heads; ++r) {
           for (int64_t c = s.n; c < s.n + 3; ++c) {
             ASSERT_EQ(got.f32()[r * (s.n + 3) + c], -7.0f) << what << " wrote padding";
+          }
+        }
+      }
+    }
+  });
+}
+
+// CpuBackend::MatMuls over dense weights (q, k and v shaped, with biases) runs MatMul one by one
+// (only the integer dot products share x): each weight's MatMul bits, on every SIMD target, on
+// the GEMV's rows, the dot tiles' long bf16 rows and the GEMM's 5 rows.
+TEST_F(BatchedMatMulTest, MatMulsOfDenseWeightsGiveEachWeightsMatMulBits) {
+  Rng rng(14);
+  ForEachTarget([&] {
+    for (DType wt : {DType::kF32, DType::kBF16}) {
+      for (int64_t k : {96, 5000}) {
+        HeadWeights w(rng, wt, 3, 70, k);
+        w.w[1].rows = w.w[2].rows = 20;  // the first 20 rows: k and v beside a larger q
+        w.w[1].data = w.w[1].data.Narrow(0, 0, 20);
+        w.w[2].data = w.w[2].data.Narrow(0, 0, 20);
+        Owned bias0(DType::kF32, {70}), bias1(DType::kF32, {20});
+        rng.Fill(bias0);
+        rng.Fill(bias1);
+        const Tensor biases[] = {bias0.t, bias1.t, Tensor()};
+        for (int64_t m : {1, 2, 3, 5}) {
+          const std::string what = fmt::format("{} M={} K={}", DTypeName(wt), m, k);
+          Owned x(DType::kF32, {m, k});
+          rng.Fill(x);
+          std::vector<std::unique_ptr<Owned>> got, want;
+          std::vector<MatMulTarget> targets;
+          for (int i = 0; i < 3; ++i) {
+            const int64_t n = w.w[i].rows;
+            got.push_back(std::make_unique<Owned>(DType::kF32, std::initializer_list<int64_t>{m, n}));
+            want.push_back(std::make_unique<Owned>(DType::kF32, std::initializer_list<int64_t>{m, n}));
+            cpu_.MatMul(x.t, w.w[i], biases[i], want.back()->t);
+            targets.push_back({&w.w[i], biases[i], got.back()->t});
+          }
+          const uint64_t before = cpu_.shared_x_products();
+          cpu_.MatMuls(x.t, targets);
+          EXPECT_EQ(cpu_.shared_x_products() - before, 0u) << what;
+          for (int i = 0; i < 3; ++i) {
+            EXPECT_EQ(std::memcmp(got[i]->bytes.data(), want[i]->bytes.data(),
+                                  got[i]->bytes.size()), 0) << what << " weight " << i;
           }
         }
       }

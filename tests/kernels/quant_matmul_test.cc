@@ -653,6 +653,82 @@ TEST_F(QuantMatMulTest, PreparedWeightMatchesRowLayout) {
   EXPECT_FALSE(prepared->rows_released);
 }
 
+// Runs `weights` over one x through CpuBackend::MatMuls and through MatMul one by one: the same
+// bits for every output (x prepared once, the rows of all weights handed out in one loop, must
+// not change a single product). Returns how many products MatMuls ran over a shared x.
+uint64_t ExpectMatMulsBitsOfMatMul(CpuBackend& cpu, Rng& rng, int64_t m,
+                                   const std::vector<const Weight*>& weights,
+                                   const std::vector<const Owned*>& biases,
+                                   const std::string& what) {
+  const int64_t k = weights[0]->cols;
+  Owned x(DType::kF32, {m, k});
+  rng.Fill(x, -2.0f, 2.0f);
+  std::vector<std::unique_ptr<Owned>> got, want;
+  std::vector<MatMulTarget> targets;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    got.push_back(std::make_unique<Owned>(DType::kF32, std::initializer_list<int64_t>{m, weights[i]->rows}));
+    want.push_back(std::make_unique<Owned>(DType::kF32, std::initializer_list<int64_t>{m, weights[i]->rows}));
+    std::fill(got.back()->bytes.begin(), got.back()->bytes.end(), uint8_t{0x7f});
+    const Tensor bias = biases[i] != nullptr ? biases[i]->t : Tensor();
+    cpu.MatMul(x.t, *weights[i], bias, want.back()->t);
+    targets.push_back({weights[i], bias, got.back()->t});
+  }
+  const uint64_t before = cpu.shared_x_products();
+  cpu.MatMuls(x.t, targets);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    EXPECT_EQ(std::memcmp(got[i]->bytes.data(), want[i]->bytes.data(), got[i]->bytes.size()), 0)
+        << what << ": weight " << i << " [" << weights[i]->rows << ", " << k << "] M=" << m;
+  }
+  return cpu.shared_x_products() - before;
+}
+
+// CpuBackend::MatMuls over q, k and v shaped weights (rows that are not whole tiles of 16, so a
+// thread's chunk crosses from one weight into the next): each weight's MatMul bits, on every
+// integer kernel of this CPU and with the f32 products, from the row layout and from prepacked
+// tiles; the shared path runs where the integer products take every weight, and weights of
+// different formats go one by one.
+TEST_F(QuantMatMulTest, MatMulsGiveEachWeightsMatMulBits) {
+  Rng rng(33);
+  const int64_t ms[] = {1, 2, 3, 8, 17};
+  for (bool int4 : {true, false}) {
+    std::vector<std::unique_ptr<RandomWeight>> rw;
+    for (int64_t n : {70, 20, 20}) rw.push_back(std::make_unique<RandomWeight>(rng, Case{int4, 1, n, 512, 32}));
+    const std::vector<const Weight*> rows = {&rw[0]->w, &rw[1]->w, &rw[2]->w};
+    const std::vector<const Owned*> biases = {&rw[0]->bias, &rw[1]->bias, nullptr};
+    std::vector<cpu::IntegerDotPath> paths = AvailablePaths();
+    paths.push_back(cpu::IntegerDotPath::kNone);  // stands for DH_INTEGER_DOT=off below
+    for (cpu::IntegerDotPath path : paths) {
+      const bool off = path == cpu::IntegerDotPath::kNone;
+      cpu::SetIntegerDotForTest(off ? cpu::IntegerDot::kOff : cpu::IntegerDot::kOn);
+      if (!off) cpu::SetIntegerDotPathForTest(path);
+      for (int64_t m : ms) {
+        const std::string what = fmt::format("{} {}", int4 ? "int4" : "int8",
+                                             off ? "f32 products" : cpu::IntegerDotPathName(path));
+        const uint64_t shared = ExpectMatMulsBitsOfMatMul(cpu_, rng, m, rows, biases, what);
+        EXPECT_EQ(shared, off ? 0u : 3u) << what << " M=" << m;
+      }
+    }
+    cpu::SetIntegerDotPathForTest(cpu::IntegerDotPath::kNone);
+    cpu::SetIntegerDotForTest(cpu::IntegerDot::kAuto);
+    // Prepared weights (prepacked tiles where the best kernel reads them).
+    std::vector<Weight> prepared;
+    for (const Weight* w : rows) {
+      Result<Weight> p = cpu_.PrepareWeight(*w);
+      ASSERT_TRUE(p.ok()) << p.status().message();
+      prepared.push_back(*p);
+    }
+    const std::vector<const Weight*> tiles = {&prepared[0], &prepared[1], &prepared[2]};
+    for (int64_t m : ms) {
+      const std::string what = fmt::format("{} prepared", int4 ? "int4" : "int8");
+      const uint64_t shared = ExpectMatMulsBitsOfMatMul(cpu_, rng, m, tiles, biases, what);
+      if (!AvailablePaths().empty()) EXPECT_EQ(shared, 3u) << what << " M=" << m;
+    }
+  }
+  // int4 beside int8: two quantizations of x, so MatMul one by one.
+  RandomWeight a(rng, Case{true, 1, 40, 256, 32}), b(rng, Case{false, 1, 24, 256, 32});
+  EXPECT_EQ(ExpectMatMulsBitsOfMatMul(cpu_, rng, 2, {&a.w, &b.w}, {&a.bias, &b.bias}, "mixed"), 0u);
+}
+
 // An int4 weight in memory this process mapped (a backend buffer, as the loader's): PrepareWeight
 // hands its row layout back to the system (the pages read as zero, not resident) and MatMul reads
 // the tiles alone; under HoldReleases the bytes stay until ReleaseHeldRows.

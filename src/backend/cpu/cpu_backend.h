@@ -39,6 +39,8 @@ class CpuBackend : public ReferenceBackend {
   bool PackedServesEveryProduct(const Weight& w) const override;
   // Bytes of tiles PrepareWeight has packed itself (not those a compile cache handed over).
   uint64_t tiles_packed_bytes() const { return tiles_packed_bytes_.load(); }
+  // Products MatMuls ran over one shared preparation of x (counted for tests and traces).
+  uint64_t shared_x_products() const { return shared_x_products_.load(); }
   void HoldReleases() override;
   void ReleaseHeldRows() override;
 
@@ -49,6 +51,10 @@ class CpuBackend : public ReferenceBackend {
   void AddRmsNorm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
                   Tensor out) override;
   void MatMul(const Tensor& x, const Weight& w, const Tensor& bias, Tensor out) override;
+  // Weights that take the integer dot products with the same quantization of x: x quantized
+  // once, every weight's rows in one parallel loop (the bits of MatMul weight by weight);
+  // otherwise one MatMul per weight.
+  void MatMuls(const Tensor& x, std::span<const MatMulTarget> targets) override;
   // Decode (few rows): one parallel loop over every head's output rows on the GEMV kernel;
   // otherwise one MatMul per head.
   void BatchedMatMul(const Tensor& x, std::span<const Weight> w, Tensor out) override;
@@ -85,6 +91,7 @@ class CpuBackend : public ReferenceBackend {
   // workers (MoeExperts runs whole experts per worker when each has few tokens).
   void MatMulOn(ThreadPool& pool, const Tensor& x, const Weight& w, const Tensor& bias,
                 Tensor out);
+  void MatMulsOn(ThreadPool& pool, const Tensor& x, std::span<const MatMulTarget> targets);
   void SiluMulOn(ThreadPool& pool, const Tensor& gate, const Tensor& up, Tensor out);
   // BatchedMatMul's heads (dense, one type and shape) as one cpu::GemmBatched call.
   void BatchedGemm(const Tensor& x, std::span<const Weight> w, Tensor out);
@@ -110,6 +117,7 @@ class CpuBackend : public ReferenceBackend {
   std::vector<std::pair<const void*, size_t>> held_rows_;
   std::atomic<bool> prepack_skipped_{false};         // logged once when memory ran short
   std::atomic<uint64_t> tiles_packed_bytes_{0};
+  std::atomic<uint64_t> shared_x_products_{0};
   // A one-thread pool: everything it is given runs on the calling thread and it keeps no state
   // while doing so, so the pool's workers may all use it at once.
   std::unique_ptr<ThreadPool> inline_pool_;

@@ -2,6 +2,8 @@
 // x, tiled GEMM above) x a layout check, and BatchedMatMul (one weight per head) on the same
 // GEMV kernel. Every kernel's arguments share one cpu::ActivationArgs.
 #include <algorithm>
+#include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -406,6 +408,60 @@ const MatMulKernel kMatMulKernels[] = {
      DequantGemv},
 };
 
+// MatMulOn's operands for x, bias and out in *c (then Prepare): false where the layout sends
+// the product to the reference loops (x or out not rows of floats, a bias that is not a plain
+// f32 vector, shapes that disagree, a dense type without a kernel).
+bool FillCall(const Tensor& x, const Tensor& bias, const Tensor& out, MatMulCall* c) {
+  const Weight& w = c->w;
+  const auto xr = cpu::AsRows(x), o = cpu::AsRows(out);
+  const bool bias_ok =
+      bias.empty() || (bias.dtype == DType::kF32 && cpu::IsPlainVector(bias, w.rows));
+  const bool dense = w.format == WeightFormat::kDense;
+  const bool layout_ok = xr && o && bias_ok && xr->cols == w.cols && o->rows == xr->rows &&
+                         o->cols == w.rows && w.data.ndim == 2 &&
+                         (w.data.stride[1] == 1 || w.cols == 1);
+  if (!layout_ok || (dense && !cpu::WTypeOf(w.data.dtype))) return false;
+  cpu::MatMulArgs& a = c->dense;
+  a.x = xr->row(0);
+  a.x_stride = xr->stride;
+  a.m = xr->rows;
+  a.k = w.cols;
+  a.bias = bias.empty() ? nullptr : bias.as<const float>();
+  a.out = o->row(0);
+  a.out_stride = o->stride;
+  c->Prepare();
+  return true;
+}
+
+// The first kernel of the table that takes c (the last entries take every format and path).
+const MatMulKernel& KernelFor(const MatMulCall& c) {
+  for (const MatMulKernel& kernel : kMatMulKernels) {
+    if (kernel.Takes(c)) return kernel;
+  }
+  DH_CHECK(false, "no matmul kernel for {} {}", WeightFormatName(c.w.format),
+           DTypeName(c.w.data.dtype));
+  return kMatMulKernels[0];
+}
+
+// MatMuls: at most this many weights share one x preparation (a layer's q, k and v).
+constexpr size_t kMaxSharedX = 4;
+// MatMuls hands out output rows in units of this many: whole prepacked tiles (16 rows, 8 on
+// 256-bit kernels), so every unit starts where MatMul's own chunks may.
+constexpr int64_t kSharedXRows = 16;
+
+// Whether c runs on a kernel whose preparation of x MatMuls shares: the integer dot products
+// (x quantized once per call). Dense weights go one by one: with x rounded once and one dispatch,
+// Qwen2-1.5B's bf16 q/k/v and gate/up ran 6-8 % slower in the whole model (bench/README.md "Zen 5,
+// session 33"), though not alone in bench_quant.
+bool SharedXKernel(const MatMulCall& c) { return KernelFor(c).run == QuantIntegerDot; }
+
+// Whether b takes the x that a's kernel prepares (both SharedXKernel): the same quantization of x
+// (QuantizeActs: int4 or int8, the group size, whether the weight has prepacked tiles).
+bool SharesX(const MatMulCall& a, const MatMulCall& b) {
+  return a.quant.int4 == b.quant.int4 && a.quant.group_size == b.quant.group_size &&
+         (a.quant.tiles == nullptr) == (b.quant.tiles == nullptr);
+}
+
 }  // namespace
 
 bool CpuBackend::TilesServeEveryProduct(const Weight& w, const uint8_t* tiles) const {
@@ -593,43 +649,69 @@ void CpuBackend::MatMulOn(ThreadPool& pool, const Tensor& x, const Weight& w, co
     plain.perm = Tensor();
     return MatMulOn(pool, Tensor(dst, DType::kF32, {m, k}), plain, bias, out);
   }
-  const auto xr = cpu::AsRows(x), o = cpu::AsRows(out);
-  const bool bias_ok =
-      bias.empty() || (bias.dtype == DType::kF32 && cpu::IsPlainVector(bias, w.rows));
-  const bool dense = w.format == WeightFormat::kDense;
-  const auto wtype = cpu::WTypeOf(w.data.dtype);
-  const bool layout_ok = xr && o && bias_ok && xr->cols == w.cols && o->rows == xr->rows &&
-                         o->cols == w.rows && w.data.ndim == 2 &&
-                         (w.data.stride[1] == 1 || w.cols == 1);
-  if (!layout_ok || (dense && !wtype)) {
+  MatMulCall c(w);
+  if (!FillCall(x, bias, out, &c)) {
     DH_CHECK(!w.rows_released, "matmul: a weight whose rows were released met x {} out {}",
              x.ShapeString(), out.ShapeString());
     Trace("matmul reference {} {}", WeightFormatName(w.format),
                       DTypeName(w.data.dtype));
     return ReferenceBackend::MatMul(x, w, bias, out);
   }
-  MatMulCall c(w);
-  cpu::MatMulArgs& a = c.dense;
-  a.x = xr->row(0);
-  a.x_stride = xr->stride;
-  a.m = xr->rows;
-  a.k = w.cols;
-  a.bias = bias.empty() ? nullptr : bias.as<const float>();
-  a.out = o->row(0);
-  a.out_stride = o->stride;
-  c.Prepare();
-  for (const MatMulKernel& kernel : kMatMulKernels) {
-    if (kernel.Takes(c)) {
-      DH_CHECK(!w.rows_released || kernel.run == QuantIntegerDot,
-               "matmul: only the integer kernels read a weight whose rows were released");
-      NoteKernel(kernel.name(c), kernel.variant);
-      if (options().trace_kernels) Trace(kernel.describe(c));
-      kernel.run(c, pool);
-      return;
-    }
+  const MatMulKernel& kernel = KernelFor(c);
+  DH_CHECK(!w.rows_released || kernel.run == QuantIntegerDot,
+           "matmul: only the integer kernels read a weight whose rows were released");
+  NoteKernel(kernel.name(c), kernel.variant);
+  if (options().trace_kernels) Trace(kernel.describe(c));
+  kernel.run(c, pool);
+}
+
+void CpuBackend::MatMuls(const Tensor& x, std::span<const MatMulTarget> targets) {
+  MatMulsOn(*pool_, x, targets);
+}
+
+void CpuBackend::MatMulsOn(ThreadPool& pool, const Tensor& x,
+                           std::span<const MatMulTarget> targets) {
+  // Every product's call, all on one kernel that shares x's preparation (SharedXKernel), or
+  // MatMul one by one.
+  std::array<std::optional<MatMulCall>, kMaxSharedX> calls;
+  const size_t count = targets.size();
+  bool shared = count >= 2 && count <= kMaxSharedX;
+  for (size_t i = 0; shared && i < count; ++i) {
+    const Weight& w = *targets[i].w;
+    MatMulCall& c = calls[i].emplace(w);
+    shared = w.perm.empty() && FillCall(x, targets[i].bias, targets[i].out, &c) &&
+             SharedXKernel(c) && (i == 0 || SharesX(*calls[0], c));
   }
-  DH_CHECK(false, "no matmul kernel for {} {}", WeightFormatName(w.format),
-           DTypeName(w.data.dtype));
+  if (!shared) {
+    for (const MatMulTarget& t : targets) MatMulOn(pool, x, *t.w, t.bias, t.out);
+    return;
+  }
+  shared_x_products_ += count;
+  const MatMulKernel& kernel = KernelFor(*calls[0]);
+  NoteKernel(kernel.name(*calls[0]), kernel.variant);
+  if (options().trace_kernels) {
+    for (size_t i = 0; i < count; ++i) Trace(kernel.describe(*calls[i]) + " shared-x");
+  }
+  // x quantized once (named through a reference, as in QuantIntegerDot).
+  thread_local cpu::QuantizedActs tl_acts;
+  cpu::QuantizedActs& acts = tl_acts;
+  cpu::QuantizeActs(calls[0]->quant, &acts, &pool);
+  // One chunk per thread, each taking its share of every weight in turn (units of kSharedXRows
+  // output rows): the threads read each weight side by side, as MatMul one by one has them, with
+  // one dispatch instead of one per weight (in the whole model int4 gate/up ran 4-7 % faster so,
+  // and no faster cut into one run of units, a thread's run crossing from gate into up).
+  const int64_t chunks = std::max<int64_t>(1, pool.num_threads());
+  pool.ParallelFor(static_cast<size_t>(chunks), 1, [&](size_t b, size_t e) {
+    for (int64_t chunk = static_cast<int64_t>(b); chunk < static_cast<int64_t>(e); ++chunk) {
+      for (size_t i = 0; i < count; ++i) {
+        const MatMulCall& c = *calls[i];
+        const int64_t units = (c.n() + kSharedXRows - 1) / kSharedXRows;
+        const int64_t r0 = chunk * units / chunks * kSharedXRows;
+        const int64_t r1 = std::min(c.n(), (chunk + 1) * units / chunks * kSharedXRows);
+        if (r0 < r1) cpu::IntegerDotRange(c.quant, acts, r0, r1);
+      }
+    }
+  });
 }
 
 void CpuBackend::BatchedGemm(const Tensor& x, std::span<const Weight> w, Tensor out) {

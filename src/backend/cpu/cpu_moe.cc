@@ -156,8 +156,8 @@ void CpuBackend::ExpertFfn(ThreadPool& pool, const ExpertWeights& ew, int64_t r0
   const Tensor gate(s.gate.data() + r0 * inter, DType::kF32, {n, inter});
   const Tensor up(s.up.data() + r0 * inter, DType::kF32, {n, inter});
   const Tensor ys(s.ys.data() + r0 * hidden, DType::kF32, {n, hidden});
-  MatMulOn(pool, xs, ew.gate, Tensor(), gate);
-  MatMulOn(pool, xs, ew.up, Tensor(), up);
+  const MatMulTarget gate_up[] = {{&ew.gate, Tensor(), gate}, {&ew.up, Tensor(), up}};
+  MatMulsOn(pool, xs, gate_up);
   SiluMulOn(pool, gate, up, gate);
   MatMulOn(pool, gate, ew.down, Tensor(), ys);
 }

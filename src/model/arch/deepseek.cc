@@ -163,14 +163,16 @@ Tensor MlaAttention::Forward(Backend& b, Arena& a, const StepInputs& step,
                              const RopeParams& rope_params, const KvCacheView& cache,
                              const Tensor& h) const {
   const int64_t T = h.dim(0), qk = nope + rope;
-  Tensor q;
+  // The first query projection and kv_a read the same h: one MatMuls.
+  const Linear* const from_h[] = {has_q_lora ? &q_a : &q_proj, &kv_a};
+  Tensor first[2];
+  ForwardSameX(b, a, h, from_h, first);
+  Tensor q = first[0];
   if (has_q_lora) {
-    Tensor qa = q_a.Forward(b, a, h);                 // [T, q_lora]
+    Tensor qa = first[0];                             // [T, q_lora]
     b.RmsNorm(qa, q_a_norm, kLatentNormEps, qa);
     Tap(b, q_a_norm_tap, qa);
     q = q_b.Forward(b, a, qa);                        // [T, heads * qk]
-  } else {
-    q = q_proj.Forward(b, a, h);
   }
   Tensor q3 = q.Reshape({T, heads, qk});
   RopeParams rp = rope_params;
@@ -179,7 +181,7 @@ Tensor MlaAttention::Forward(Backend& b, Arena& a, const StepInputs& step,
   if (!q_rope_tap.empty()) Tap(b, q_rope_tap, q3);
 
   // Latent entry per token: [normalised c_kv (kv_lora) | rotated k_pe (rope)].
-  Tensor kva = kv_a.Forward(b, a, h);                 // [T, kv_lora + rope]
+  Tensor kva = first[1];                              // [T, kv_lora + rope]
   Tensor c_kv = a.Alloc(DType::kF32, {T, kv_lora});
   b.Copy(kva.Narrow(1, 0, kv_lora), c_kv);
   b.RmsNorm(c_kv, kv_a_norm, kLatentNormEps, c_kv);

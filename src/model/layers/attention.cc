@@ -64,9 +64,12 @@ Tensor GqaAttention::Forward(Backend& backend, Arena& arena, const StepInputs& s
                              const RopeParams& rope, const KvCacheView& k_cache,
                              const KvCacheView& v_cache, const Tensor& h) const {
   const int64_t T = h.dim(0);
-  Tensor q3 = q.Forward(backend, arena, h).Reshape({T, num_heads, head_dim});
-  Tensor k3 = k.Forward(backend, arena, h).Reshape({T, num_kv_heads, head_dim});
-  Tensor v3 = v.Forward(backend, arena, h).Reshape({T, num_kv_heads, head_dim});
+  const Linear* const qkv_proj[] = {&q, &k, &v};
+  Tensor qkv[3];
+  ForwardSameX(backend, arena, h, qkv_proj, qkv);
+  Tensor q3 = qkv[0].Reshape({T, num_heads, head_dim});
+  Tensor k3 = qkv[1].Reshape({T, num_kv_heads, head_dim});
+  Tensor v3 = qkv[2].Reshape({T, num_kv_heads, head_dim});
   backend.Rope(q3, step.positions, rope);
   backend.Rope(k3, step.positions, rope);
   if (!q_rope_tap.empty()) Tap(backend, q_rope_tap, q3);

@@ -1,6 +1,9 @@
 // Shared layers and per-step input preparation.
 #include "model/layers/common.h"
 
+#include <array>
+
+#include "base/check.h"
 #include "model/layers/parallel.h"
 #include "model/tap.h"
 
@@ -33,6 +36,23 @@ Tensor Linear::Forward(Backend& backend, Arena& arena, const Tensor& x) const {
   return out;
 }
 
+void ForwardSameX(Backend& backend, Arena& arena, const Tensor& x,
+                  std::span<const Linear* const> layers, std::span<Tensor> out) {
+  constexpr size_t kMax = 4;
+  DH_CHECK(layers.size() <= kMax && out.size() == layers.size(), "{} linears over one x",
+           layers.size());
+  std::array<MatMulTarget, kMax> targets;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Linear& l = *layers[i];
+    out[i] = arena.Alloc(DType::kF32, {x.dim(0), l.weight.rows});
+    targets[i] = {&l.weight, l.bias, out[i]};
+  }
+  backend.MatMuls(x, std::span<const MatMulTarget>(targets.data(), layers.size()));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (!layers[i]->tap_name.empty()) Tap(backend, layers[i]->tap_name, out[i]);
+  }
+}
+
 Result<Mlp> Mlp::Load(WeightLoader& loader, const std::string& prefix, int64_t hidden,
                       int64_t intermediate, bool split) {
   Mlp m;
@@ -50,8 +70,10 @@ Result<Mlp> Mlp::Load(WeightLoader& loader, const std::string& prefix, int64_t h
 }
 
 Tensor Mlp::Forward(Backend& backend, Arena& arena, const Tensor& x) const {
-  Tensor g = gate.Forward(backend, arena, x);  // [T, I]
-  Tensor u = up.Forward(backend, arena, x);    // [T, I]
+  const Linear* const gate_up[] = {&gate, &up};
+  Tensor gu[2];
+  ForwardSameX(backend, arena, x, gate_up, gu);
+  Tensor g = gu[0], u = gu[1];  // [T, I]
   backend.SiluMul(g, u, g);
   return down.Forward(backend, arena, g);      // [T, H]
 }

@@ -2,6 +2,7 @@
 // and the per-step inputs (ids, positions, paged-attention metadata) uploaded once per Forward.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,12 @@ struct Linear {
   // out: [T, out_features]
   Tensor Forward(Backend& backend, Arena& arena, const Tensor& x) const;
 };
+
+// Up to four Linears over the same x (a layer's q, k and v projections, an MLP's gate and up)
+// through Backend::MatMuls, which may prepare x once for them all: out[i] as layers[i]->Forward
+// gives it, taps included.
+void ForwardSameX(Backend& backend, Arena& arena, const Tensor& x,
+                  std::span<const Linear* const> layers, std::span<Tensor> out);
 
 // down(silu(gate(x)) * up(x))
 struct Mlp {
