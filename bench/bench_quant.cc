@@ -141,6 +141,11 @@ std::vector<int64_t> ParseList(const char* s) {
   return v;
 }
 
+// Whether --formats names format `name`.
+bool Wanted(const Options& o, const char* name) {
+  return ("," + o.formats + ",").find("," + std::string(name) + ",") != std::string::npos;
+}
+
 // --moe: MoeExperts over o.moe_experts int4 experts, top 6, hidden o.k, intermediate o.n.
 int RunMoe(const Options& o, CpuBackend& cpu, double bw) {
   constexpr int64_t kTopK = 6;
@@ -238,7 +243,7 @@ int RunShared(const Options& o, CpuBackend& cpu, double bw) {
   std::string names;
   for (int64_t n : o.shared) names += (names.empty() ? "" : ",") + std::to_string(n);
   for (const Format& f : formats) {
-    if (("," + o.formats + ",").find("," + std::string(f.name) + ",") == std::string::npos) continue;
+    if (!Wanted(o, f.name)) continue;
     // Groups of weights cycled through the working set, as in the main loop.
     std::vector<std::vector<Stored>> groups;
     size_t total = 0, group_bytes = 0;
@@ -335,10 +340,7 @@ int Main(int argc, char** argv) {
               o.threads, static_cast<long long>(o.n), static_cast<long long>(o.k), bw,
               cpu::IntegerDotPathName(cpu::BestIntegerDotPath()));
   if (o.moe_experts != 0) return RunMoe(o, cpu, bw);
-  if (!o.shared.empty()) {
-    cpu::SetPackedMinRowsForTest(0);
-    return RunShared(o, cpu, bw);
-  }
+  if (!o.shared.empty()) return RunShared(o, cpu, bw);
   std::printf("packed integer tiles from M = %lld\n",
               static_cast<long long>(cpu::PackedMinRows()));
   std::printf("| format | path | M | us/call | weight GB/s | %% of bandwidth | GOP/s |\n");
@@ -349,7 +351,7 @@ int Main(int argc, char** argv) {
                             {"int4-g128", WeightFormat::kInt4, 128},
                             {"fp8", WeightFormat::kFp8Block, 0}};
   for (const Format& f : formats) {
-    if (("," + o.formats + ",").find("," + std::string(f.name) + ",") == std::string::npos) continue;
+    if (!Wanted(o, f.name)) continue;
     std::vector<Stored> copies;
     size_t total = 0;
     while (total < (o.working_set_mb << 20) || copies.empty()) {

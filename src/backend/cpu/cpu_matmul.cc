@@ -449,17 +449,23 @@ constexpr size_t kMaxSharedX = 4;
 // 256-bit kernels), so every unit starts where MatMul's own chunks may.
 constexpr int64_t kSharedXRows = 16;
 
-// Whether c runs on a kernel whose preparation of x MatMuls shares: the integer dot products
-// (x quantized once per call). Dense weights go one by one: with x rounded once and one dispatch,
-// Qwen2-1.5B's bf16 q/k/v and gate/up ran 6-8 % slower in the whole model (bench/README.md "Zen 5,
-// session 33"), though not alone in bench_quant.
-bool SharedXKernel(const MatMulCall& c) { return KernelFor(c).run == QuantIntegerDot; }
-
-// Whether b takes the x that a's kernel prepares (both SharedXKernel): the same quantization of x
-// (QuantizeActs: int4 or int8, the group size, whether the weight has prepacked tiles).
-bool SharesX(const MatMulCall& a, const MatMulCall& b) {
-  return a.quant.int4 == b.quant.int4 && a.quant.group_size == b.quant.group_size &&
-         (a.quant.tiles == nullptr) == (b.quant.tiles == nullptr);
+// Whether MatMuls may share x over these weights, by their fields alone (checked before any call
+// is prepared): int8 or int4 weights of one format and group size, with or without prepacked
+// tiles alike (QuantizeActs' inputs), no permutation. Dense weights go one by one: with x rounded
+// once and one dispatch, Qwen2-1.5B's bf16 q/k/v and gate/up ran 6-8 % slower in the whole model
+// (bench/README.md "Zen 5, session 33"), though not alone in bench_quant.
+bool MayShareX(std::span<const MatMulTarget> targets) {
+  if (targets.size() < 2 || targets.size() > kMaxSharedX) return false;
+  const Weight& first = *targets[0].w;
+  if (first.format != WeightFormat::kInt8 && first.format != WeightFormat::kInt4) return false;
+  for (const MatMulTarget& t : targets) {
+    const Weight& w = *t.w;
+    if (w.format != first.format || w.group_size != first.group_size || !w.perm.empty() ||
+        w.packed.empty() != first.packed.empty()) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -671,16 +677,15 @@ void CpuBackend::MatMuls(const Tensor& x, std::span<const MatMulTarget> targets)
 
 void CpuBackend::MatMulsOn(ThreadPool& pool, const Tensor& x,
                            std::span<const MatMulTarget> targets) {
-  // Every product's call, all on one kernel that shares x's preparation (SharedXKernel), or
-  // MatMul one by one.
+  // Every product's call, all on the integer dot products (MayShareX, then each call's layout
+  // and kernel), or MatMul one by one.
   std::array<std::optional<MatMulCall>, kMaxSharedX> calls;
   const size_t count = targets.size();
-  bool shared = count >= 2 && count <= kMaxSharedX;
+  bool shared = MayShareX(targets);
   for (size_t i = 0; shared && i < count; ++i) {
-    const Weight& w = *targets[i].w;
-    MatMulCall& c = calls[i].emplace(w);
-    shared = w.perm.empty() && FillCall(x, targets[i].bias, targets[i].out, &c) &&
-             SharedXKernel(c) && (i == 0 || SharesX(*calls[0], c));
+    MatMulCall& c = calls[i].emplace(*targets[i].w);
+    shared = FillCall(x, targets[i].bias, targets[i].out, &c) &&
+             KernelFor(c).run == QuantIntegerDot;
   }
   if (!shared) {
     for (const MatMulTarget& t : targets) MatMulOn(pool, x, *t.w, t.bias, t.out);
