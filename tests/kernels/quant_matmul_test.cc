@@ -13,6 +13,7 @@
 #include "backend/buffer_chunks.h"
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/quant_vnni.h"
+#include "backend/cpu/quant_int256.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -498,7 +499,8 @@ TEST_F(QuantMatMulTest, PrepackedTilesMatchPerRowKernel) {
                         Case{true, 3, 33, 640, 128}, Case{true, 8, 16, 256, 64},
                         Case{true, 9, 65, 1111, 1111}, Case{true, 4, 31, 1408, 32},
                         Case{true, 12, 18, 96, 96}, Case{true, 1, 20, 8960, 32},
-                        Case{true, 2, 33, 8192, 128}}) {
+                        Case{true, 2, 33, 8192, 128}, Case{true, 33, 40, 512, 32},
+                        Case{false, 37, 24, 640, 128}}) {
     cases.push_back(c);
   }
   int tested = 0;
@@ -524,8 +526,9 @@ TEST_F(QuantMatMulTest, PrepackedTilesMatchPerRowKernel) {
     const std::vector<double> mag = TermMagnitudes(c, rw);
     for (cpu::IntegerDotPath path : paths) {
       const std::string what = std::string(cpu::IntegerDotPathName(path)) + " " + Name(c);
-      // The row layout; the tiles with packed x; the tiles with x by rows (int4 on vnni512:
-      // PrepackedFewRowsInt4, which serves decode; elsewhere the row layout again).
+      // The row layout; the tiles with packed x; the tiles with x by rows (int4 up to
+      // kFewRowsTilesMaxK columns: PrepackedFewRowsInt4, which serves decode; int8 and longer
+      // int4 rows: the row layout again).
       Owned by_rows(DType::kF32, {c.m, c.n + 3});
       for (int variant = 0; variant < 3; ++variant) {
         const bool tiled = variant == 1;
@@ -534,8 +537,7 @@ TEST_F(QuantMatMulTest, PrepackedTilesMatchPerRowKernel) {
         cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, true, dst, c.n + 3);
         if (variant > 0) a.tiles = base;
         // Only the tiles may be read where the kernel takes them at every M.
-        const bool tiles_only = variant == 2 && c.int4 && path == cpu::IntegerDotPath::kVnni512 &&
-                                c.k <= cpu::kFewRowsTilesMaxK;
+        const bool tiles_only = variant == 2 && c.int4 && c.k <= cpu::kFewRowsTilesMaxK;
         if (tiles_only) a.q = nullptr, a.scales = nullptr, a.zeros = nullptr;
         cpu::QuantizedActs acts;
         cpu::QuantizeActs(a, &acts);
@@ -603,6 +605,30 @@ TEST_F(QuantMatMulTest, UnpackedTilesGiveTheRowsBack) {
   EXPECT_GE(tested, 6);
 }
 
+// PrepackTiles' fast code transposes on 256 bits (two 8 x 8 per 32 bytes of the 16 rows, CPUs
+// without AVX-512) put every dword where the tile layout says: step s of row i at s * 16 + i.
+TEST_F(QuantMatMulTest, TileCodeTransposes256FollowTheLayout) {
+  if (!cpu::CpuHasAvx2()) GTEST_SKIP() << "no AVX2";
+  Rng rng(41);
+  for (int64_t row_bytes : {4, 31, 32, 64, 100, 768}) {
+    const int64_t stride = row_bytes + 5;
+    std::vector<uint8_t> q(static_cast<size_t>(cpu::kPrepackedRows * stride));
+    for (uint8_t& b : q) b = static_cast<uint8_t>(rng.Int(0, 255));
+    const int64_t steps = (row_bytes + 3) / 4;
+    std::vector<int32_t> codes(static_cast<size_t>(steps * cpu::kPrepackedRows), -1);
+    const int64_t done = cpu::PrepackTileCodes256(q.data(), stride, row_bytes, codes.data());
+    EXPECT_EQ(done, row_bytes / 32 * 8) << row_bytes;
+    for (int64_t s = 0; s < done; ++s) {
+      for (int64_t i = 0; i < cpu::kPrepackedRows; ++i) {
+        int32_t want;
+        std::memcpy(&want, q.data() + i * stride + 4 * s, 4);
+        ASSERT_EQ(codes[s * cpu::kPrepackedRows + i], want)
+            << row_bytes << " step " << s << " row " << i;
+      }
+    }
+  }
+}
+
 // CpuBackend::PrepareWeight: int8 and int4 weights get their prepacked copy where the CPU's best
 // kernel is vnni512, and MatMul over the prepared weight gives the unprepared
 // one's outputs within f32 summation order at every M, the default thresholds included.
@@ -620,7 +646,7 @@ TEST_F(QuantMatMulTest, PreparedWeightMatchesRowLayout) {
     // headroom; these weights are far smaller than one chunk).
     const MemoryInfo mem = ReadMemoryInfo();
     const bool want_tiles =
-        cpu::PrepackWanted() &&
+        cpu::PrepackWanted(c.int4) &&
         (mem.available == 0 ||
          mem.available >= kBufferChunkBytes + cpu::kPrepackHeadroomBytes);
     ASSERT_EQ(!prepared->packed.empty(), want_tiles) << Name(c);
@@ -721,7 +747,9 @@ TEST_F(QuantMatMulTest, MatMulsGiveEachWeightsMatMulBits) {
     for (int64_t m : ms) {
       const std::string what = fmt::format("{} prepared", int4 ? "int4" : "int8");
       const uint64_t shared = ExpectMatMulsBitsOfMatMul(cpu_, rng, m, tiles, biases, what);
-      if (!AvailablePaths().empty()) EXPECT_EQ(shared, 3u) << what << " M=" << m;
+      if (!AvailablePaths().empty()) {
+        EXPECT_EQ(shared, 3u) << what << " M=" << m;
+      }
     }
   }
   // int4 beside int8: two quantizations of x, so MatMul one by one.
@@ -733,7 +761,9 @@ TEST_F(QuantMatMulTest, MatMulsGiveEachWeightsMatMulBits) {
 // hands its row layout back to the system (the pages read as zero, not resident) and MatMul reads
 // the tiles alone; under HoldReleases the bytes stay until ReleaseHeldRows.
 TEST_F(QuantMatMulTest, PreparedInt4WeightReleasesItsRows) {
-  if (!cpu::PrepackWanted()) GTEST_SKIP() << "no prepacked tiles with this CPU's integer kernel";
+  if (!cpu::PrepackWanted(/*int4=*/true)) {
+    GTEST_SKIP() << "no prepacked tiles with this CPU's integer kernel";
+  }
   const MemoryInfo mem = ReadMemoryInfo();
   if (mem.available != 0 && mem.available < kBufferChunkBytes + cpu::kPrepackHeadroomBytes) {
     GTEST_SKIP() << "too little memory left for a chunk of prepacked tiles";
@@ -775,24 +805,51 @@ TEST_F(QuantMatMulTest, PreparedInt4WeightReleasesItsRows) {
   }
 }
 
-// A 256-bit integer kernel in use (DH_CPU_TIER=avx2|avxvnni, DH_INTEGER_DOT=avx2|avxvnni) makes no
-// prepacked copies, as a CPU of that tier would not: the tier then costs the memory it costs there.
-TEST_F(QuantMatMulTest, NoPrepackedCopiesUnderA256BitKernel) {
-  if (!cpu::IntegerDotPathAvailable(cpu::IntegerDotPath::kAvx2)) {
-    GTEST_SKIP() << "no integer kernel on this CPU";
-  }
+// A 256-bit integer kernel in use (DH_CPU_TIER=avx2|avxvnni, DH_INTEGER_DOT=avx2|avxvnni) makes
+// the copies a CPU of that tier makes: int4 weights get their tiles and read them at every M (so
+// their rows are released), int8 weights keep their rows alone (Zen 1's half-width units keep
+// the rows of both); MatMul over the prepared int4 weight gives the row layout's outputs within
+// f32 summation order at one and two rows of x (by rows) and from three (x packed).
+TEST_F(QuantMatMulTest, A256BitKernelPrepacksInt4Only) {
   const cpu::IntegerDotPath before = cpu::ActiveIntegerDotPath();
   Rng rng(32);
-  const Case c{true, 8, 70, 512, 32};
-  RandomWeight rw(rng, c);
-  cpu::SetIntegerDotPathForTest(cpu::IntegerDotPath::kAvx2);
-  EXPECT_FALSE(cpu::PrepackWanted());
-  Result<Weight> prepared = cpu_.PrepareWeight(rw.w);
+  int tested = 0;
+  for (cpu::IntegerDotPath path : {cpu::IntegerDotPath::kAvx2, cpu::IntegerDotPath::kAvxVnni}) {
+    if (!cpu::IntegerDotPathAvailable(path)) continue;
+    ++tested;
+    cpu::SetIntegerDotPathForTest(path);
+    for (const Case& c : {Case{false, 1, 70, 512, 32}, Case{true, 1, 70, 512, 32},
+                          Case{true, 2, 70, 512, 32}, Case{true, 3, 70, 1408, 32},
+                          Case{true, 5, 40, 256, 128}, Case{true, 1, 20, 8960, 32}}) {
+      const std::string what = std::string(cpu::IntegerDotPathName(path)) + " " + Name(c);
+      RandomWeight rw(rng, c);
+      EXPECT_EQ(cpu::PrepackWanted(c.int4), c.int4 && !cpu::CpuHalfWidthVectorUnits()) << what;
+      Result<Weight> prepared = cpu_.PrepareWeight(rw.w);
+      ASSERT_TRUE(prepared.ok()) << prepared.status().message();
+      const MemoryInfo mem = ReadMemoryInfo();
+      const bool want_tiles =
+          cpu::PrepackWanted(c.int4) &&
+          (mem.available == 0 ||
+           mem.available >= kBufferChunkBytes + cpu::kPrepackHeadroomBytes);
+      ASSERT_EQ(!prepared->packed.empty(), want_tiles) << what;
+      EXPECT_EQ(prepared->rows_released, want_tiles && c.k <= cpu::kFewRowsTilesMaxK) << what;
+      Owned x(DType::kF32, {c.m, c.k}), a(DType::kF32, {c.m, c.n}), b(DType::kF32, {c.m, c.n});
+      rng.Fill(x, -2.0f, 2.0f);
+      const std::vector<double> mag = TermMagnitudes(c, rw);
+      cpu_.MatMul(x.t, rw.w, rw.bias.t, a.t);
+      if (prepared->rows_released) {  // the products must not read them
+        std::fill(rw.q.bytes.begin(), rw.q.bytes.end(), uint8_t{0x77});
+        std::fill(rw.scales.bytes.begin(), rw.scales.bytes.end(), uint8_t{0xff});  // f16 NaN
+        std::fill(rw.zeros.bytes.begin(), rw.zeros.bytes.end(), uint8_t{0x99});
+      }
+      cpu_.MatMul(x.t, *prepared, rw.bias.t, b.t);
+      ASSERT_NO_FATAL_FAILURE(ExpectNearPerRow(c, b, a, c.n, mag, "prepared vs rows " + what));
+    }
+  }
   // Put back what was forced: nothing where the best kernel was in use, else the tier's kernel.
   cpu::SetIntegerDotPathForTest(before == cpu::BestIntegerDotPath() ? cpu::IntegerDotPath::kNone
                                                                     : before);
-  ASSERT_TRUE(prepared.ok()) << prepared.status().message();
-  EXPECT_TRUE(prepared->packed.empty());
+  if (tested == 0) GTEST_SKIP() << "no 256-bit integer kernel on this CPU";
 }
 
 // All integer kernels compute the same exact i32 lane dots, so their outputs differ only by f32
@@ -855,14 +912,30 @@ TEST_F(QuantMatMulTest, IntegerDotExtremeCodesExact) {
       }
     }
     ref_.MatMul(x.t, rw.w, Tensor(), want.t);
-    for (cpu::IntegerDotPath path : paths) {
-      const cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, false, got, c.n);
-      cpu::QuantizedActs acts;
-      cpu::QuantizeActs(a, &acts);
-      cpu::IntegerDotRangeOn(path, a, acts, 0, c.n);
-      ExpectClose(got.ToVector(), want.ToVector(), 1e-5f,
-                  std::string(cpu::IntegerDotPathName(path)) + " extreme " + Name(c));
+    // int4 also from prepacked tiles with x by rows (PrepackedFewRowsInt4: AVX2 adds a block's
+    // 16 products per int16 lane before widening).
+    std::vector<uint8_t> tiles;
+    if (int4) {
+      tiles.resize(cpu::PrepackedBytes(true, c.n, c.k, c.group));
+      cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, false, got, c.n);
+      cpu::PrepackTiles(a, c.n, 0, (c.n + cpu::kPrepackedRows - 1) / cpu::kPrepackedRows,
+                        tiles.data());
     }
+    cpu::SetPackedMinRowsForTest(int64_t{1} << 40);
+    for (cpu::IntegerDotPath path : paths) {
+      for (bool tiled : {false, true}) {
+        if (tiled && !int4) continue;
+        cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, false, got, c.n);
+        if (tiled) a.tiles = tiles.data(), a.q = nullptr, a.scales = nullptr, a.zeros = nullptr;
+        cpu::QuantizedActs acts;
+        cpu::QuantizeActs(a, &acts);
+        cpu::IntegerDotRangeOn(path, a, acts, 0, c.n);
+        ExpectClose(got.ToVector(), want.ToVector(), 1e-5f,
+                    std::string(cpu::IntegerDotPathName(path)) + (tiled ? " tiles" : "") +
+                        " extreme " + Name(c));
+      }
+    }
+    cpu::SetPackedMinRowsForTest(0);
   }
 }
 

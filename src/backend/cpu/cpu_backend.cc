@@ -139,7 +139,7 @@ CpuBackend::~CpuBackend() = default;
 
 std::string CpuBackend::KernelTag() const {
   return fmt::format("target={} tiles={} cpu={}", cpu::DispatchedTargetName(),
-                     cpu::PrepackWanted() ? "int-v1" : "off", CpuFeatureString());
+                     cpu::PrepackWanted(/*int4=*/true) ? "int-v1" : "off", CpuFeatureString());
 }
 
 bool CpuBackend::Supports(const OpDesc& op) const {

@@ -109,4 +109,12 @@ void IntegerDot256Range(bool vnni, const QuantMatMulArgs& a, const QuantizedActs
 #endif
 }
 
+int64_t PrepackTileCodes256(const uint8_t* q0, int64_t q_stride, int64_t row_bytes,
+                            int32_t* codes) {
+#if defined(__x86_64__)
+  if (CpuHasAvx2()) return avx2_kernels::PrepackTileCodes(q0, q_stride, row_bytes, codes);
+#endif
+  return 0;
+}
+
 }  // namespace dh::cpu

@@ -10,7 +10,9 @@
 //         (vpsignb; x codes lie in -127..127), so a pair sum is at most 2 * 128 * 127 = 32512 <
 //         32767: never saturates, the i32 lane is the exact dot product.
 //   int4: codes 0..15 against x in -127..127: a pair is at most 2 * 15 * 127 = 3810, and the even
-//         and odd nibble pairs added in i16 at most 7620: exact.
+//         and odd nibble pairs added in i16 at most 7620: exact. The kernels that add several
+//         pairs in i16 before widening (a run's folds, a prepacked tile's block) add at most 16
+//         products per lane: 16 * 15 * 127 = 30480, exact.
 // So every path computes the same i32 lane dots; the outputs differ from the 512-bit kernel's
 // only by f32 summation order (quant_vnni.h has the error bound, which covers all paths).
 #pragma once
@@ -34,5 +36,9 @@ bool CpuHalfWidthVectorUnits();
 // The caller checks the CPU (CpuHasAvxVnni / CpuHasAvx2) and the layout (IntegerDotSupports).
 void IntegerDot256Range(bool vnni, const QuantMatMulArgs& a, const QuantizedActs& acts,
                         int64_t n_begin, int64_t n_end);
+// PrepackTiles' codes of one whole tile by 8 x 8 dword transposes (0 steps without AVX2); as
+// quant_vnni.cc's 512-bit form, for CPUs without AVX-512.
+int64_t PrepackTileCodes256(const uint8_t* q0, int64_t q_stride, int64_t row_bytes,
+                            int32_t* codes);
 
 }  // namespace dh::cpu

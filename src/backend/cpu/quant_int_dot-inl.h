@@ -58,8 +58,9 @@ DH_IDOT_TARGET inline VecI BroadcastDword(const uint8_t* p) {
 }
 DH_IDOT_TARGET inline void StoreI(void* p, VecI v) { _mm512_storeu_si512(p, v); }
 DH_IDOT_TARGET inline void StoreF(float* p, VecF v) { _mm512_storeu_ps(p, v); }
-// dst[c * 16 + i] = dword c of the 64 bytes at src + i * stride, for i, c < 16.
-DH_IDOT_TARGET inline void TransposeDwords(const uint8_t* src, int64_t stride, int32_t* dst) {
+// dst[c * dst_stride + i] = dword c of the 64 bytes at src + i * stride, for i, c < 16.
+DH_IDOT_TARGET inline void TransposeDwords(const uint8_t* src, int64_t stride, int32_t* dst,
+                                           int64_t dst_stride = 16) {
   __m512i r[16], t[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * stride);
   for (int i = 0; i < 16; i += 2) {  // t: pairs of rows interleaved per 128-bit lane
@@ -77,10 +78,10 @@ DH_IDOT_TARGET inline void TransposeDwords(const uint8_t* src, int64_t stride, i
     const __m512i b = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
     const __m512i a2 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xee);
     const __m512i b2 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xee);
-    _mm512_storeu_si512(dst + (0 + c) * 16, _mm512_shuffle_i32x4(a, b, 0x88));
-    _mm512_storeu_si512(dst + (4 + c) * 16, _mm512_shuffle_i32x4(a, b, 0xdd));
-    _mm512_storeu_si512(dst + (8 + c) * 16, _mm512_shuffle_i32x4(a2, b2, 0x88));
-    _mm512_storeu_si512(dst + (12 + c) * 16, _mm512_shuffle_i32x4(a2, b2, 0xdd));
+    _mm512_storeu_si512(dst + (0 + c) * dst_stride, _mm512_shuffle_i32x4(a, b, 0x88));
+    _mm512_storeu_si512(dst + (4 + c) * dst_stride, _mm512_shuffle_i32x4(a, b, 0xdd));
+    _mm512_storeu_si512(dst + (8 + c) * dst_stride, _mm512_shuffle_i32x4(a2, b2, 0x88));
+    _mm512_storeu_si512(dst + (12 + c) * dst_stride, _mm512_shuffle_i32x4(a2, b2, 0xdd));
   }
 }
 #else
@@ -137,8 +138,9 @@ DH_IDOT_TARGET inline void StoreI(void* p, VecI v) {
   _mm256_storeu_si256(static_cast<__m256i*>(p), v);
 }
 DH_IDOT_TARGET inline void StoreF(float* p, VecF v) { _mm256_storeu_ps(p, v); }
-// dst[c * 8 + i] = dword c of the 32 bytes at src + i * stride, for i, c < 8.
-DH_IDOT_TARGET inline void TransposeDwords(const uint8_t* src, int64_t stride, int32_t* dst) {
+// dst[c * dst_stride + i] = dword c of the 32 bytes at src + i * stride, for i, c < 8.
+DH_IDOT_TARGET inline void TransposeDwords(const uint8_t* src, int64_t stride, int32_t* dst,
+                                           int64_t dst_stride = 8) {
   __m256i r[8], t[8];
   for (int i = 0; i < 8; ++i) r[i] = LoadI(src + i * stride);
   for (int i = 0; i < 8; i += 2) {
@@ -152,8 +154,8 @@ DH_IDOT_TARGET inline void TransposeDwords(const uint8_t* src, int64_t stride, i
     r[q + 3] = _mm256_unpackhi_epi64(t[q + 1], t[q + 3]);
   }
   for (int c = 0; c < 4; ++c) {
-    StoreI(dst + c * 8, _mm256_permute2x128_si256(r[c], r[4 + c], 0x20));
-    StoreI(dst + (4 + c) * 8, _mm256_permute2x128_si256(r[c], r[4 + c], 0x31));
+    StoreI(dst + c * dst_stride, _mm256_permute2x128_si256(r[c], r[4 + c], 0x20));
+    StoreI(dst + (4 + c) * dst_stride, _mm256_permute2x128_si256(r[c], r[4 + c], 0x31));
   }
 }
 #endif
@@ -762,20 +764,21 @@ DH_IDOT_TARGET void PackTile(const QuantMatMulArgs& a, int64_t j0, int64_t rows,
 #endif
 }
 
-#if DH_IDOT_BITS == 512
 // The codes of one whole prepacked tile (16 rows at q0, q_stride apart; quant_vnni.h
-// PrepackTiles) by 16 x 16 dword transposes, as far as whole 64-byte runs of the rows go;
-// returns the steps written (the caller writes the rest).
-DH_IDOT_TARGET int64_t PrepackTileCodes(const uint8_t* q0, int64_t q_stride, int64_t row_bytes,
-                                        int32_t* codes) {
-  static_assert(kLanes == kPrepackedRows);
+// PrepackTiles) by dword transposes (one of 16 x 16 on 512 bits, two of 8 x 8 on 256), as far as
+// whole runs of kBytes of the rows go; returns the steps written (the caller writes the rest).
+[[maybe_unused]] DH_IDOT_TARGET int64_t PrepackTileCodes(const uint8_t* q0, int64_t q_stride,
+                                                         int64_t row_bytes, int32_t* codes) {
+  static_assert(kPrepackedRows % kLanes == 0);
   int64_t s = 0;
   for (; 4 * (s + kLanes) <= row_bytes; s += kLanes) {
-    TransposeDwords(q0 + 4 * s, q_stride, codes + s * kLanes);
+    for (int64_t v = 0; v < kPrepackedRows; v += kLanes) {
+      TransposeDwords(q0 + v * q_stride + 4 * s, q_stride, codes + s * kPrepackedRows + v,
+                      kPrepackedRows);
+    }
   }
   return s;
 }
-#endif
 
 // How far ahead of the block being read PackedRows prefetches a prepacked weight's stream
 // (Zen 5, one thread, M = 1: 1024 bytes 504 us, 4096 460, 8192 462, 16384 349; 32768 no
@@ -1017,6 +1020,11 @@ DH_IDOT_TARGET void PassesOverTile(const QuantMatMulArgs& a, const QuantizedActs
   if (q < quads) PackedRows<4, kInt4, kPre>(a, x, t, q, j0, rows);
 }
 
+// How many times PassesOverTile reads a tile for m rows of x.
+constexpr int64_t PassesFor(int64_t m) {
+  return m <= 3 ? 1 : ((m + 3) / 4 + kPackedQuads - 1) / kPackedQuads;
+}
+
 // Every row of x (packed) over weight rows [n_begin, n_end), one packed tile of kLanes rows at a
 // time.
 template <bool kInt4>
@@ -1039,6 +1047,44 @@ DH_IDOT_TARGET void PackedAll(const QuantMatMulArgs& a, const QuantizedActs& x, 
   }
 }
 
+// Passes over a tile from which the 256-bit kernels read a prepacked tile's halves from a copy
+// (PrepackedAll): 8, 32 rows of x, where they took tiles packed per call before prepacking.
+// Zen 5, bench_quant --threads 2, copy on / off alternated in one process (medians of 20
+// bursts; bench/README.md "Zen 5, session 34"), AVX2, 2048 x 2048 / 1408 x 2048 / 8960 x 1536:
+// M = 8 276 / 240, 237 / 210, 900 / 804 us; M = 16 503 / 468, 358 / 336, 1668 / 1577; M = 48
+// 1374 / 1408, 946 / 956, 5377 / 6136; M = 512 13835 / 15068, 9655 / 10319, 51239 / 61149.
+constexpr int64_t kCopyHalfTileMinPasses = 8;
+
+// The kLanes lanes of a prepacked tile that `ref` points at (PrepackedAll), copied into `out`
+// as PackTile lays out a tile: codes [step][kLanes], f32 scales and int4 zero terms
+// ((zero nibble + offset) * scale, as ZeroTerms forms them), int8 block sums [block][kLanes].
+template <bool kInt4>
+DH_IDOT_TARGET void CopyHalfTile(const PrepackedLayout& l, int zero_offset, const TileRef& ref,
+                                 PackedTile* out) {
+  const int64_t steps = l.blocks * l.steps_per_block;
+  out->codes.resize(static_cast<size_t>(steps * kLanes));
+  out->scales.resize(static_cast<size_t>(l.groups * kLanes));
+  for (int64_t s = 0; s < steps; ++s) {
+    StoreI(out->codes.data() + s * kLanes, LoadI(ref.codes + s * kPrepackedRows));
+  }
+  const VecF off = SetF(static_cast<float>(zero_offset));
+  if constexpr (kInt4) out->zs.resize(static_cast<size_t>(l.groups * kLanes));
+  for (int64_t gi = 0; gi < l.groups; ++gi) {
+    const VecF ws = WidenHalves(ref.h + gi * kPrepackedRows);
+    StoreF(out->scales.data() + gi * kLanes, ws);
+    if constexpr (kInt4) {
+      StoreF(out->zs.data() + gi * kLanes,
+             ZeroTimesScale(ref.z + gi * (kPrepackedRows / 2), 0, off, ws));
+    }
+  }
+  if constexpr (!kInt4) {
+    out->corr.resize(static_cast<size_t>(l.blocks * kLanes));
+    for (int64_t b = 0; b < l.blocks; ++b) {
+      StoreI(out->corr.data() + b * kLanes, LoadI(ref.corr + b * kPrepackedRows));
+    }
+  }
+}
+
 // Every row of x (packed) over weight rows [n_begin, n_end) of a prepacked weight (a.tiles;
 // n_begin a multiple of kPrepackedRows), tile by tile: the 512-bit kernel takes a tile's 16
 // lanes at once, the 256-bit ones in two halves of 8. Consecutive tiles are one stream, which
@@ -1057,6 +1103,12 @@ DH_IDOT_TARGET void PrepackedAll(const QuantMatMulArgs& a, const QuantizedActs& 
                                  int64_t n_begin, int64_t n_end) {
   const PrepackedLayout l = PrepackedLayoutOf(kInt4, a.k, a.group_size);
   const int64_t ahead_step = (l.tile_bytes / l.blocks + 63) / 64 * 64;
+  // 256 bits, many passes over each tile (prefill): each half tile is first copied as PackTile
+  // lays a tile out (CopyHalfTile), so that every pass reads 8 contiguous lanes, not every other
+  // 32 bytes of the tile's lines (which, with x streaming through L1, came back from L2 twice
+  // as often).
+  const bool copy = kPrepackedRows != kLanes && PassesFor(a.m) >= kCopyHalfTileMinPasses;
+  thread_local PackedTile half;  // grown once per thread
   for (int64_t t0 = n_begin; t0 < n_end; t0 += kPrepackedRows) {
     const uint8_t* tile = a.tiles + t0 / kPrepackedRows * l.tile_bytes;
     // This tile's scales and zero points, wanted from its first block on, in one burst.
@@ -1073,26 +1125,33 @@ DH_IDOT_TARGET void PrepackedAll(const QuantMatMulArgs& a, const QuantizedActs& 
         ref.corr = reinterpret_cast<const int32_t*>(tile + l.extra_offset) + lane0;
       }
       const int64_t rows = n_end - t0 - lane0 < kLanes ? n_end - t0 - lane0 : kLanes;
-      PassesOverTile<kInt4, true>(a, x, ref, t0 + lane0, rows);
+      if (copy) {
+        CopyHalfTile<kInt4>(l, a.zero_offset, ref, &half);
+        PassesOverTile<kInt4, false>(a, x, RefOf(half), t0 + lane0, rows);
+      } else {
+        PassesOverTile<kInt4, true>(a, x, ref, t0 + lane0, rows);
+      }
     }
   }
 }
 
-#if DH_IDOT_BITS == 512
 // MR (1 or 2) rows of x from r0, quantized by rows as the per-row kernels take them, over weight
 // rows [n_begin, n_end) of an int4 prepacked weight (n_begin a multiple of kPrepackedRows): the
-// tiles' 16 lanes are 16 weight rows, so each x dword is broadcast and no output row needs a
-// horizontal sum. Decode reads the tiles with this kernel, so that a weight needs no row layout
-// once its tiles are made (CpuBackend::PrepareWeight releases it). Per block, like the per-row
-// kernel: the i32 dots of the low and high nibbles times x's block scale, summed over the
-// group in f32 and times the weight scale; the zero points' term from x's group sums. Zen 5,
-// bench_quant --threads 2 --m 1 from memory, three rounds, against the per-row kernel over the
-// row layout: a V2-Lite expert's down (2048 x 1408) 39.4-45.0 against 46.0-56.6 us, 8960 x 1536
-// 172.8-194.1 against 211.4-225.7; rows longer than kFewRowsTilesMaxK keep the row layout
-// (bench/README.md "Zen 5, session 30").
+// tiles' 16 lanes are 16 weight rows (one vector on 512 bits, two of 8 on 256), so each x dword
+// is broadcast and no output row needs a horizontal sum. Decode reads the tiles with this
+// kernel, so that a weight needs no row layout once its tiles are made (CpuBackend::PrepareWeight
+// releases it). Per block, like the per-row kernel: the i32 dots of the low and high nibbles
+// times x's block scale, summed over the group in f32 and times the weight scale; the zero
+// points' term from x's group sums. AVX2 adds each block's vpmaddubsw pair sums in int16 and
+// widens them with one vpmaddwd per block (16 products of codes 0..15 and x codes -127..127 per
+// int16 lane, at most 30480 in magnitude). Zen 5, bench_quant --threads 2 --m 1 from memory,
+// three rounds, against the per-row kernel over the row layout: a V2-Lite expert's down (2048 x
+// 1408) 39.4-45.0 against 46.0-56.6 us, 8960 x 1536 172.8-194.1 against 211.4-225.7; rows longer
+// than kFewRowsTilesMaxK keep the row layout (bench/README.md "Zen 5, session 30").
 template <int MR>
 DH_IDOT_TARGET void PrepackedFewRowsInt4(const QuantMatMulArgs& a, const QuantizedActs& x,
                                          int64_t r0, int64_t n_begin, int64_t n_end) {
+  constexpr int kHalves = static_cast<int>(kPrepackedRows / kLanes);  // vectors per tile row
   const PrepackedLayout l = PrepackedLayoutOf(true, a.k, a.group_size);
   const int64_t blocks_per_group = a.group_size >= a.k ? l.blocks : a.group_size / kXBlock;
   const int64_t ahead_step = (l.tile_bytes / l.blocks + 63) / 64 * 64;
@@ -1114,12 +1173,20 @@ DH_IDOT_TARGET void PrepackedFewRowsInt4(const QuantMatMulArgs& a, const Quantiz
     const auto* h = reinterpret_cast<const uint16_t*>(tile + l.scale_offset);
     const uint8_t* z = tile + l.extra_offset;
     const char* ahead = reinterpret_cast<const char*>(tile) + kTileAhead;
-    VecF facc[MR], zacc[MR];
-    for (int r = 0; r < MR; ++r) facc[r] = zacc[r] = ZeroF();
+    VecF facc[MR][kHalves], zacc[MR][kHalves];
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 2
+      for (int v = 0; v < kHalves; ++v) facc[r][v] = zacc[r][v] = ZeroF();
+    }
     for (int64_t gi = 0; gi < l.groups; ++gi) {
-      const VecF ws = WidenHalves(h + gi * kPrepackedRows);
-      VecF gacc[MR];
-      for (int r = 0; r < MR; ++r) gacc[r] = ZeroF();
+      VecF ws[kHalves], gacc[MR][kHalves];
+#pragma GCC unroll 2
+      for (int v = 0; v < kHalves; ++v) {
+        ws[v] = WidenHalves(h + gi * kPrepackedRows + v * kLanes);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) gacc[r][v] = ZeroF();
+      }
       const int64_t b_end = (gi + 1) * blocks_per_group < l.blocks ? (gi + 1) * blocks_per_group
                                                                     : l.blocks;
       for (int64_t b = gi * blocks_per_group; b < b_end; ++b) {
@@ -1127,37 +1194,91 @@ DH_IDOT_TARGET void PrepackedFewRowsInt4(const QuantMatMulArgs& a, const Quantiz
           __builtin_prefetch(ahead + b * ahead_step + o, 0, 3);
         }
         const int32_t* wb = codes + b * 4 * kPrepackedRows;
-        VecI lo_acc[MR], hi_acc[MR];
-        for (int r = 0; r < MR; ++r) lo_acc[r] = hi_acc[r] = ZeroI();
+        VecI dots[MR][kHalves];
+#if DH_IDOT_VNNI
+        VecI hi_acc[MR][kHalves];
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 2
+          for (int v = 0; v < kHalves; ++v) dots[r][v] = hi_acc[r][v] = ZeroI();
+        }
 #pragma GCC unroll 4
         for (int st = 0; st < 4; ++st) {
-          VecI lo, hi;
-          SplitNibbles(LoadI(wb + st * kPrepackedRows), &lo, &hi);
-          for (int r = 0; r < MR; ++r) {
-            lo_acc[r] = Dpbusd(lo_acc[r], lo, BroadcastDword(xc[r] + b * 16 + 4 * st));
-            hi_acc[r] = Dpbusd(hi_acc[r], hi, BroadcastDword(xc[r] + half + b * 16 + 4 * st));
+#pragma GCC unroll 2
+          for (int v = 0; v < kHalves; ++v) {
+            VecI lo, hi;
+            SplitNibbles(LoadI(wb + st * kPrepackedRows + v * kLanes), &lo, &hi);
+#pragma GCC unroll 4
+            for (int r = 0; r < MR; ++r) {
+              dots[r][v] = Dpbusd(dots[r][v], lo, BroadcastDword(xc[r] + b * 16 + 4 * st));
+              hi_acc[r][v] = Dpbusd(hi_acc[r][v], hi, BroadcastDword(xc[r] + half + b * 16 + 4 * st));
+            }
           }
         }
+#pragma GCC unroll 4
         for (int r = 0; r < MR; ++r) {
-          gacc[r] = FmaF(ToF(AddI32(lo_acc[r], hi_acc[r])), SetF(xs[r][b]), gacc[r]);
+#pragma GCC unroll 2
+          for (int v = 0; v < kHalves; ++v) dots[r][v] = AddI32(dots[r][v], hi_acc[r][v]);
+        }
+#else
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 2
+          for (int v = 0; v < kHalves; ++v) dots[r][v] = ZeroI();
+        }
+#pragma GCC unroll 4
+        for (int st = 0; st < 4; ++st) {
+#pragma GCC unroll 2
+          for (int v = 0; v < kHalves; ++v) {
+            VecI lo, hi;
+            SplitNibbles(LoadI(wb + st * kPrepackedRows + v * kLanes), &lo, &hi);
+#pragma GCC unroll 4
+            for (int r = 0; r < MR; ++r) {
+              dots[r][v] = _mm256_add_epi16(
+                  dots[r][v],
+                  PairSumsInt4(lo, hi, BroadcastDword(xc[r] + b * 16 + 4 * st),
+                               BroadcastDword(xc[r] + half + b * 16 + 4 * st)));
+            }
+          }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 2
+          for (int v = 0; v < kHalves; ++v) {
+            dots[r][v] = _mm256_madd_epi16(dots[r][v], _mm256_set1_epi16(1));
+          }
+        }
+#endif
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+          const VecF s = SetF(xs[r][b]);
+#pragma GCC unroll 2
+          for (int v = 0; v < kHalves; ++v) gacc[r][v] = FmaF(ToF(dots[r][v]), s, gacc[r][v]);
         }
       }
-      const VecF zs = ZeroTimesScale(z + gi * (kPrepackedRows / 2), 0, off, ws);
-      for (int r = 0; r < MR; ++r) {
-        facc[r] = FmaF(gacc[r], ws, facc[r]);
-        zacc[r] = FnmaF(zs, SetF(gs[r][gi]), zacc[r]);
+#pragma GCC unroll 2
+      for (int v = 0; v < kHalves; ++v) {
+        const VecF zs = ZeroTimesScale(z + gi * (kPrepackedRows / 2), v * kLanes, off, ws[v]);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+          facc[r][v] = FmaF(gacc[r][v], ws[v], facc[r][v]);
+          zacc[r][v] = FnmaF(zs, SetF(gs[r][gi]), zacc[r][v]);
+        }
       }
     }
-    const int64_t rows = n_end - t0 < kLanes ? n_end - t0 : kLanes;
-    for (int r = 0; r < MR; ++r) {
-      alignas(64) float sums[kLanes];
-      StoreF(sums, AddF(facc[r], zacc[r]));
-      float* out = a.out + (r0 + r) * a.out_stride + t0;
-      for (int64_t i = 0; i < rows; ++i) out[i] = sums[i] + (a.bias ? a.bias[t0 + i] : 0.0f);
+    for (int v = 0; v < kHalves; ++v) {
+      const int64_t j0 = t0 + v * kLanes;
+      if (j0 >= n_end) break;
+      const int64_t rows = n_end - j0 < kLanes ? n_end - j0 : kLanes;
+      for (int r = 0; r < MR; ++r) {
+        alignas(64) float sums[kLanes];
+        StoreF(sums, AddF(facc[r][v], zacc[r][v]));
+        float* out = a.out + (r0 + r) * a.out_stride + j0;
+        for (int64_t i = 0; i < rows; ++i) out[i] = sums[i] + (a.bias ? a.bias[j0 + i] : 0.0f);
+      }
     }
   }
 }
-#endif
 
 // All rows of x over weight rows [n_begin, n_end), in tiles of ~32 KiB of weight codes that stay
 // in L1/L2 while every block of 4 x rows passes over them: a batch reads each weight byte from
@@ -1168,7 +1289,6 @@ void DotAll(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t n_begin, i
     if (a.tiles != nullptr) return PrepackedAll<kInt4>(a, x, n_begin, n_end);
     return PackedAll<kInt4>(a, x, n_begin, n_end);
   }
-#if DH_IDOT_BITS == 512
   if constexpr (kInt4) {
     // Rows of x by rows (fewer than PrepackedMinRows) over int4 tiles: ReadsPrepackedTiles.
     if (a.tiles != nullptr && a.k <= kFewRowsTilesMaxK) {
@@ -1178,7 +1298,6 @@ void DotAll(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t n_begin, i
       return;
     }
   }
-#endif
   int64_t row_bytes = kInt4 ? (a.k + 1) / 2 : a.k;
   if (row_bytes < 1) row_bytes = 1;
   int64_t tile = a.m <= 4 ? n_end - n_begin : (32 << 10) / row_bytes;

@@ -120,11 +120,10 @@ int64_t PackedMinRows() {
 }
 
 int64_t PrepackedMinRows(bool int4) {
-  if (g_packed_min_rows.load(std::memory_order_relaxed) > 0 ||
-      ActiveIntegerDotPath() != IntegerDotPath::kVnni512) {
-    return PackedMinRows();
-  }
-  return int4 ? kPrepackedMinRowsInt4 : kPrepackedMinRowsInt8;
+  if (g_packed_min_rows.load(std::memory_order_relaxed) > 0) return PackedMinRows();
+  if (int4) return kPrepackedMinRowsInt4;
+  return ActiveIntegerDotPath() == IntegerDotPath::kVnni512 ? kPrepackedMinRowsInt8
+                                                           : PackedMinRows();
 }
 
 void SetPackedMinRowsForTest(int64_t rows) { g_packed_min_rows.store(rows > 0 ? rows : 0); }
@@ -490,13 +489,19 @@ bool PackedTilesSupport(int64_t k, int64_t group_size) {
   return group_size >= k || group_size % kBlock == 0;
 }
 
-bool PrepackWanted() {
+bool PrepackWanted(bool int4) {
   static const bool off = [] {
     const char* v = std::getenv("DH_PREPACKED_TILES");
     return v != nullptr && std::string_view(v) == "off";
   }();
-  return !off && ActiveIntegerDotPath() == IntegerDotPath::kVnni512 &&
-         StartChoice().mode != IntegerDot::kOff;
+  if (off || StartChoice().mode == IntegerDot::kOff) return false;
+  switch (ActiveIntegerDotPath()) {
+    case IntegerDotPath::kVnni512: return true;
+    case IntegerDotPath::kAvx2:
+    case IntegerDotPath::kAvxVnni: return int4 && !CpuHalfWidthVectorUnits();
+    case IntegerDotPath::kNone: break;
+  }
+  return false;
 }
 
 bool PrepackSupports(bool int4, int64_t k, int64_t group_size) {
@@ -529,12 +534,17 @@ void PrepackTiles(const QuantMatMulArgs& a, int64_t n, int64_t tile_begin, int64
     auto* codes = reinterpret_cast<uint32_t*>(tile);
     auto* scales = reinterpret_cast<uint16_t*>(tile + l.scale_offset);
     uint8_t* extra = tile + l.extra_offset;
-    // Whole tiles' codes by 16 x 16 dword transposes where the CPU has AVX-512, the rest (and
-    // every tile elsewhere, e.g. in the tests' 256-bit runs) dword by dword.
-    const int64_t done = (t + 1) * kPrepackedRows <= n
-                             ? PrepackTileCodes512(q + t * kPrepackedRows * a.q_stride, a.q_stride,
-                                                   row_bytes, reinterpret_cast<int32_t*>(codes))
-                             : 0;
+    // Whole tiles' codes by dword transposes (16 x 16 where the CPU has AVX-512, 8 x 8 with
+    // AVX2), the rest (a last partial tile, a row's last bytes; every tile without AVX2) dword
+    // by dword.
+    int64_t done = 0;
+    if ((t + 1) * kPrepackedRows <= n) {
+      const uint8_t* q0 = q + t * kPrepackedRows * a.q_stride;
+      auto* c32 = reinterpret_cast<int32_t*>(codes);
+      done = IntegerDotPathAvailable(IntegerDotPath::kVnni512)
+                 ? PrepackTileCodes512(q0, a.q_stride, row_bytes, c32)
+                 : PrepackTileCodes256(q0, a.q_stride, row_bytes, c32);
+    }
     for (int64_t i = 0; i < kPrepackedRows && t * kPrepackedRows + i < n; ++i) {
       const int64_t j = t * kPrepackedRows + i;
       const uint8_t* row = q + j * a.q_stride;
@@ -684,7 +694,7 @@ int64_t PrepackTileCodes512(const uint8_t* q0, int64_t q_stride, int64_t row_byt
 namespace {
 // Whether rows of x quantized by rows read a's int4 tiles on `path` (PrepackedFewRowsInt4).
 bool FewRowsReadTiles(IntegerDotPath path, const QuantMatMulArgs& a) {
-  return a.tiles != nullptr && a.int4 && path == IntegerDotPath::kVnni512 &&
+  return a.tiles != nullptr && a.int4 && path != IntegerDotPath::kNone &&
          a.k <= kFewRowsTilesMaxK;
 }
 }  // namespace

@@ -57,8 +57,9 @@ void SetIntegerDotPathForTest(IntegerDotPath path);
 // each lie in one weight group always take the per-row kernel. The setter overrides it for
 // every kernel (tests and microbenchmarks; 0 restores the defaults).
 int64_t PackedMinRows();
-// The same over a prepacked weight (a.tiles), where no call packs: on vnni512 3 rows for int4
-// and 5 for int8, else PackedMinRows(); the setter overrides both.
+// The same over a prepacked weight (a.tiles), where no call packs: 3 rows for int4 (fewer read
+// the tiles by rows of x), 5 for int8 on vnni512, else PackedMinRows(); the setter overrides
+// both.
 int64_t PrepackedMinRows(bool int4);
 void SetPackedMinRowsForTest(int64_t rows);
 
@@ -171,13 +172,16 @@ inline PrepackedLayout PrepackedLayoutOf(bool int4, int64_t k, int64_t group_siz
 }
 // Whether a layout (format, k, group_size, as QuantMatMulSupports takes it) can be prepacked.
 bool PrepackSupports(bool int4, int64_t k, int64_t group_size);
-// Whether the backend makes prepacked copies: the integer kernel in use is vnni512 (the 256-bit
-// kernels ran no faster over tiles below 8 rows of x, so there the copy would only cost memory;
-// DH_CPU_TIER=avx2|avxvnni or DH_INTEGER_DOT=avx2|avxvnni therefore make none, as a CPU of that
-// tier would not), the integer path was not switched off at start (DH_INTEGER_DOT=off), and
-// DH_PREPACKED_TILES is not "off" (the row layout alone: half the memory of quantized weights
-// held in RAM, the per-call packing back).
-bool PrepackWanted();
+// Whether the backend makes prepacked copies of int4 (int4 = true) or int8 weights: the integer
+// kernel in use is vnni512 (both formats), or a 256-bit one (AVX2, AVX-VNNI) for int4 on a CPU
+// with full-width vector units (there one or two rows of x read the tiles faster than the rows,
+// PrepackedFewRowsInt4, and the rows are released, so the copy costs no memory; int8 keeps its
+// rows alone, as the 256-bit kernels ran it no faster over tiles below 8 rows of x; Zen 1's
+// half-width units were not measured over tiles and keep the rows); the integer path was not
+// switched off at start (DH_INTEGER_DOT=off), and DH_PREPACKED_TILES is not "off" (the row
+// layout alone: half the memory of int8 weights held in RAM on vnni512, the per-call packing
+// back). DH_CPU_TIER=avx2|avxvnni makes the copies an AVX2 CPU of that tier would make.
+bool PrepackWanted(bool int4);
 // PrepareWeight carves the copies from shared buffers (backend/buffer_chunks.h), and takes no
 // new buffer that would leave less than kPrepackHeadroomBytes of the memory the process may use
 // (base/memory_info.h), which the KV cache and the activations still want.
@@ -195,10 +199,10 @@ void PrepackTiles(const QuantMatMulArgs& a, int64_t n, int64_t tile_begin, int64
 void UnpackTiles(const QuantMatMulArgs& a, int64_t n, int64_t tile_begin, int64_t tile_end);
 
 // Whether the active integer kernel reads a's prepacked tiles for a.m rows of x, so that a range
-// must start at a multiple of kPrepackedRows: from PrepackedMinRows rows (x packed), and on
-// vnni512 an int4 weight's tiles at every number of rows (fewer by rows of x,
-// PrepackedFewRowsInt4) where k <= kFewRowsTilesMaxK, so that its row layout is not read once
-// the tiles are made (CpuBackend::PrepareWeight then releases it).
+// must start at a multiple of kPrepackedRows: from PrepackedMinRows rows (x packed), and an int4
+// weight's tiles at every number of rows (fewer by rows of x, PrepackedFewRowsInt4, on every
+// integer kernel) where k <= kFewRowsTilesMaxK, so that its row layout is not read once the
+// tiles are made (CpuBackend::PrepareWeight then releases it).
 bool ReadsPrepackedTiles(const QuantMatMulArgs& a);
 // The longest rows one or two rows of x read from int4 tiles. Zen 5, bench_quant --threads 2
 // --m 1 from memory, rows against tiles, three rounds (bench/README.md "Zen 5, session 30"): at

@@ -242,7 +242,7 @@ TEST(CompileCacheTest, CachedLogitsAreBitwiseEqual) {
   }
 }
 
-// Where this CPU's integer kernel reads int4 weights from prepacked tiles alone (vnni512), the
+// Where this CPU's integer kernel reads int4 weights from prepacked tiles alone, the
 // file holds those tiles in place of the rows: a cached load, read or mapped, packs none and gives
 // the same logits. A load that needs the rows (held for the self-check, release_rows off) gets
 // them rebuilt from the tiles: the f32 kernels, which read the rows, then give the checkpoint
@@ -250,7 +250,7 @@ TEST(CompileCacheTest, CachedLogitsAreBitwiseEqual) {
 TEST(CompileCacheTest, Int4TilesComeFromTheFile) {
   // A machine with little memory left takes no chunk for the tiles (PrepareWeight's headroom).
   const MemoryInfo mem = ReadMemoryInfo();
-  const bool tiles = cpu::PrepackWanted() &&
+  const bool tiles = cpu::PrepackWanted(/*int4=*/true) &&
                      (mem.available == 0 ||
                       mem.available >= kBufferChunkBytes + cpu::kPrepackHeadroomBytes);
   for (const char* fixture : {"ds_v2_lite", "llama_f32"}) {
