@@ -646,7 +646,7 @@ TEST_F(QuantMatMulTest, PreparedWeightMatchesRowLayout) {
     // headroom; these weights are far smaller than one chunk).
     const MemoryInfo mem = ReadMemoryInfo();
     const bool want_tiles =
-        cpu::PrepackWanted(c.int4) &&
+        cpu::PrepackWanted(c.int4, c.k) &&
         (mem.available == 0 ||
          mem.available >= kBufferChunkBytes + cpu::kPrepackHeadroomBytes);
     ASSERT_EQ(!prepared->packed.empty(), want_tiles) << Name(c);
@@ -807,8 +807,8 @@ TEST_F(QuantMatMulTest, PreparedInt4WeightReleasesItsRows) {
 
 // A 256-bit integer kernel in use (DH_CPU_TIER=avx2|avxvnni, DH_INTEGER_DOT=avx2|avxvnni) makes
 // the copies a CPU of that tier makes: int4 weights get their tiles and read them at every M (so
-// their rows are released), int8 weights keep their rows alone (Zen 1's half-width units keep
-// the rows of both); MatMul over the prepared int4 weight gives the row layout's outputs within
+// their rows are released), int8 weights and int4 rows longer than kFewRowsTilesMaxK keep their
+// rows alone (Zen 1's half-width units keep the rows of all); MatMul over the prepared int4 weight gives the row layout's outputs within
 // f32 summation order at one and two rows of x (by rows) and from three (x packed).
 TEST_F(QuantMatMulTest, A256BitKernelPrepacksInt4Only) {
   const cpu::IntegerDotPath before = cpu::ActiveIntegerDotPath();
@@ -823,12 +823,14 @@ TEST_F(QuantMatMulTest, A256BitKernelPrepacksInt4Only) {
                           Case{true, 5, 40, 256, 128}, Case{true, 1, 20, 8960, 32}}) {
       const std::string what = std::string(cpu::IntegerDotPathName(path)) + " " + Name(c);
       RandomWeight rw(rng, c);
-      EXPECT_EQ(cpu::PrepackWanted(c.int4), c.int4 && !cpu::CpuHalfWidthVectorUnits()) << what;
+      EXPECT_EQ(cpu::PrepackWanted(c.int4, c.k),
+                c.int4 && c.k <= cpu::kFewRowsTilesMaxK && !cpu::CpuHalfWidthVectorUnits())
+          << what;
       Result<Weight> prepared = cpu_.PrepareWeight(rw.w);
       ASSERT_TRUE(prepared.ok()) << prepared.status().message();
       const MemoryInfo mem = ReadMemoryInfo();
       const bool want_tiles =
-          cpu::PrepackWanted(c.int4) &&
+          cpu::PrepackWanted(c.int4, c.k) &&
           (mem.available == 0 ||
            mem.available >= kBufferChunkBytes + cpu::kPrepackHeadroomBytes);
       ASSERT_EQ(!prepared->packed.empty(), want_tiles) << what;

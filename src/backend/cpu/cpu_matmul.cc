@@ -487,7 +487,7 @@ bool CpuBackend::PackedServesEveryProduct(const Weight& w) const {
 // The bytes of w's prepacked tiles on this load; 0 where it gets none.
 size_t CpuBackend::TileBytes(const Weight& w) const {
   const bool int4 = w.format == WeightFormat::kInt4;
-  if (!cpu::PrepackWanted(int4) || !QuantKernelApplies(w) ||
+  if (!cpu::PrepackWanted(int4, w.cols) || !QuantKernelApplies(w) ||
       !cpu::PrepackSupports(int4, w.cols, w.group_size)) {
     return 0;
   }

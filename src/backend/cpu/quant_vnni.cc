@@ -489,7 +489,7 @@ bool PackedTilesSupport(int64_t k, int64_t group_size) {
   return group_size >= k || group_size % kBlock == 0;
 }
 
-bool PrepackWanted(bool int4) {
+bool PrepackWanted(bool int4, int64_t k) {
   static const bool off = [] {
     const char* v = std::getenv("DH_PREPACKED_TILES");
     return v != nullptr && std::string_view(v) == "off";
@@ -498,7 +498,8 @@ bool PrepackWanted(bool int4) {
   switch (ActiveIntegerDotPath()) {
     case IntegerDotPath::kVnni512: return true;
     case IntegerDotPath::kAvx2:
-    case IntegerDotPath::kAvxVnni: return int4 && !CpuHalfWidthVectorUnits();
+    case IntegerDotPath::kAvxVnni:
+      return int4 && k <= kFewRowsTilesMaxK && !CpuHalfWidthVectorUnits();
     case IntegerDotPath::kNone: break;
   }
   return false;

@@ -172,16 +172,17 @@ inline PrepackedLayout PrepackedLayoutOf(bool int4, int64_t k, int64_t group_siz
 }
 // Whether a layout (format, k, group_size, as QuantMatMulSupports takes it) can be prepacked.
 bool PrepackSupports(bool int4, int64_t k, int64_t group_size);
-// Whether the backend makes prepacked copies of int4 (int4 = true) or int8 weights: the integer
-// kernel in use is vnni512 (both formats), or a 256-bit one (AVX2, AVX-VNNI) for int4 on a CPU
-// with full-width vector units (there one or two rows of x read the tiles faster than the rows,
-// PrepackedFewRowsInt4, and the rows are released, so the copy costs no memory; int8 keeps its
-// rows alone, as the 256-bit kernels ran it no faster over tiles below 8 rows of x; Zen 1's
-// half-width units were not measured over tiles and keep the rows); the integer path was not
+// Whether the backend makes prepacked copies of int4 (int4 = true) or int8 weights with rows of
+// k columns (0: any): the integer kernel in use is vnni512 (both formats), or a 256-bit one
+// (AVX2, AVX-VNNI) for int4 rows of up to kFewRowsTilesMaxK columns on a CPU with full-width
+// vector units (there one or two rows of x read the tiles faster than the rows,
+// PrepackedFewRowsInt4, and the rows are released, so the copy costs no memory; int8 and longer
+// int4 rows keep their rows alone rather than be held twice; Zen 1's half-width units were not
+// measured over tiles and keep the rows); the integer path was not
 // switched off at start (DH_INTEGER_DOT=off), and DH_PREPACKED_TILES is not "off" (the row
 // layout alone: half the memory of int8 weights held in RAM on vnni512, the per-call packing
 // back). DH_CPU_TIER=avx2|avxvnni makes the copies an AVX2 CPU of that tier would make.
-bool PrepackWanted(bool int4);
+bool PrepackWanted(bool int4, int64_t k = 0);
 // PrepareWeight carves the copies from shared buffers (backend/buffer_chunks.h), and takes no
 // new buffer that would leave less than kPrepackHeadroomBytes of the memory the process may use
 // (base/memory_info.h), which the KV cache and the activations still want.
