@@ -808,8 +808,9 @@ TEST_F(QuantMatMulTest, PreparedInt4WeightReleasesItsRows) {
 // A 256-bit integer kernel in use (DH_CPU_TIER=avx2|avxvnni, DH_INTEGER_DOT=avx2|avxvnni) makes
 // the copies a CPU of that tier makes: int4 weights get their tiles and read them at every M (so
 // their rows are released), int8 weights and int4 rows longer than kFewRowsTilesMaxK keep their
-// rows alone (Zen 1's half-width units keep the rows of all); MatMul over the prepared int4 weight gives the row layout's outputs within
-// f32 summation order at one and two rows of x (by rows) and from three (x packed).
+// rows alone (Zen 1's half-width units keep the rows of all); MatMul over the prepared int4
+// weight gives the row layout's outputs within f32 summation order at one and two rows of x (by
+// rows) and from three (x packed).
 TEST_F(QuantMatMulTest, A256BitKernelPrepacksInt4Only) {
   const cpu::IntegerDotPath before = cpu::ActiveIntegerDotPath();
   Rng rng(32);

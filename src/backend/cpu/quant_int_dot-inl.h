@@ -1147,7 +1147,9 @@ DH_IDOT_TARGET void PrepackedAll(const QuantMatMulArgs& a, const QuantizedActs& 
 // int16 lane, at most 30480 in magnitude). Zen 5, bench_quant --threads 2 --m 1 from memory,
 // three rounds, against the per-row kernel over the row layout: a V2-Lite expert's down (2048 x
 // 1408) 39.4-45.0 against 46.0-56.6 us, 8960 x 1536 172.8-194.1 against 211.4-225.7; rows longer
-// than kFewRowsTilesMaxK keep the row layout (bench/README.md "Zen 5, session 30").
+// than kFewRowsTilesMaxK keep the row layout (bench/README.md "Zen 5, session 30"). The 256-bit
+// form, one run: AVX2 1408 x 2048 52.6 -> 37.7 us, 8960 x 1536 173.9 -> 160.2 (AVX-VNNI 46.2 ->
+// 34.1, 168.0 -> 138.0; bench/README.md "Zen 5, session 34").
 template <int MR>
 DH_IDOT_TARGET void PrepackedFewRowsInt4(const QuantMatMulArgs& a, const QuantizedActs& x,
                                          int64_t r0, int64_t n_begin, int64_t n_end) {
@@ -1210,8 +1212,9 @@ DH_IDOT_TARGET void PrepackedFewRowsInt4(const QuantMatMulArgs& a, const Quantiz
             SplitNibbles(LoadI(wb + st * kPrepackedRows + v * kLanes), &lo, &hi);
 #pragma GCC unroll 4
             for (int r = 0; r < MR; ++r) {
-              dots[r][v] = Dpbusd(dots[r][v], lo, BroadcastDword(xc[r] + b * 16 + 4 * st));
-              hi_acc[r][v] = Dpbusd(hi_acc[r][v], hi, BroadcastDword(xc[r] + half + b * 16 + 4 * st));
+              const uint8_t* xr = xc[r] + b * 16 + 4 * st;
+              dots[r][v] = Dpbusd(dots[r][v], lo, BroadcastDword(xr));
+              hi_acc[r][v] = Dpbusd(hi_acc[r][v], hi, BroadcastDword(xr + half));
             }
           }
         }
@@ -1234,10 +1237,9 @@ DH_IDOT_TARGET void PrepackedFewRowsInt4(const QuantMatMulArgs& a, const Quantiz
             SplitNibbles(LoadI(wb + st * kPrepackedRows + v * kLanes), &lo, &hi);
 #pragma GCC unroll 4
             for (int r = 0; r < MR; ++r) {
+              const uint8_t* xr = xc[r] + b * 16 + 4 * st;
               dots[r][v] = _mm256_add_epi16(
-                  dots[r][v],
-                  PairSumsInt4(lo, hi, BroadcastDword(xc[r] + b * 16 + 4 * st),
-                               BroadcastDword(xc[r] + half + b * 16 + 4 * st)));
+                  dots[r][v], PairSumsInt4(lo, hi, BroadcastDword(xr), BroadcastDword(xr + half)));
             }
           }
         }
