@@ -178,10 +178,10 @@ bool PrepackSupports(bool int4, int64_t k, int64_t group_size);
 // vector units (there one or two rows of x read the tiles faster than the rows,
 // PrepackedFewRowsInt4, and the rows are released, so the copy costs no memory; int8 and longer
 // int4 rows keep their rows alone rather than be held twice; Zen 1's half-width units were not
-// measured over tiles and keep the rows); the integer path was not
-// switched off at start (DH_INTEGER_DOT=off), and DH_PREPACKED_TILES is not "off" (the row
-// layout alone: half the memory of int8 weights held in RAM on vnni512, the per-call packing
-// back). DH_CPU_TIER=avx2|avxvnni makes the copies an AVX2 CPU of that tier would make.
+// measured over tiles and keep the rows); the integer path was not switched off at start
+// (DH_INTEGER_DOT=off), and DH_PREPACKED_TILES is not "off" (the row layout alone: half the
+// memory of int8 weights held in RAM on vnni512, the per-call packing back).
+// DH_CPU_TIER=avx2|avxvnni makes the copies a CPU of that tier would make.
 bool PrepackWanted(bool int4, int64_t k = 0);
 // PrepareWeight carves the copies from shared buffers (backend/buffer_chunks.h), and takes no
 // new buffer that would leave less than kPrepackHeadroomBytes of the memory the process may use
