@@ -629,6 +629,15 @@ TEST_F(QuantMatMulTest, TileCodeTransposes256FollowTheLayout) {
   }
 }
 
+// Whether CpuBackend::PrepareWeight gives a weight of case c its prepacked copy on the active
+// kernel: PrepackWanted, and a machine with little memory left takes no chunk for the copies
+// (PrepareWeight's headroom; the tests' weights are far smaller than one chunk).
+bool PrepareWeightMakesTiles(const Case& c) {
+  const MemoryInfo mem = ReadMemoryInfo();
+  return cpu::PrepackWanted(c.int4, c.k) &&
+         (mem.available == 0 || mem.available >= kBufferChunkBytes + cpu::kPrepackHeadroomBytes);
+}
+
 // CpuBackend::PrepareWeight: int8 and int4 weights get their prepacked copy where the CPU's best
 // kernel is vnni512, and MatMul over the prepared weight gives the unprepared
 // one's outputs within f32 summation order at every M, the default thresholds included.
@@ -642,13 +651,7 @@ TEST_F(QuantMatMulTest, PreparedWeightMatchesRowLayout) {
     RandomWeight rw(rng, c);
     Result<Weight> prepared = cpu_.PrepareWeight(rw.w);
     ASSERT_TRUE(prepared.ok()) << prepared.status().message();
-    // A machine with little memory left takes no chunk for the copies (PrepareWeight's
-    // headroom; these weights are far smaller than one chunk).
-    const MemoryInfo mem = ReadMemoryInfo();
-    const bool want_tiles =
-        cpu::PrepackWanted(c.int4, c.k) &&
-        (mem.available == 0 ||
-         mem.available >= kBufferChunkBytes + cpu::kPrepackHeadroomBytes);
+    const bool want_tiles = PrepareWeightMakesTiles(c);
     ASSERT_EQ(!prepared->packed.empty(), want_tiles) << Name(c);
     if (want_tiles) {
       EXPECT_EQ(prepared->packed.nbytes(), cpu::PrepackedBytes(c.int4, c.n, c.k, c.group));
@@ -829,11 +832,7 @@ TEST_F(QuantMatMulTest, A256BitKernelPrepacksInt4Only) {
           << what;
       Result<Weight> prepared = cpu_.PrepareWeight(rw.w);
       ASSERT_TRUE(prepared.ok()) << prepared.status().message();
-      const MemoryInfo mem = ReadMemoryInfo();
-      const bool want_tiles =
-          cpu::PrepackWanted(c.int4, c.k) &&
-          (mem.available == 0 ||
-           mem.available >= kBufferChunkBytes + cpu::kPrepackHeadroomBytes);
+      const bool want_tiles = PrepareWeightMakesTiles(c);
       ASSERT_EQ(!prepared->packed.empty(), want_tiles) << what;
       EXPECT_EQ(prepared->rows_released, want_tiles && c.k <= cpu::kFewRowsTilesMaxK) << what;
       Owned x(DType::kF32, {c.m, c.k}), a(DType::kF32, {c.m, c.n}), b(DType::kF32, {c.m, c.n});

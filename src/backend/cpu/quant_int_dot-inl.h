@@ -1135,6 +1135,30 @@ DH_IDOT_TARGET void PrepackedAll(const QuantMatMulArgs& a, const QuantizedActs& 
   }
 }
 
+// One step (a dword of 8 int4 codes per lane: nibbles lo, hi) of a block's dots against x's
+// codes of the matching even (xl) and odd (xh) columns, broadcast: VNNI adds each nibble's
+// vpdpbusd into its own chain; AVX2 adds both nibbles' vpmaddubsw pair sums into acc in int16
+// (hi_acc unused). NibbleDots then gives the block's i32 lane dots.
+DH_IDOT_TARGET inline __attribute__((always_inline)) void NibbleStep(VecI lo, VecI hi, VecI xl,
+                                                                     VecI xh, VecI* acc,
+                                                                     VecI* hi_acc) {
+#if DH_IDOT_VNNI
+  *acc = Dpbusd(*acc, lo, xl);
+  *hi_acc = Dpbusd(*hi_acc, hi, xh);
+#else
+  (void)hi_acc;
+  *acc = _mm256_add_epi16(*acc, PairSumsInt4(lo, hi, xl, xh));
+#endif
+}
+DH_IDOT_TARGET inline __attribute__((always_inline)) VecI NibbleDots(VecI acc, VecI hi_acc) {
+#if DH_IDOT_VNNI
+  return AddI32(acc, hi_acc);
+#else
+  (void)hi_acc;
+  return _mm256_madd_epi16(acc, _mm256_set1_epi16(1));
+#endif
+}
+
 // MR (1 or 2) rows of x from r0, quantized by rows as the per-row kernels take them, over weight
 // rows [n_begin, n_end) of an int4 prepacked weight (n_begin a multiple of kPrepackedRows): the
 // tiles' 16 lanes are 16 weight rows (one vector on 512 bits, two of 8 on 256), so each x dword
@@ -1197,8 +1221,7 @@ DH_IDOT_TARGET void PrepackedFewRowsInt4(const QuantMatMulArgs& a, const Quantiz
         }
         const int32_t* wb = codes + b * 4 * kPrepackedRows;
         VecI dots[MR][kHalves];
-#if DH_IDOT_VNNI
-        VecI hi_acc[MR][kHalves];
+        VecI hi_acc[MR][kHalves];  // VNNI's second chain (AVX2: unused)
 #pragma GCC unroll 4
         for (int r = 0; r < MR; ++r) {
 #pragma GCC unroll 2
@@ -1213,44 +1236,16 @@ DH_IDOT_TARGET void PrepackedFewRowsInt4(const QuantMatMulArgs& a, const Quantiz
 #pragma GCC unroll 4
             for (int r = 0; r < MR; ++r) {
               const uint8_t* xr = xc[r] + b * 16 + 4 * st;
-              dots[r][v] = Dpbusd(dots[r][v], lo, BroadcastDword(xr));
-              hi_acc[r][v] = Dpbusd(hi_acc[r][v], hi, BroadcastDword(xr + half));
+              NibbleStep(lo, hi, BroadcastDword(xr), BroadcastDword(xr + half), &dots[r][v],
+                         &hi_acc[r][v]);
             }
           }
         }
 #pragma GCC unroll 4
         for (int r = 0; r < MR; ++r) {
 #pragma GCC unroll 2
-          for (int v = 0; v < kHalves; ++v) dots[r][v] = AddI32(dots[r][v], hi_acc[r][v]);
+          for (int v = 0; v < kHalves; ++v) dots[r][v] = NibbleDots(dots[r][v], hi_acc[r][v]);
         }
-#else
-#pragma GCC unroll 4
-        for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 2
-          for (int v = 0; v < kHalves; ++v) dots[r][v] = ZeroI();
-        }
-#pragma GCC unroll 4
-        for (int st = 0; st < 4; ++st) {
-#pragma GCC unroll 2
-          for (int v = 0; v < kHalves; ++v) {
-            VecI lo, hi;
-            SplitNibbles(LoadI(wb + st * kPrepackedRows + v * kLanes), &lo, &hi);
-#pragma GCC unroll 4
-            for (int r = 0; r < MR; ++r) {
-              const uint8_t* xr = xc[r] + b * 16 + 4 * st;
-              dots[r][v] = _mm256_add_epi16(
-                  dots[r][v], PairSumsInt4(lo, hi, BroadcastDword(xr), BroadcastDword(xr + half)));
-            }
-          }
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 2
-          for (int v = 0; v < kHalves; ++v) {
-            dots[r][v] = _mm256_madd_epi16(dots[r][v], _mm256_set1_epi16(1));
-          }
-        }
-#endif
 #pragma GCC unroll 4
         for (int r = 0; r < MR; ++r) {
           const VecF s = SetF(xs[r][b]);
