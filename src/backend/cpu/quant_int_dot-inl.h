@@ -1055,20 +1055,26 @@ DH_IDOT_TARGET void PackedAll(const QuantMatMulArgs& a, const QuantizedActs& x, 
 // 1374 / 1408, 946 / 956, 5377 / 6136; M = 512 13835 / 15068, 9655 / 10319, 51239 / 61149.
 constexpr int64_t kCopyHalfTileMinPasses = 8;
 
-// The kLanes lanes of a prepacked tile that `ref` points at (PrepackedAll), copied into `out`
-// as PackTile lays out a tile: codes [step][kLanes], f32 scales and int4 zero terms
-// ((zero nibble + offset) * scale, as ZeroTerms forms them), int8 block sums [block][kLanes].
+// Sizes `out` for CopyHalfTile's copies of a layout's half tiles (once per call).
 template <bool kInt4>
-DH_IDOT_TARGET void CopyHalfTile(const PrepackedLayout& l, int zero_offset, const TileRef& ref,
+void SizeHalfTile(const PrepackedLayout& l, PackedTile* out) {
+  out->codes.resize(static_cast<size_t>(l.blocks * l.steps_per_block * kLanes));
+  out->scales.resize(static_cast<size_t>(l.groups * kLanes));
+  if constexpr (kInt4) out->zs.resize(static_cast<size_t>(l.groups * kLanes));
+  if constexpr (!kInt4) out->corr.resize(static_cast<size_t>(l.blocks * kLanes));
+}
+
+// The kLanes lanes of a prepacked tile that `ref` points at (PrepackedAll), copied into `out`
+// (sized by SizeHalfTile) as PackTile lays out a tile: codes [step][kLanes], f32 scales and int4
+// zero terms ((zero nibble + offset) * scale, as ZeroTerms forms them; off: the offset), int8
+// block sums [block][kLanes].
+template <bool kInt4>
+DH_IDOT_TARGET void CopyHalfTile(const PrepackedLayout& l, VecF off, const TileRef& ref,
                                  PackedTile* out) {
   const int64_t steps = l.blocks * l.steps_per_block;
-  out->codes.resize(static_cast<size_t>(steps * kLanes));
-  out->scales.resize(static_cast<size_t>(l.groups * kLanes));
   for (int64_t s = 0; s < steps; ++s) {
     StoreI(out->codes.data() + s * kLanes, LoadI(ref.codes + s * kPrepackedRows));
   }
-  const VecF off = SetF(static_cast<float>(zero_offset));
-  if constexpr (kInt4) out->zs.resize(static_cast<size_t>(l.groups * kLanes));
   for (int64_t gi = 0; gi < l.groups; ++gi) {
     const VecF ws = WidenHalves(ref.h + gi * kPrepackedRows);
     StoreF(out->scales.data() + gi * kLanes, ws);
@@ -1078,7 +1084,6 @@ DH_IDOT_TARGET void CopyHalfTile(const PrepackedLayout& l, int zero_offset, cons
     }
   }
   if constexpr (!kInt4) {
-    out->corr.resize(static_cast<size_t>(l.blocks * kLanes));
     for (int64_t b = 0; b < l.blocks; ++b) {
       StoreI(out->corr.data() + b * kLanes, LoadI(ref.corr + b * kPrepackedRows));
     }
@@ -1107,8 +1112,11 @@ DH_IDOT_TARGET void PrepackedAll(const QuantMatMulArgs& a, const QuantizedActs& 
   // lays a tile out (CopyHalfTile), so that every pass reads 8 contiguous lanes, not every other
   // 32 bytes of the tile's lines (which, with x streaming through L1, came back from L2 twice
   // as often).
-  const bool copy = kPrepackedRows != kLanes && PassesFor(a.m) >= kCopyHalfTileMinPasses;
+  constexpr bool kHalfTiles = kPrepackedRows != kLanes;
+  const bool copy = kHalfTiles && PassesFor(a.m) >= kCopyHalfTileMinPasses;
   thread_local PackedTile half;  // grown once per thread
+  if (copy) SizeHalfTile<kInt4>(l, &half);
+  const VecF off = SetF(static_cast<float>(a.zero_offset));
   for (int64_t t0 = n_begin; t0 < n_end; t0 += kPrepackedRows) {
     const uint8_t* tile = a.tiles + t0 / kPrepackedRows * l.tile_bytes;
     // This tile's scales and zero points, wanted from its first block on, in one burst.
@@ -1125,12 +1133,14 @@ DH_IDOT_TARGET void PrepackedAll(const QuantMatMulArgs& a, const QuantizedActs& 
         ref.corr = reinterpret_cast<const int32_t*>(tile + l.extra_offset) + lane0;
       }
       const int64_t rows = n_end - t0 - lane0 < kLanes ? n_end - t0 - lane0 : kLanes;
-      if (copy) {
-        CopyHalfTile<kInt4>(l, a.zero_offset, ref, &half);
-        PassesOverTile<kInt4, false>(a, x, RefOf(half), t0 + lane0, rows);
-      } else {
-        PassesOverTile<kInt4, true>(a, x, ref, t0 + lane0, rows);
+      if constexpr (kHalfTiles) {
+        if (copy) {
+          CopyHalfTile<kInt4>(l, off, ref, &half);
+          PassesOverTile<kInt4, false>(a, x, RefOf(half), t0 + lane0, rows);
+          continue;
+        }
       }
+      PassesOverTile<kInt4, true>(a, x, ref, t0 + lane0, rows);
     }
   }
 }
@@ -1288,7 +1298,7 @@ void DotAll(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t n_begin, i
   }
   if constexpr (kInt4) {
     // Rows of x by rows (fewer than PrepackedMinRows) over int4 tiles: ReadsPrepackedTiles.
-    if (a.tiles != nullptr && a.k <= kFewRowsTilesMaxK) {
+    if (a.tiles != nullptr && FewRowsTakeTiles(kInt4, a.k)) {
       int64_t r0 = 0;
       for (; r0 + 2 <= a.m; r0 += 2) PrepackedFewRowsInt4<2>(a, x, r0, n_begin, n_end);
       if (r0 < a.m) PrepackedFewRowsInt4<1>(a, x, r0, n_begin, n_end);

@@ -499,7 +499,7 @@ bool PrepackWanted(bool int4, int64_t k) {
     case IntegerDotPath::kVnni512: return true;
     case IntegerDotPath::kAvx2:
     case IntegerDotPath::kAvxVnni:
-      return int4 && k <= kFewRowsTilesMaxK && !CpuHalfWidthVectorUnits();
+      return FewRowsTakeTiles(int4, k) && !CpuHalfWidthVectorUnits();
     case IntegerDotPath::kNone: break;
   }
   return false;
@@ -529,6 +529,8 @@ void PrepackTiles(const QuantMatMulArgs& a, int64_t n, int64_t tile_begin, int64
   const int64_t row_bytes = a.int4 ? (a.k + 1) / 2 : a.k;
   const int64_t block_bytes = l.steps_per_block * 4;  // of one row
   const auto* q = static_cast<const uint8_t*>(a.q);
+  const auto transpose = IntegerDotPathAvailable(IntegerDotPath::kVnni512) ? PrepackTileCodes512
+                                                                           : PrepackTileCodes256;
   for (int64_t t = tile_begin; t < tile_end; ++t) {
     uint8_t* tile = dst + t * l.tile_bytes;
     std::memset(tile, 0, static_cast<size_t>(l.tile_bytes));
@@ -540,11 +542,8 @@ void PrepackTiles(const QuantMatMulArgs& a, int64_t n, int64_t tile_begin, int64
     // by dword.
     int64_t done = 0;
     if ((t + 1) * kPrepackedRows <= n) {
-      const uint8_t* q0 = q + t * kPrepackedRows * a.q_stride;
-      auto* c32 = reinterpret_cast<int32_t*>(codes);
-      done = IntegerDotPathAvailable(IntegerDotPath::kVnni512)
-                 ? PrepackTileCodes512(q0, a.q_stride, row_bytes, c32)
-                 : PrepackTileCodes256(q0, a.q_stride, row_bytes, c32);
+      done = transpose(q + t * kPrepackedRows * a.q_stride, a.q_stride, row_bytes,
+                       reinterpret_cast<int32_t*>(codes));
     }
     for (int64_t i = 0; i < kPrepackedRows && t * kPrepackedRows + i < n; ++i) {
       const int64_t j = t * kPrepackedRows + i;
@@ -695,8 +694,7 @@ int64_t PrepackTileCodes512(const uint8_t* q0, int64_t q_stride, int64_t row_byt
 namespace {
 // Whether rows of x quantized by rows read a's int4 tiles on `path` (PrepackedFewRowsInt4).
 bool FewRowsReadTiles(IntegerDotPath path, const QuantMatMulArgs& a) {
-  return a.tiles != nullptr && a.int4 && path != IntegerDotPath::kNone &&
-         a.k <= kFewRowsTilesMaxK;
+  return a.tiles != nullptr && path != IntegerDotPath::kNone && FewRowsTakeTiles(a.int4, a.k);
 }
 }  // namespace
 

@@ -211,6 +211,10 @@ bool ReadsPrepackedTiles(const QuantMatMulArgs& a);
 // against 187.3-214.7 us), at K = 8960 the row layout 1.6x faster (1536 x 8960 131-154 against
 // 228-255 us).
 constexpr int64_t kFewRowsTilesMaxK = 8192;
+// Whether one or two rows of x read a weight's prepacked tiles (PrepackedFewRowsInt4, every
+// integer kernel) rather than its rows: int4 rows of up to kFewRowsTilesMaxK columns. Such a
+// weight's tiles serve every row count, so its rows can go.
+constexpr bool FewRowsTakeTiles(bool int4, int64_t k) { return int4 && k <= kFewRowsTilesMaxK; }
 
 // Rows [n_begin, n_end) of the output of `a` with the active integer kernel (needs
 // UseIntegerDot(a) or IntegerDotAvailable() && IntegerDotSupports(...)). Packed acts over a
