@@ -487,7 +487,8 @@ TEST_F(QuantMatMulTest, PackedTilesMatchPerRowKernel) {
 // int4, on every integer kernel, forced at every M: within the quantization bound of the
 // reference and within f32 summation order of the per-row kernel, as the tiles packed per call
 // above; ranges split at tile boundaries as the backend splits them, partial last tiles, odd K,
-// both zero offsets. The 256-bit kernels read each tile as two halves.
+// both zero offsets. The 256-bit kernels read each tile as two halves, from 64 rows (8 passes
+// of 8) through a contiguous copy of each half (65 and 69 rows here).
 TEST_F(QuantMatMulTest, PrepackedTilesMatchPerRowKernel) {
   const auto paths = AvailablePaths();
   if (paths.empty()) GTEST_SKIP() << "CPU has no integer-dot kernel (no AVX2)";
@@ -500,7 +501,8 @@ TEST_F(QuantMatMulTest, PrepackedTilesMatchPerRowKernel) {
                         Case{true, 9, 65, 1111, 1111}, Case{true, 4, 31, 1408, 32},
                         Case{true, 12, 18, 96, 96}, Case{true, 1, 20, 8960, 32},
                         Case{true, 2, 33, 8192, 128}, Case{true, 33, 40, 512, 32},
-                        Case{false, 37, 24, 640, 128}}) {
+                        Case{false, 37, 24, 640, 128}, Case{true, 65, 40, 512, 32},
+                        Case{false, 69, 24, 640, 128}}) {
     cases.push_back(c);
   }
   int tested = 0;

@@ -997,9 +997,16 @@ DH_IDOT_TARGET void PackedRows(const QuantMatMulArgs& a, const QuantizedActs& x,
   }
 }
 
-// Quads of x rows per pass over a packed tile: as many as the registers hold beside the tile's
-// block (8 rows on 512 bits, 4 on 256).
-constexpr int kPackedQuads = DH_IDOT_BITS == 512 ? 2 : 1;
+// Quads of x rows per pass over a packed tile: two (8 rows) on every width. The 256-bit kernels
+// took one (4 rows, their 16 registers cannot hold 8 rows' sums beside a block's 8 code vectors)
+// until session 35: with two the sums spill, but each pass splits the tile's nibbles and reads
+// its lines for twice the rows. Zen 5 under DH_CPU_TIER=avx2, bench_quant --threads 2 from
+// memory, 4 -> 8 rows per pass, three rounds (bench/README.md "Zen 5, session 35"): int4 tiles
+// 8960 x 1536 M = 8 AVX2 1028-1069 -> 879-900 us, AVX-VNNI 907-957 -> 735-772; M = 32
+// 3694-3950 -> 3296-3345, 2958-3098 -> 2764-2890; V2-Lite's whole-model pp512 56.8-61.3 ->
+// 62.8-68.6 tokens/s. (One thread in cache the 8-row passes ran as fast as the 4-row ones in
+// four of six runs and 1.2x faster in two.)
+constexpr int kPackedQuads = 2;
 
 // Every row of x (packed) over one tile: up to 4 rows in one pass of MR = m rows (decode and
 // small batches), more in passes of kPackedQuads quads and one of a quad.
@@ -1048,7 +1055,10 @@ DH_IDOT_TARGET void PackedAll(const QuantMatMulArgs& a, const QuantizedActs& x, 
 }
 
 // Passes over a tile from which the 256-bit kernels read a prepacked tile's halves from a copy
-// (PrepackedAll): 8, 32 rows of x, where they took tiles packed per call before prepacking.
+// (PrepackedAll): 8, 64 rows of x in passes of 8 (it was chosen as 32 rows in passes of 4,
+// where they took tiles packed per call before prepacking; with passes of 8, M = 32 and 48 ran
+// faster without the copy than they had with it: bench_quant --threads 2, 2048 x 1408, AVX2
+// 768-806 -> 696-716 us and 1100-1180 -> 932-1062, bench/README.md "Zen 5, session 35").
 // Zen 5, bench_quant --threads 2, copy on / off alternated in one process (medians of 20
 // bursts; bench/README.md "Zen 5, session 34"), AVX2, 2048 x 2048 / 1408 x 2048 / 8960 x 1536:
 // M = 8 276 / 240, 237 / 210, 900 / 804 us; M = 16 503 / 468, 358 / 336, 1668 / 1577; M = 48
