@@ -1055,14 +1055,15 @@ DH_IDOT_TARGET void PackedAll(const QuantMatMulArgs& a, const QuantizedActs& x, 
 }
 
 // Passes over a tile from which the 256-bit kernels read a prepacked tile's halves from a copy
-// (PrepackedAll): 8, 64 rows of x in passes of 8 (it was chosen as 32 rows in passes of 4,
-// where they took tiles packed per call before prepacking; with passes of 8, M = 32 and 48 ran
-// faster without the copy than they had with it: bench_quant --threads 2, 2048 x 1408, AVX2
-// 768-806 -> 696-716 us and 1100-1180 -> 932-1062, bench/README.md "Zen 5, session 35").
-// Zen 5, bench_quant --threads 2, copy on / off alternated in one process (medians of 20
-// bursts; bench/README.md "Zen 5, session 34"), AVX2, 2048 x 2048 / 1408 x 2048 / 8960 x 1536:
-// M = 8 276 / 240, 237 / 210, 900 / 804 us; M = 16 503 / 468, 358 / 336, 1668 / 1577; M = 48
-// 1374 / 1408, 946 / 956, 5377 / 6136; M = 512 13835 / 15068, 9655 / 10319, 51239 / 61149.
+// (PrepackedAll): 8, 64 rows of x in passes of 8. It was chosen as 32 rows in passes of 4, where
+// they took tiles packed per call before prepacking; passes of 8 without the copy then ran M = 32
+// and 48 faster than passes of 4 with it (bench_quant --threads 2, 2048 x 1408, AVX2 768-806 ->
+// 696-716 us and 1100-1180 -> 932-1062; bench/README.md "Zen 5, session 35"), so the count of
+// passes was kept. With passes of 4 on Zen 5, bench_quant --threads 2, copy on / off alternated
+// in one process (medians of 20 bursts; bench/README.md "Zen 5, session 34"), AVX2, 2048 x
+// 2048 / 1408 x 2048 / 8960 x 1536: M = 8 276 / 240, 237 / 210, 900 / 804 us; M = 16 503 /
+// 468, 358 / 336, 1668 / 1577; M = 48 1374 / 1408, 946 / 956, 5377 / 6136; M = 512 13835 /
+// 15068, 9655 / 10319, 51239 / 61149.
 constexpr int64_t kCopyHalfTileMinPasses = 8;
 
 // Sizes `out` for CopyHalfTile's copies of a layout's half tiles (once per call).
