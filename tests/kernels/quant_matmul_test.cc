@@ -539,7 +539,7 @@ TEST_F(QuantMatMulTest, PrepackedTilesMatchPerRowKernel) {
         cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, true, dst, c.n + 3);
         if (variant > 0) a.tiles = base;
         // Only the tiles may be read where the kernel takes them at every M.
-        const bool tiles_only = variant == 2 && c.int4 && c.k <= cpu::kFewRowsTilesMaxK;
+        const bool tiles_only = variant == 2 && cpu::FewRowsTakeTiles(c.int4, c.k);
         if (tiles_only) a.q = nullptr, a.scales = nullptr, a.zeros = nullptr;
         cpu::QuantizedActs acts;
         cpu::QuantizeActs(a, &acts);
@@ -661,7 +661,7 @@ TEST_F(QuantMatMulTest, PreparedWeightMatchesRowLayout) {
     // int4 tiles serve every M up to kFewRowsTilesMaxK columns, so the rows are released (this
     // test's own memory is not registered, so its bytes stay; the products must not read them:
     // scribbled below).
-    EXPECT_EQ(prepared->rows_released, want_tiles && c.int4 && c.k <= cpu::kFewRowsTilesMaxK)
+    EXPECT_EQ(prepared->rows_released, want_tiles && cpu::FewRowsTakeTiles(c.int4, c.k))
         << Name(c);
     Owned x(DType::kF32, {c.m, c.k}), a(DType::kF32, {c.m, c.n}), b(DType::kF32, {c.m, c.n});
     rng.Fill(x, -2.0f, 2.0f);
@@ -836,7 +836,8 @@ TEST_F(QuantMatMulTest, A256BitKernelPrepacksInt4Only) {
       ASSERT_TRUE(prepared.ok()) << prepared.status().message();
       const bool want_tiles = PrepareWeightMakesTiles(c);
       ASSERT_EQ(!prepared->packed.empty(), want_tiles) << what;
-      EXPECT_EQ(prepared->rows_released, want_tiles && c.k <= cpu::kFewRowsTilesMaxK) << what;
+      EXPECT_EQ(prepared->rows_released, want_tiles && cpu::FewRowsTakeTiles(c.int4, c.k))
+          << what;
       Owned x(DType::kF32, {c.m, c.k}), a(DType::kF32, {c.m, c.n}), b(DType::kF32, {c.m, c.n});
       rng.Fill(x, -2.0f, 2.0f);
       const std::vector<double> mag = TermMagnitudes(c, rw);
