@@ -88,6 +88,8 @@ DH_ISA double And(int64_t iters) { DH_CHAINS(ANDV, ANDV) }
 DH_ISA double Sign(int64_t iters) { DH_CHAINS(SIGNB, SIGNB) }
 DH_ISA double Movsxbw(int64_t iters) { DH_CHAINS(MOVSXBW, MOVSXBW) }
 DH_ISA double MaddubsMaddwd(int64_t iters) { DH_CHAINS(MADDUBS, MADDWD) }
+DH_ISA double MaddubsSign(int64_t iters) { DH_CHAINS(MADDUBS, SIGNB) }
+DH_ISA double MaddwdMovsx(int64_t iters) { DH_CHAINS(MADDWD, MOVSXBW) }
 DH_ISA double MaddubsFma(int64_t iters) { DH_CHAINS(MADDUBS, FMA) }
 DH_ISA double MaddubsCvtdq(int64_t iters) { DH_CHAINS(MADDUBS, CVTDQ) }
 DH_ISA double MaddubsPermilVar(int64_t iters) { DH_CHAINS(MADDUBS, PERMILVAR) }
@@ -160,6 +162,8 @@ const Row kRows[] = {
     {"vpsignb", Sign},
     {"vpmovsxbw", Movsxbw},
     {"vpmaddubsw + vpmaddwd", MaddubsMaddwd},
+    {"vpmaddubsw + vpsignb", MaddubsSign},
+    {"vpmaddwd + vpmovsxbw", MaddwdMovsx},
     {"vpmaddubsw + vfmadd231ps", MaddubsFma},
     {"vpmaddubsw + vcvtdq2ps", MaddubsCvtdq},
     {"vpmaddubsw + vpermilps (index vector)", MaddubsPermilVar},

@@ -273,7 +273,7 @@ TEST_F(QuantMatMulTest, IntegerDotWithinQuantizationBound) {
       for (cpu::IntegerDotPath path : paths) {
         const cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k + 3, with_bias, got, c.n + 5);
         cpu::QuantizedActs acts;
-        cpu::QuantizeActs(a, &acts);
+        cpu::QuantizeActs(a, &acts, nullptr, path);
         cpu::IntegerDotRangeOn(path, a, acts, 0, c.n / 2);
         cpu::IntegerDotRangeOn(path, a, acts, c.n / 2, c.n);
         ExpectWithinQuantBound(c, rw.w, x, c.k + 3, with_bias, rw.bias, got.f32(), c.n + 5,
@@ -287,8 +287,9 @@ TEST_F(QuantMatMulTest, IntegerDotWithinQuantizationBound) {
 
 // QuantizeActs (vectorized on AVX2 CPUs) against its definition: per block of 32 columns the
 // scale is max|x| / 127 and the code nearbyint(x * 127 / max|x|) (a zero block: scale 0, codes
-// 0); int8 rows hold code + 128, int4 rows the even columns' codes then the odd ones'; padding
-// is 128 / 0; the int4 group sums within 1e-6 of the sum of |x| over the group (f32 order).
+// 0); int8 rows hold code + 128 (the code itself for the AVX2 kernel), int4 rows the even
+// columns' codes then the odd ones'; padding is 128 (AVX2: 0) / 0; the int4 group sums within
+// 1e-6 of the sum of |x| over the group (f32 order).
 TEST_F(QuantMatMulTest, QuantizedActsFollowTheDefinition) {
   Rng rng(21);
   cpu::SetPackedMinRowsForTest(int64_t{1} << 40);  // the by-rows layout at every M
@@ -302,52 +303,57 @@ TEST_F(QuantMatMulTest, QuantizedActsFollowTheDefinition) {
     }
     if (c.m > 1) xd[c.k + 3 + 5 % c.k] = 300.0f;  // an outlier in row 1's first block
     const cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k + 3, false, out, c.n);
-    // Buffers left over from a larger call (QuantizeActs reuses them without clearing): every
-    // element must be rewritten, padding included.
-    cpu::QuantizedActs acts;
-    acts.codes.assign(static_cast<size_t>((c.m + 1) * (c.k + 256)), 0x5a);
-    acts.lane_scales.assign(static_cast<size_t>((c.m + 1) * (c.k + 256)), NAN);
-    acts.group_sums.assign(static_cast<size_t>((c.m + 1) * (c.k + 256)), NAN);
-    cpu::QuantizeActs(a, &acts);
-    const int64_t lane_cols = c.int4 ? 8 : 4, half = acts.row_bytes / 2;
-    for (int64_t r = 0; r < c.m; ++r) {
-      const float* xr = xd + r * (c.k + 3);
-      const uint8_t* codes = acts.codes.data() + r * acts.row_bytes;
-      for (int64_t b0 = 0; b0 < c.k; b0 += 32) {
-        const int64_t n = std::min<int64_t>(32, c.k - b0);
-        float amax = 0.0f;
-        for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(xr[b0 + i]));
-        const float scale = amax / 127.0f;
-        for (int64_t l = b0 / lane_cols; l < (b0 + 32) / lane_cols; ++l) {  // the block's lanes
-          ASSERT_EQ(acts.lane_scales[r * acts.lanes + l], scale) << Name(c) << " lane " << l;
+    // int8 x codes offset by 128 (the VNNI kernels) and as they are (AVX2).
+    for (cpu::IntegerDotPath path : {cpu::IntegerDotPath::kVnni512, cpu::IntegerDotPath::kAvx2}) {
+      // Buffers left over from a larger call (QuantizeActs reuses them without clearing): every
+      // element must be rewritten, padding included.
+      cpu::QuantizedActs acts;
+      acts.codes.assign(static_cast<size_t>((c.m + 1) * (c.k + 256)), 0x5a);
+      acts.lane_scales.assign(static_cast<size_t>((c.m + 1) * (c.k + 256)), NAN);
+      acts.group_sums.assign(static_cast<size_t>((c.m + 1) * (c.k + 256)), NAN);
+      cpu::QuantizeActs(a, &acts, nullptr, path);
+      ASSERT_EQ(acts.int8_signed, !c.int4 && path == cpu::IntegerDotPath::kAvx2) << Name(c);
+      const int offset = acts.int8_signed ? 0 : 128;
+      const int64_t lane_cols = c.int4 ? 8 : 4, half = acts.row_bytes / 2;
+      for (int64_t r = 0; r < c.m; ++r) {
+        const float* xr = xd + r * (c.k + 3);
+        const uint8_t* codes = acts.codes.data() + r * acts.row_bytes;
+        for (int64_t b0 = 0; b0 < c.k; b0 += 32) {
+          const int64_t n = std::min<int64_t>(32, c.k - b0);
+          float amax = 0.0f;
+          for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(xr[b0 + i]));
+          const float scale = amax / 127.0f;
+          for (int64_t l = b0 / lane_cols; l < (b0 + 32) / lane_cols; ++l) {  // the block's lanes
+            ASSERT_EQ(acts.lane_scales[r * acts.lanes + l], scale) << Name(c) << " lane " << l;
+          }
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t col = b0 + i;
+            const int want =
+                amax > 0.0f ? static_cast<int>(std::nearbyint(xr[col] * (127.0f / amax))) : 0;
+            const int got = c.int4 ? static_cast<int8_t>(codes[(col & 1) * half + col / 2])
+                                   : static_cast<int8_t>(static_cast<uint8_t>(codes[col] - offset));
+            ASSERT_EQ(got, want) << Name(c) << " row " << r << " column " << col;
+          }
         }
-        for (int64_t i = 0; i < n; ++i) {
-          const int64_t col = b0 + i;
-          const int want =
-              amax > 0.0f ? static_cast<int>(std::nearbyint(xr[col] * (127.0f / amax))) : 0;
-          const int got = c.int4 ? static_cast<int8_t>(codes[(col & 1) * half + col / 2])
-                                 : static_cast<int>(codes[col]) - 128;
-          ASSERT_EQ(got, want) << Name(c) << " row " << r << " column " << col;
+        for (int64_t l = (c.k + 31) / 32 * 32 / lane_cols; l < acts.lanes; ++l) {  // past the blocks
+          ASSERT_EQ(acts.lane_scales[r * acts.lanes + l], 0.0f) << Name(c) << " lane " << l;
         }
-      }
-      for (int64_t l = (c.k + 31) / 32 * 32 / lane_cols; l < acts.lanes; ++l) {  // past the blocks
-        ASSERT_EQ(acts.lane_scales[r * acts.lanes + l], 0.0f) << Name(c) << " lane " << l;
-      }
-      if (!c.int4) {
-        for (int64_t col = c.k; col < acts.row_bytes; ++col) ASSERT_EQ(codes[col], 128);
-        continue;
-      }
-      for (int64_t col = c.k; col < acts.row_bytes; ++col) {
-        ASSERT_EQ(codes[(col & 1) * half + col / 2], 0) << Name(c) << " padding " << col;
-      }
-      const int64_t g = std::min(c.group, c.k);
-      for (int64_t gi = 0; gi * g < c.k; ++gi) {
-        double sum = 0, mag = 0;
-        for (int64_t col = gi * g; col < std::min(c.k, (gi + 1) * g); ++col) {
-          sum += xr[col];
-          mag += std::fabs(xr[col]);
+        if (!c.int4) {
+          for (int64_t col = c.k; col < acts.row_bytes; ++col) ASSERT_EQ(codes[col], offset);
+          continue;
         }
-        ASSERT_NEAR(acts.group_sums[r * acts.groups + gi], sum, 1e-6 * mag) << Name(c);
+        for (int64_t col = c.k; col < acts.row_bytes; ++col) {
+          ASSERT_EQ(codes[(col & 1) * half + col / 2], 0) << Name(c) << " padding " << col;
+        }
+        const int64_t g = std::min(c.group, c.k);
+        for (int64_t gi = 0; gi * g < c.k; ++gi) {
+          double sum = 0, mag = 0;
+          for (int64_t col = gi * g; col < std::min(c.k, (gi + 1) * g); ++col) {
+            sum += xr[col];
+            mag += std::fabs(xr[col]);
+          }
+          ASSERT_NEAR(acts.group_sums[r * acts.groups + gi], sum, 1e-6 * mag) << Name(c);
+        }
       }
     }
   }
@@ -356,7 +362,8 @@ TEST_F(QuantMatMulTest, QuantizedActsFollowTheDefinition) {
 
 // The packed layout holds the same codes, block scales and group sums as the by-rows one, dealt
 // into quads of rows (quant_vnni.h): dword d of row r in block b at quad r / 4, position
-// (b * 8 + d) * 4 + r % 4; the padding rows of the last quad are zero (int8: code 128).
+// (b * 8 + d) * 4 + r % 4; the padding rows of the last quad are zero (int8: code 128, or 0
+// where the codes are not offset).
 TEST_F(QuantMatMulTest, PackedActsHoldTheRowsCodes) {
   Rng rng(22);
   int tested = 0;
@@ -367,13 +374,17 @@ TEST_F(QuantMatMulTest, PackedActsHoldTheRowsCodes) {
     Owned x(DType::kF32, {c.m, c.k}), out(DType::kF32, {c.m, c.n});
     rng.Fill(x, -2.0f, 2.0f);
     const cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, false, out, c.n);
+    // int8 x codes offset (VNNI) and not (AVX2), by turns.
+    const cpu::IntegerDotPath path =
+        tested % 2 == 0 ? cpu::IntegerDotPath::kVnni512 : cpu::IntegerDotPath::kAvx2;
     cpu::QuantizedActs rows, packed;
     cpu::SetPackedMinRowsForTest(int64_t{1} << 40);
-    cpu::QuantizeActs(a, &rows);
+    cpu::QuantizeActs(a, &rows, nullptr, path);
     cpu::SetPackedMinRowsForTest(1);
     packed.codes.assign(static_cast<size_t>(4 * (c.m + 4) * (c.k + 64)), 0x5a);  // stale data
-    cpu::QuantizeActs(a, &packed);
+    cpu::QuantizeActs(a, &packed, nullptr, path);
     cpu::SetPackedMinRowsForTest(0);
+    ASSERT_EQ(packed.int8_signed, rows.int8_signed);
     ASSERT_FALSE(rows.packed);
     ASSERT_TRUE(packed.packed);
     const int64_t nb = packed.blocks, half = rows.row_bytes / 2;
@@ -384,7 +395,7 @@ TEST_F(QuantMatMulTest, PackedActsHoldTheRowsCodes) {
         for (int64_t d = 0; d < 8; ++d) {
           const uint8_t* got = packed.codes.data() + quad * nb * 128 + (b * 8 + d) * 16 + lane * 4;
           for (int64_t i = 0; i < 4; ++i) {
-            int want = c.int4 ? 0 : 128;
+            int want = c.int4 || packed.int8_signed ? 0 : 128;
             if (r < c.m) {
               const int64_t src = c.int4 ? (d & 1) * half + b * 16 + (d >> 1) * 4 + i
                                          : b * 32 + d * 4 + i;
@@ -466,7 +477,7 @@ TEST_F(QuantMatMulTest, PackedTilesMatchPerRowKernel) {
         const cpu::QuantMatMulArgs a =
             ArgsFor(c, rw, x, c.k, true, packed ? got : per_row, c.n + 3);
         cpu::QuantizedActs acts;
-        cpu::QuantizeActs(a, &acts);
+        cpu::QuantizeActs(a, &acts, nullptr, path);
         ASSERT_EQ(acts.packed, packed);
         const int64_t cut = std::min<int64_t>(c.n, 5), cut2 = std::max(cut, c.n - 3);
         cpu::IntegerDotRangeOn(path, a, acts, 0, cut);
@@ -542,7 +553,7 @@ TEST_F(QuantMatMulTest, PrepackedTilesMatchPerRowKernel) {
         const bool tiles_only = variant == 2 && cpu::FewRowsTakeTiles(c.int4, c.k);
         if (tiles_only) a.q = nullptr, a.scales = nullptr, a.zeros = nullptr;
         cpu::QuantizedActs acts;
-        cpu::QuantizeActs(a, &acts);
+        cpu::QuantizeActs(a, &acts, nullptr, path);
         ASSERT_EQ(acts.packed, tiled);
         const int64_t cut = std::min<int64_t>(c.n, cpu::kPrepackedRows);
         const int64_t cut2 = std::max(cut, (c.n - 1) / cpu::kPrepackedRows * cpu::kPrepackedRows);
@@ -873,7 +884,7 @@ TEST_F(QuantMatMulTest, IntegerDotPathsAgree) {
     for (size_t p = 0; p < paths.size(); ++p) {
       const cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, true, p == 0 ? first : got, c.n);
       cpu::QuantizedActs acts;
-      cpu::QuantizeActs(a, &acts);
+      cpu::QuantizeActs(a, &acts, nullptr, paths[p]);
       cpu::IntegerDotRangeOn(paths[p], a, acts, 0, c.n);
       if (p == 0) continue;
       for (int64_t r = 0; r < c.m; ++r) {
@@ -933,7 +944,7 @@ TEST_F(QuantMatMulTest, IntegerDotExtremeCodesExact) {
         cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, false, got, c.n);
         if (tiled) a.tiles = tiles.data(), a.q = nullptr, a.scales = nullptr, a.zeros = nullptr;
         cpu::QuantizedActs acts;
-        cpu::QuantizeActs(a, &acts);
+        cpu::QuantizeActs(a, &acts, nullptr, path);
         cpu::IntegerDotRangeOn(path, a, acts, 0, c.n);
         ExpectClose(got.ToVector(), want.ToVector(), 1e-5f,
                     std::string(cpu::IntegerDotPathName(path)) + (tiled ? " tiles" : "") +
@@ -987,7 +998,7 @@ TEST_F(QuantMatMulTest, IntegerDotBatchTiles) {
     for (cpu::IntegerDotPath path : paths) {
       const cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, true, got, c.n);
       cpu::QuantizedActs acts;
-      cpu::QuantizeActs(a, &acts);
+      cpu::QuantizeActs(a, &acts, nullptr, path);
       cpu::IntegerDotRangeOn(path, a, acts, 0, c.n);
       ExpectWithinQuantBound(c, rw.w, x, c.k, true, rw.bias, got.f32(), c.n, want.ToVector(),
                              std::string(cpu::IntegerDotPathName(path)) + " batch " + Name(c));

@@ -7,7 +7,8 @@
 //     then vpmaddwd against ones (i16 pairs -> i32).
 // Exactness of the AVX2 products (vpmaddubsw saturates its i16 pair sums):
 //   int8: the unsigned operand is |w| (0..128) and the signed one is x with w's sign applied
-//         (vpsignb; x codes lie in -127..127), so a pair sum is at most 2 * 128 * 127 = 32512 <
+//         (vpsignb; x codes lie in -127..127 and are stored as they are for this kernel,
+//         QuantizedActs::int8_signed), so a pair sum is at most 2 * 128 * 127 = 32512 <
 //         32767: never saturates, the i32 lane is the exact dot product.
 //   int4: codes 0..15 against x in -127..127: a pair is at most 2 * 15 * 127 = 3810, and the even
 //         and odd nibble pairs added in i16 at most 7620: exact. The kernels that add several

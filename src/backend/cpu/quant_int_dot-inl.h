@@ -295,7 +295,8 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) VecI PairSumsInt4(VecI lo, 
 // added to facc with the per-lane scales x_scale * wsl. The i32 lane dots are exact on every
 // path (quant_int256.h shows why AVX2's saturating pair sums never saturate here).
 //   int8: x codes as stored (u8 = q + 128): dot(x + 128, w) - 128 * sum(w); AVX2 instead takes
-//         |w| as the unsigned operand against x with w's sign applied.
+//         |w| as the unsigned operand against x (stored as q, QuantizedActs::int8_signed) with
+//         w's sign applied.
 //   int4: codes 0..15 (unsigned) against the signed x codes of the even and odd columns.
 // comb == nullptr: the per-lane scale of row r is x's lane scales times wsl; else comb[r].
 template <int MR, bool kInt4>
@@ -332,8 +333,7 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void Chunk(
 #if DH_IDOT_VNNI
       const VecI acc = SubI32(Dpbusd(ZeroI(), xq, v), corr);
 #else
-      const VecI xs = _mm256_xor_si256(xq, SetI8(static_cast<char>(0x80)));
-      const VecI pairs = _mm256_maddubs_epi16(absw, _mm256_sign_epi8(xs, v));
+      const VecI pairs = _mm256_maddubs_epi16(absw, _mm256_sign_epi8(xq, v));
       const VecI acc = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 #endif
       const VecF comb = comb_of(r);
@@ -645,7 +645,8 @@ void DotRowsAnyMode(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t r0
 // int4: step t's low nibbles are the even columns 8t', 8t'+2, .. of the block and match 4 bytes
 // of x's even half, the high nibbles its odd half (QuantizedActs keeps them apart), as above.
 // int8 (VNNI): x holds q + 128, so each block's sum starts from -128 * (the block's code sum)
-// per lane, kept with the tile. int8 (AVX2): |w| against x with w's sign, as in Chunk.
+// per lane, kept with the tile. int8 (AVX2): |w| against x (q, not offset) with w's sign, as in
+// Chunk.
 // Numerics: each block's dot is exact in i32 and scaled once (x scale * weight scale); the
 // error bound of quant_vnni.h holds with fewer f32 roundings.
 
@@ -848,7 +849,6 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void BlockDots(const int32_
 #pragma GCC unroll 8
     for (int d = 0; d < 8; ++d) absw[d] = _mm256_abs_epi8(w[d]);
   }
-  const VecI bias = SetI8(static_cast<char>(0x80));
   const VecI ones16 = _mm256_set1_epi16(1);
 #endif
 #pragma GCC unroll 16
@@ -882,7 +882,7 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void BlockDots(const int32_
       acc = _mm256_setzero_si256();
 #pragma GCC unroll 8
       for (int d = 0; d < 8; ++d) {
-        const VecI xq = _mm256_xor_si256(BroadcastDword(x + 16 * d), bias);
+        const VecI xq = BroadcastDword(x + 16 * d);  // q itself (QuantizedActs::int8_signed)
         acc = _mm256_add_epi32(
             acc,
             _mm256_madd_epi16(_mm256_maddubs_epi16(absw[d], _mm256_sign_epi8(xq, w[d])), ones16));

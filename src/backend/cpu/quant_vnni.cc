@@ -329,15 +329,16 @@ DH_QA_TARGET float Sum8(const float* x, int64_t n) {
 
 // One row of QuantizeActs: full blocks in AVX2, the last partial block in scalar code.
 DH_QA_TARGET void QuantizeRowAvx2(const float* x, int64_t k, int64_t g, bool int4, int64_t half,
-                                  uint8_t* codes, float* bs, float* gs, int8_t* tail) {
+                                  int int8_offset, uint8_t* codes, float* bs, float* gs,
+                                  int8_t* tail) {
   const int64_t full = k / kBlock;
-  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(int8_offset));
   auto store = [&](int64_t b, __m256i q) DH_QA_TARGET {
     if (int4) {
       StoreEvenOdd(q, codes + b * kBlock / 2, codes + half + b * kBlock / 2);
     } else {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + b * kBlock),
-                          _mm256_xor_si256(q, bias));
+                          _mm256_xor_si256(q, bias));  // q + 128 (mod 256) = q ^ 0x80; offset 0: q
     }
   };
   int64_t b = 0;
@@ -359,7 +360,7 @@ DH_QA_TARGET void QuantizeRowAvx2(const float* x, int64_t k, int64_t g, bool int
       if (int4) {
         codes[(c & 1) * half + c / 2] = static_cast<uint8_t>(v);
       } else {
-        codes[c] = static_cast<uint8_t>(v + 128);
+        codes[c] = static_cast<uint8_t>(v + int8_offset);
       }
     }
   }
@@ -378,29 +379,35 @@ DH_QA_TARGET void QuantizeRowAvx2(const float* x, int64_t k, int64_t g, bool int
 
 namespace {
 
-// Row x of a in the by-rows layout: codes (row_bytes, padding included), one scale per block of
-// 32 columns into bs, int4 group sums into gs; q: k bytes of scratch.
+// The value int8 weights' x codes carry over q: 128 (u8 for vpdpbusd), 0 for the AVX2 kernel,
+// which takes q as it is (QuantizedActs::int8_signed).
+int Int8Offset(const QuantizedActs& acts) { return acts.int8_signed ? 0 : 128; }
+
+// Row x of a in the by-rows layout: codes (row_bytes, padding included; int8: q + int8_offset),
+// one scale per block of 32 columns into bs, int4 group sums into gs; q: k bytes of scratch.
 void QuantizeRow(const QuantMatMulArgs& a, const float* x, int64_t row_bytes, int64_t groups,
-                 uint8_t* codes, float* bs, float* gs, int8_t* q) {
+                 int int8_offset, uint8_t* codes, float* bs, float* gs, int8_t* q) {
   const int64_t k = a.k, g = std::min(a.group_size, k);
   const int64_t nblocks = (k + kBlock - 1) / kBlock;
   const int64_t half = row_bytes / 2;
   if (!a.int4) {
-    std::memset(codes + k, 128, static_cast<size_t>(row_bytes - k));
+    std::memset(codes + k, int8_offset, static_cast<size_t>(row_bytes - k));
   } else {  // even columns [0, k) take bytes [0, (k + 1) / 2), odd ones half + [0, k / 2)
     std::memset(codes + (k + 1) / 2, 0, static_cast<size_t>(half - (k + 1) / 2));
     std::memset(codes + half + k / 2, 0, static_cast<size_t>(half - k / 2));
     std::fill(gs, gs + groups, 0.0f);
   }
 #if defined(__x86_64__)
-  if (CpuHasAvx2()) return QuantizeRowAvx2(x, k, g, a.int4, half, codes, bs, gs, q);
+  if (CpuHasAvx2()) {
+    return QuantizeRowAvx2(x, k, g, a.int4, half, int8_offset, codes, bs, gs, q);
+  }
 #endif
   for (int64_t b = 0; b < nblocks; ++b) {
     const int64_t c0 = b * kBlock;
     bs[b] = QuantizeBlock(x + c0, std::min(kBlock, k - c0), q + c0);
   }
   if (!a.int4) {
-    for (int64_t c = 0; c < k; ++c) codes[c] = static_cast<uint8_t>(q[c] + 128);
+    for (int64_t c = 0; c < k; ++c) codes[c] = static_cast<uint8_t>(q[c] + int8_offset);
   } else {
     for (int64_t c = 0; c < k; ++c) codes[(c & 1) * half + c / 2] = static_cast<uint8_t>(q[c]);
     for (int64_t c = 0; c < k; ++c) gs[c / g] += x[c];
@@ -425,10 +432,10 @@ void PackQuad(const QuantMatMulArgs& a, int64_t quad, QuantizedActs* acts) {
     const int64_t r = quad * 4 + lane;
     uint8_t* row = rows.data() + lane * row_bytes;
     if (r < a.m) {
-      QuantizeRow(a, a.x + r * a.x_stride, row_bytes, groups, row, bs.data() + lane * nblocks,
-                  gs.data() + lane * groups, q.data());
+      QuantizeRow(a, a.x + r * a.x_stride, row_bytes, groups, Int8Offset(*acts), row,
+                  bs.data() + lane * nblocks, gs.data() + lane * groups, q.data());
     } else {
-      std::memset(row, a.int4 ? 0 : 128, static_cast<size_t>(row_bytes));
+      std::memset(row, a.int4 ? 0 : Int8Offset(*acts), static_cast<size_t>(row_bytes));
       std::fill_n(bs.data() + lane * nblocks, nblocks, 0.0f);
       std::fill_n(gs.data() + lane * groups, groups, 0.0f);
     }
@@ -607,10 +614,13 @@ void UnpackTiles(const QuantMatMulArgs& a, int64_t n, int64_t tile_begin, int64_
   }
 }
 
-void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts, ThreadPool* pool) {
+void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts, ThreadPool* pool,
+                  IntegerDotPath path) {
   const int64_t k = a.k, m = a.m;
   const int64_t g = std::min(a.group_size, k);
   acts->m = m;
+  if (path == IntegerDotPath::kNone) path = ActiveIntegerDotPath();
+  acts->int8_signed = !a.int4 && path == IntegerDotPath::kAvx2;
   acts->packed = (m >= (a.tiles != nullptr ? PrepackedMinRows(a.int4) : PackedMinRows())) &&
                  PackedTilesSupport(k, a.group_size);
   // Per-thread scratch, grown once: no heap allocation per call once the shapes were seen.
@@ -652,7 +662,7 @@ void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts, ThreadPool* poo
   acts->block_scales.resize(static_cast<size_t>(m * nblocks));
   const int64_t lanes_per_block = kBlock / LaneCols(a.int4);
   for (int64_t r = 0; r < m; ++r) {
-    QuantizeRow(a, a.x + r * a.x_stride, acts->row_bytes, acts->groups,
+    QuantizeRow(a, a.x + r * a.x_stride, acts->row_bytes, acts->groups, Int8Offset(*acts),
                 acts->codes.data() + r * acts->row_bytes, bs.data(),
                 acts->group_sums.data() + r * acts->groups, q.data());
     // Lane l holds block l / lanes_per_block's scale (4 or 8 lanes per block), 0 past the last.
@@ -713,9 +723,10 @@ void IntegerDotRange(const QuantMatMulArgs& a, const QuantizedActs& acts, int64_
 void IntegerDotRangeOn(IntegerDotPath path, const QuantMatMulArgs& a, const QuantizedActs& acts,
                        int64_t n_begin, int64_t n_end) {
   DH_CHECK(IntegerDotPathAvailable(path) && IntegerDotSupports(a.int4, a.k, a.group_size) &&
-               acts.m == a.m,
-           "integer dot {}: {} k={} group={} m={} (prepared for m={})", IntegerDotPathName(path),
-           a.int4 ? "int4" : "int8", a.k, a.group_size, a.m, acts.m);
+               acts.m == a.m && acts.int8_signed == (!a.int4 && path == IntegerDotPath::kAvx2),
+           "integer dot {}: {} k={} group={} m={} (prepared for m={}, {} x codes)",
+           IntegerDotPathName(path), a.int4 ? "int4" : "int8", a.k, a.group_size, a.m, acts.m,
+           acts.int8_signed ? "signed" : "offset");
   if (n_begin >= n_end || a.m <= 0) return;
   const bool tiles = a.tiles != nullptr && (acts.packed || FewRowsReadTiles(path, a));
   DH_CHECK(!tiles || n_begin % kPrepackedRows == 0, "prepacked tiles start at row {}", n_begin);

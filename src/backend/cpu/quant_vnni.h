@@ -11,8 +11,9 @@
 // plus f32 rounding of the per-lane partial sums. Per lane of 4 (int8) or 8 (int4) columns the i32
 // dot is exact and is scaled by x_scale * w_scale in f32.
 //
-// int8 weights are signed, so x is offset by 128 to fit the unsigned operand:
-// dot(x + 128, w) - 128 * sum(w), with sum(w) taken by a second vpdpbusd against ones (exact).
+// int8 weights are signed, so for vpdpbusd x is offset by 128 to fit the unsigned operand:
+// dot(x + 128, w) - 128 * sum(w), with sum(w) taken by a second vpdpbusd against ones (exact);
+// the AVX2 kernel takes x as it is (quant_int256.h).
 // int4 codes (0..15) are the unsigned operand against signed x directly.
 #pragma once
 
@@ -123,7 +124,11 @@ struct QuantizedActs {
   int64_t lanes = 0;      // i32 lanes per x row (one scale each)
   int64_t groups = 0;     // int4: weight groups per row
   int64_t blocks = 0;     // blocks of 32 columns per row
-  LineVector<uint8_t> codes;         // int8 weights: u8 (q + 128); int4 weights: s8 even | odd
+  // int8 weights: x codes as q itself, for the AVX2 kernel (vpsignb takes x signed: no XOR per
+  // row and step to undo the offset); the VNNI kernels' vpdpbusd takes x as q + 128.
+  bool int8_signed = false;
+  // int8 weights: u8 (q + 128), or s8 q where int8_signed; int4 weights: s8 even | odd.
+  LineVector<uint8_t> codes;
   LineVector<float> lane_scales;     // by rows: [m][lanes], the x block scale of each lane
   LineVector<float> group_sums;      // int4: by rows [m][groups], f32 sum of x over each group
   LineVector<float> block_scales;    // by rows: [m][blocks], the scale of each 32-column block
@@ -131,9 +136,11 @@ struct QuantizedActs {
 
 // Quantizes a.x (m rows of k) for the integer kernel of a's format and group size, packed when
 // PackedTilesSupport(k, group_size) and a.m >= PackedMinRows(), or a.m >= PrepackedMinRows(int4)
-// over a prepacked weight (a.tiles).
+// over a prepacked weight (a.tiles), for kernel `path` (kNone: the active one; int8 x codes are
+// signed for kAvx2, QuantizedActs::int8_signed). IntegerDotRangeOn takes them on that path only.
 // With a pool, the rows of a packed layout are quantized on all its threads.
-void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts, ThreadPool* pool = nullptr);
+void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts, ThreadPool* pool = nullptr,
+                  IntegerDotPath path = IntegerDotPath::kNone);
 
 // Whether the packed tiles take the layout: every x block of 32 columns inside one weight group.
 bool PackedTilesSupport(int64_t k, int64_t group_size);
