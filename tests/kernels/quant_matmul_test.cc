@@ -335,7 +335,8 @@ TEST_F(QuantMatMulTest, QuantizedActsFollowTheDefinition) {
             ASSERT_EQ(got, want) << Name(c) << " row " << r << " column " << col;
           }
         }
-        for (int64_t l = (c.k + 31) / 32 * 32 / lane_cols; l < acts.lanes; ++l) {  // past the blocks
+        // Lanes past the blocks.
+        for (int64_t l = (c.k + 31) / 32 * 32 / lane_cols; l < acts.lanes; ++l) {
           ASSERT_EQ(acts.lane_scales[r * acts.lanes + l], 0.0f) << Name(c) << " lane " << l;
         }
         if (!c.int4) {

@@ -379,8 +379,11 @@ DH_QA_TARGET void QuantizeRowAvx2(const float* x, int64_t k, int64_t g, bool int
 
 namespace {
 
-// The value int8 weights' x codes carry over q: 128 (u8 for vpdpbusd), 0 for the AVX2 kernel,
-// which takes q as it is (QuantizedActs::int8_signed).
+// Whether kernel `path` takes x's codes signed (QuantizedActs::int8_signed): int8 weights on the
+// AVX2 kernel, whose vpsignb wants x as q; vpdpbusd (the VNNI kernels) wants q + 128.
+bool TakesSignedX(bool int4, IntegerDotPath path) { return !int4 && path == IntegerDotPath::kAvx2; }
+
+// The value int8 weights' x codes carry over q: 128, or 0 where the kernel takes them signed.
 int Int8Offset(const QuantizedActs& acts) { return acts.int8_signed ? 0 : 128; }
 
 // Row x of a in the by-rows layout: codes (row_bytes, padding included; int8: q + int8_offset),
@@ -620,7 +623,7 @@ void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts, ThreadPool* poo
   const int64_t g = std::min(a.group_size, k);
   acts->m = m;
   if (path == IntegerDotPath::kNone) path = ActiveIntegerDotPath();
-  acts->int8_signed = !a.int4 && path == IntegerDotPath::kAvx2;
+  acts->int8_signed = TakesSignedX(a.int4, path);
   acts->packed = (m >= (a.tiles != nullptr ? PrepackedMinRows(a.int4) : PackedMinRows())) &&
                  PackedTilesSupport(k, a.group_size);
   // Per-thread scratch, grown once: no heap allocation per call once the shapes were seen.
@@ -723,7 +726,7 @@ void IntegerDotRange(const QuantMatMulArgs& a, const QuantizedActs& acts, int64_
 void IntegerDotRangeOn(IntegerDotPath path, const QuantMatMulArgs& a, const QuantizedActs& acts,
                        int64_t n_begin, int64_t n_end) {
   DH_CHECK(IntegerDotPathAvailable(path) && IntegerDotSupports(a.int4, a.k, a.group_size) &&
-               acts.m == a.m && acts.int8_signed == (!a.int4 && path == IntegerDotPath::kAvx2),
+               acts.m == a.m && acts.int8_signed == TakesSignedX(a.int4, path),
            "integer dot {}: {} k={} group={} m={} (prepared for m={}, {} x codes)",
            IntegerDotPathName(path), a.int4 ? "int4" : "int8", a.k, a.group_size, a.m, acts.m,
            acts.int8_signed ? "signed" : "offset");
