@@ -383,8 +383,9 @@ namespace {
 // AVX2 kernel, whose vpsignb wants x as q; vpdpbusd (the VNNI kernels) wants q + 128.
 bool TakesSignedX(bool int4, IntegerDotPath path) { return !int4 && path == IntegerDotPath::kAvx2; }
 
-// The value int8 weights' x codes carry over q: 128, or 0 where the kernel takes them signed.
-int Int8Offset(const QuantizedActs& acts) { return acts.int8_signed ? 0 : 128; }
+// The byte that stores x code 0 (and so pads rows): 128 for int8 weights' offset codes, 0 for
+// int4's and for int8's where the kernel takes them signed. int8 codes are q + this.
+int ZeroCode(bool int4, const QuantizedActs& acts) { return int4 || acts.int8_signed ? 0 : 128; }
 
 // Row x of a in the by-rows layout: codes (row_bytes, padding included; int8: q + int8_offset),
 // one scale per block of 32 columns into bs, int4 group sums into gs; q: k bytes of scratch.
@@ -435,10 +436,10 @@ void PackQuad(const QuantMatMulArgs& a, int64_t quad, QuantizedActs* acts) {
     const int64_t r = quad * 4 + lane;
     uint8_t* row = rows.data() + lane * row_bytes;
     if (r < a.m) {
-      QuantizeRow(a, a.x + r * a.x_stride, row_bytes, groups, Int8Offset(*acts), row,
+      QuantizeRow(a, a.x + r * a.x_stride, row_bytes, groups, ZeroCode(a.int4, *acts), row,
                   bs.data() + lane * nblocks, gs.data() + lane * groups, q.data());
     } else {
-      std::memset(row, a.int4 ? 0 : Int8Offset(*acts), static_cast<size_t>(row_bytes));
+      std::memset(row, ZeroCode(a.int4, *acts), static_cast<size_t>(row_bytes));
       std::fill_n(bs.data() + lane * nblocks, nblocks, 0.0f);
       std::fill_n(gs.data() + lane * groups, groups, 0.0f);
     }
@@ -665,7 +666,7 @@ void QuantizeActs(const QuantMatMulArgs& a, QuantizedActs* acts, ThreadPool* poo
   acts->block_scales.resize(static_cast<size_t>(m * nblocks));
   const int64_t lanes_per_block = kBlock / LaneCols(a.int4);
   for (int64_t r = 0; r < m; ++r) {
-    QuantizeRow(a, a.x + r * a.x_stride, acts->row_bytes, acts->groups, Int8Offset(*acts),
+    QuantizeRow(a, a.x + r * a.x_stride, acts->row_bytes, acts->groups, ZeroCode(a.int4, *acts),
                 acts->codes.data() + r * acts->row_bytes, bs.data(),
                 acts->group_sums.data() + r * acts->groups, q.data());
     // Lane l holds block l / lanes_per_block's scale (4 or 8 lanes per block), 0 past the last.
