@@ -824,11 +824,12 @@ TEST_F(QuantMatMulTest, PreparedInt4WeightReleasesItsRows) {
 
 // A 256-bit integer kernel in use (DH_CPU_TIER=avx2|avxvnni, DH_INTEGER_DOT=avx2|avxvnni) makes
 // the copies a CPU of that tier makes: int4 weights get their tiles and read them at every M (so
-// their rows are released), int8 weights and int4 rows longer than kFewRowsTilesMaxK keep their
-// rows alone (Zen 1's half-width units keep the rows of all); MatMul over the prepared int4
-// weight gives the row layout's outputs within f32 summation order at one and two rows of x (by
-// rows) and from three (x packed).
-TEST_F(QuantMatMulTest, A256BitKernelPrepacksInt4Only) {
+// their rows are released), int8 weights get tiles beside their rows (read from 5 rows of x),
+// int4 rows longer than kFewRowsTilesMaxK keep their rows alone (Zen 1's half-width units keep
+// the rows of all); MatMul over the prepared weight gives the row layout's outputs within f32
+// summation order at one and two rows of x (by rows) and from three (int4) or five (int8) rows
+// over the tiles, x packed.
+TEST_F(QuantMatMulTest, A256BitKernelPrepacksAsItsTierDoes) {
   const cpu::IntegerDotPath before = cpu::ActiveIntegerDotPath();
   Rng rng(32);
   int tested = 0;
@@ -836,13 +837,15 @@ TEST_F(QuantMatMulTest, A256BitKernelPrepacksInt4Only) {
     if (!cpu::IntegerDotPathAvailable(path)) continue;
     ++tested;
     cpu::SetIntegerDotPathForTest(path);
-    for (const Case& c : {Case{false, 1, 70, 512, 32}, Case{true, 1, 70, 512, 32},
-                          Case{true, 2, 70, 512, 32}, Case{true, 3, 70, 1408, 32},
-                          Case{true, 5, 40, 256, 128}, Case{true, 1, 20, 8960, 32}}) {
+    for (const Case& c : {Case{false, 1, 70, 512, 32}, Case{false, 6, 70, 512, 32},
+                          Case{false, 9, 40, 1536, 32}, Case{false, 4, 37, 256, 128},
+                          Case{true, 1, 70, 512, 32}, Case{true, 2, 70, 512, 32},
+                          Case{true, 3, 70, 1408, 32}, Case{true, 5, 40, 256, 128},
+                          Case{true, 1, 20, 8960, 32}}) {
       const std::string what = std::string(cpu::IntegerDotPathName(path)) + " " + Name(c);
       RandomWeight rw(rng, c);
       EXPECT_EQ(cpu::PrepackWanted(c.int4, c.k),
-                c.int4 && c.k <= cpu::kFewRowsTilesMaxK && !cpu::CpuHalfWidthVectorUnits())
+                (!c.int4 || c.k <= cpu::kFewRowsTilesMaxK) && !cpu::CpuHalfWidthVectorUnits())
           << what;
       Result<Weight> prepared = cpu_.PrepareWeight(rw.w);
       ASSERT_TRUE(prepared.ok()) << prepared.status().message();

@@ -283,6 +283,16 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void SplitNibbles(VecI v, V
 }
 
 #if !DH_IDOT_VNNI
+// Marks v as computed here, in a register: an add chain through it stays a chain. Without it
+// GCC reassociates a row's 8 vpmaddubsw + vpaddw of a packed block into a tree, loads the 8 x
+// broadcasts of the tree at once, and with 16 registers the block's 8 code vectors and the rows'
+// sums then spill: 23 loads and stores per row and block against 12, and vector loads issue at 2
+// per cycle (Zen 5, scratch loop in L1: 7.95 -> 6.80 cycles per row, block and 8 weight rows,
+// against 6 by the multiply pipes; bench/README.md "Zen 5, session 37").
+DH_IDOT_TARGET inline __attribute__((always_inline)) void KeepChain(VecI& v) {
+  asm("" : "+x"(v));
+}
+
 // AVX2: the int16 pair sums of one int4 chunk (nibbles lo, hi) against x's codes of the even and
 // odd columns (xe, xo).
 DH_IDOT_TARGET inline __attribute__((always_inline)) VecI PairSumsInt4(VecI lo, VecI hi, VecI xe,
@@ -829,6 +839,38 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void BlockDots(const int32_
                                                                     const int32_t* corr, VecF ws,
                                                                     VecF* facc) {
   constexpr int64_t kSteps = StepsPerBlock<kInt4>();
+#if !DH_IDOT_VNNI
+  if constexpr (!kInt4) {
+    // AVX2 int8, step by step over each quad of x rows: a step's codes are loaded and their
+    // magnitudes formed once for the quad's 4 rows, whose i32 sums stay in registers.
+    (void)corr;
+    const VecI ones16 = _mm256_set1_epi16(1);
+#pragma GCC unroll 4
+    for (int h = 0; h < (MR + 3) / 4; ++h) {
+      constexpr int kRows = MR < 4 ? MR : 4;
+      VecI acc[kRows];
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) acc[r] = ZeroI();
+#pragma GCC unroll 8
+      for (int d = 0; d < 8; ++d) {
+        const VecI wd = LoadI(wb + d * step);
+        const VecI aw = _mm256_abs_epi8(wd);
+#pragma GCC unroll 4
+        for (int r = 0; r < kRows; ++r) {
+          const VecI xq = BroadcastDword(xb[h] + r * 4 + 16 * d);  // q itself
+          acc[r] = _mm256_add_epi32(
+              acc[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq, wd)), ones16));
+          KeepChain(acc[r]);
+        }
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+        facc[4 * h + r] = FmaF(ToF(acc[r]), MulF(ws, SetF(xs[h][r])), facc[4 * h + r]);
+      }
+    }
+    return;
+  }
+#endif
   VecI w[8];  // int4: low then high nibbles of each step (dword 2 * step + half); int8: steps
   if constexpr (kInt4) {
 #pragma GCC unroll 8
@@ -876,6 +918,7 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void BlockDots(const int32_
 #pragma GCC unroll 8
       for (int d = 1; d < 8; ++d) {
         pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[d], BroadcastDword(x + 16 * d)));
+        KeepChain(pairs);
       }
       acc = _mm256_madd_epi16(pairs, ones16);
     } else {

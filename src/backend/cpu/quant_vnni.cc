@@ -119,11 +119,14 @@ int64_t PackedMinRows() {
                                                            : kPackedMinRows256;
 }
 
+// int8 from 5 rows on every kernel: over prepacked tiles (no packing per call) the 256-bit
+// kernels too beat their per-row kernel from 5-6 rows (bench_quant --threads 2, 8960 x 1536 from
+// memory, two rounds, bench/README.md "Zen 5, session 37": AVX2 M = 5 880-951 against 824-951
+// us, M = 6 896-978 against 977-1076; AVX-VNNI M = 5 692-777 against 790-872).
 int64_t PrepackedMinRows(bool int4) {
   if (g_packed_min_rows.load(std::memory_order_relaxed) > 0) return PackedMinRows();
   if (int4) return kPrepackedMinRowsInt4;
-  return ActiveIntegerDotPath() == IntegerDotPath::kVnni512 ? kPrepackedMinRowsInt8
-                                                           : PackedMinRows();
+  return kPrepackedMinRowsInt8;
 }
 
 void SetPackedMinRowsForTest(int64_t rows) { g_packed_min_rows.store(rows > 0 ? rows : 0); }
@@ -510,7 +513,9 @@ bool PrepackWanted(bool int4, int64_t k) {
     case IntegerDotPath::kVnni512: return true;
     case IntegerDotPath::kAvx2:
     case IntegerDotPath::kAvxVnni:
-      return FewRowsTakeTiles(int4, k) && !CpuHalfWidthVectorUnits();
+      // int8 weights held twice, as on vnni512 (rows for 1-4 rows of x, tiles from 5); int4
+      // where its tiles serve every row count (its rows are then released).
+      return (!int4 || FewRowsTakeTiles(int4, k)) && !CpuHalfWidthVectorUnits();
     case IntegerDotPath::kNone: break;
   }
   return false;

@@ -181,13 +181,15 @@ inline PrepackedLayout PrepackedLayoutOf(bool int4, int64_t k, int64_t group_siz
 bool PrepackSupports(bool int4, int64_t k, int64_t group_size);
 // Whether the backend makes prepacked copies of int4 (int4 = true) or int8 weights with rows of
 // k columns (0: any): the integer kernel in use is vnni512 (both formats), or a 256-bit one
-// (AVX2, AVX-VNNI) for int4 rows of up to kFewRowsTilesMaxK columns on a CPU with full-width
-// vector units (there one or two rows of x read the tiles faster than the rows,
-// PrepackedFewRowsInt4, and the rows are released, so the copy costs no memory; int8 and longer
-// int4 rows keep their rows alone rather than be held twice; Zen 1's half-width units were not
-// measured over tiles and keep the rows); the integer path was not switched off at start
-// (DH_INTEGER_DOT=off), and DH_PREPACKED_TILES is not "off" (the row layout alone: half the
-// memory of int8 weights held in RAM on vnni512, the per-call packing back).
+// (AVX2, AVX-VNNI) on a CPU with full-width vector units for int8 (held twice, as on vnni512:
+// since session 37, when batches of 5-31 rows ran 1.4-1.5x faster over the tiles than through
+// the per-row kernel) and for int4 rows of up to kFewRowsTilesMaxK columns (there one or two
+// rows of x read the tiles faster than the rows, PrepackedFewRowsInt4, and the rows are
+// released, so the copy costs no memory; longer int4 rows keep their rows alone rather than be
+// held twice; Zen 1's half-width units were not measured over tiles and keep the rows); the
+// integer path was not switched off at start (DH_INTEGER_DOT=off), and DH_PREPACKED_TILES is
+// not "off" (the row layout alone: half the memory of int8 weights held in RAM, the per-call
+// packing back).
 // DH_CPU_TIER=avx2|avxvnni makes the copies a CPU of that tier would make.
 bool PrepackWanted(bool int4, int64_t k = 0);
 // PrepareWeight carves the copies from shared buffers (backend/buffer_chunks.h), and takes no
