@@ -96,6 +96,50 @@ DH_ISA double MaddubsPermilVar(int64_t iters) { DH_CHAINS(MADDUBS, PERMILVAR) }
 DH_ISA double MaddubsPermilImm(int64_t iters) { DH_CHAINS(MADDUBS, PERMILIMM) }
 DH_ISA double FmaCvtph(int64_t iters) { DH_CHAINS(FMA, CVTPH) }
 
+// Vector loads from L1 (bench/README.md "Zen 5, session 37": there they issue 2 per cycle, the
+// x broadcasts and spills of the integer tiles' block loop set its pace, not vpmaddubsw): 12
+// independent loads per iteration, from distinct lines of a buffer that stays in L1, each into its
+// own register (asm, so the compiler neither hoists nor merges them); the mixes pair each load
+// with the instruction that consumes it.
+alignas(64) uint8_t g_lines[12 * 64];
+#define DH_LOADS(...)                                                                        \
+  const auto t0 = std::chrono::steady_clock::now();                                          \
+  for (int64_t i = 0; i < iters; ++i) {                                                      \
+    asm volatile(__VA_ARGS__ ::"r"(g_lines)                                                  \
+                 : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",   \
+                   "xmm9", "xmm10", "xmm11", "xmm12", "memory");                             \
+  }                                                                                          \
+  return Seconds(t0) / (12.0 * static_cast<double>(iters));
+#define DH_LOAD12(INS)                                                                       \
+  INS " 0(%0), %%ymm0\n\t" INS " 64(%0), %%ymm1\n\t" INS " 128(%0), %%ymm2\n\t"              \
+  INS " 192(%0), %%ymm3\n\t" INS " 256(%0), %%ymm4\n\t" INS " 320(%0), %%ymm5\n\t"           \
+  INS " 384(%0), %%ymm6\n\t" INS " 448(%0), %%ymm7\n\t" INS " 512(%0), %%ymm8\n\t"           \
+  INS " 576(%0), %%ymm9\n\t" INS " 640(%0), %%ymm10\n\t" INS " 704(%0), %%ymm11\n\t"
+// A broadcast load into register r, then vpmaddubsw of the register ymm12 against it
+// (MEM: vpmaddubsw reads its other operand from memory too, 32 bytes on).
+#define DH_BCAST_MADD(R, OFF) \
+  "vpbroadcastd " #OFF "(%0), %%ymm" #R "\n\tvpmaddubsw %%ymm" #R ", %%ymm12, %%ymm" #R "\n\t"
+#define DH_BCAST_MADD_MEM(R, OFF)                 \
+  "vpbroadcastd " #OFF "(%0), %%ymm" #R "\n\t"   \
+  "vpmaddubsw 32+" #OFF "(%0), %%ymm" #R ", %%ymm" #R "\n\t"
+#define DH_SHUF_MADD(R, IMM)                                     \
+  "vpshufd $" #IMM ", %%ymm12, %%ymm" #R "\n\t"                 \
+  "vpmaddubsw %%ymm" #R ", %%ymm12, %%ymm" #R "\n\t"
+DH_ISA double LoadBroadcast(int64_t iters) { DH_LOADS(DH_LOAD12("vpbroadcastd")) }
+DH_ISA double LoadVector(int64_t iters) { DH_LOADS(DH_LOAD12("vmovdqu")) }
+DH_ISA double BroadcastMaddubs(int64_t iters) {
+  DH_LOADS(DH_BCAST_MADD(0, 0) DH_BCAST_MADD(1, 64) DH_BCAST_MADD(2, 128) DH_BCAST_MADD(3, 192)
+               DH_BCAST_MADD(4, 256) DH_BCAST_MADD(5, 320))
+}
+DH_ISA double BroadcastMaddubsMem(int64_t iters) {
+  DH_LOADS(DH_BCAST_MADD_MEM(0, 0) DH_BCAST_MADD_MEM(1, 64) DH_BCAST_MADD_MEM(2, 128)
+               DH_BCAST_MADD_MEM(3, 192) DH_BCAST_MADD_MEM(4, 256) DH_BCAST_MADD_MEM(5, 320))
+}
+DH_ISA double ShufdMaddubs(int64_t iters) {
+  DH_LOADS(DH_SHUF_MADD(0, 0x00) DH_SHUF_MADD(1, 0x55) DH_SHUF_MADD(2, 0xaa)
+               DH_SHUF_MADD(3, 0xff) DH_SHUF_MADD(4, 0x4e) DH_SHUF_MADD(5, 0xb1))
+}
+
 // GCC 12's AVX-512 intrinsics pass an "undefined" vector that -Wmaybe-uninitialized flags once
 // inlined (as in quant_vnni.cc).
 #pragma GCC diagnostic push
@@ -169,6 +213,11 @@ const Row kRows[] = {
     {"vpmaddubsw + vpermilps (index vector)", MaddubsPermilVar},
     {"vpmaddubsw + vpermilps (immediate)", MaddubsPermilImm},
     {"vfmadd231ps + vcvtph2ps", FmaCvtph},
+    {"vpbroadcastd ymm, m32 (load)", LoadBroadcast},
+    {"vmovdqu ymm, m256 (load)", LoadVector},
+    {"vpbroadcastd m32 + vpmaddubsw", BroadcastMaddubs},
+    {"vpbroadcastd m32 + vpmaddubsw m256", BroadcastMaddubsMem},
+    {"vpshufd + vpmaddubsw", ShufdMaddubs},
 };
 
 const Row kRows512[] = {

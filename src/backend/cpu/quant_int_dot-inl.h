@@ -286,9 +286,9 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void SplitNibbles(VecI v, V
 // Marks v as computed here, in a register: an add chain through it stays a chain. Without it
 // GCC reassociates a row's 8 vpmaddubsw + vpaddw of a packed block into a tree, loads the 8 x
 // broadcasts of the tree at once, and with 16 registers the block's 8 code vectors and the rows'
-// sums then spill: 23 loads and stores per row and block against 12, and vector loads issue at 2
-// per cycle (Zen 5, scratch loop in L1: 7.95 -> 6.80 cycles per row, block and 8 weight rows,
-// against 6 by the multiply pipes; bench/README.md "Zen 5, session 37").
+// sums then spill: 17 vector loads and stores per row and block against 13, and vector loads
+// issue at 2 per cycle (Zen 5, scratch loop in L1: 7.95-8.30 -> 6.74-6.80 cycles per row, block
+// and 8 weight rows, against 6 by the multiply pipes; bench/README.md "Zen 5, session 37").
 DH_IDOT_TARGET inline __attribute__((always_inline)) void KeepChain(VecI& v) {
   asm("" : "+x"(v));
 }
@@ -843,6 +843,7 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void BlockDots(const int32_
   if constexpr (!kInt4) {
     // AVX2 int8, step by step over each quad of x rows: a step's codes are loaded and their
     // magnitudes formed once for the quad's 4 rows, whose i32 sums stay in registers.
+    static_assert(MR <= 4 || MR % 4 == 0, "whole quads of x rows, or one partial quad");
     (void)corr;
     const VecI ones16 = _mm256_set1_epi16(1);
 #pragma GCC unroll 4
