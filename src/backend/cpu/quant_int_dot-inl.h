@@ -859,8 +859,8 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void BlockDots(const int32_
 #pragma GCC unroll 4
         for (int r = 0; r < kRows; ++r) {
           const VecI xq = BroadcastDword(xb[h] + r * 4 + 16 * d);  // q itself
-          acc[r] = _mm256_add_epi32(
-              acc[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq, wd)), ones16));
+          const VecI pairs = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq, wd));
+          acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(pairs, ones16));
           KeepChain(acc[r]);
         }
       }
@@ -1224,6 +1224,41 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) VecI NibbleDots(VecI acc, V
 #endif
 }
 
+// The i32 dots of block b of one prepacked int4 tile (its codes at wb) against MR rows of x
+// (codes at xc[r], the odd columns' half bytes on): dots[r][v] for the tile's v-th vector of
+// kLanes weight rows.
+template <int MR>
+DH_IDOT_TARGET inline __attribute__((always_inline)) void FewRowsBlockDots(
+    const int32_t* wb, const uint8_t* const* xc, int64_t b, int64_t half,
+    VecI (*dots)[kPrepackedRows / kLanes]) {
+  constexpr int kHalves = static_cast<int>(kPrepackedRows / kLanes);
+  VecI hi_acc[MR][kHalves];  // VNNI's second chain (AVX2: unused)
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 2
+    for (int v = 0; v < kHalves; ++v) dots[r][v] = hi_acc[r][v] = ZeroI();
+  }
+#pragma GCC unroll 4
+  for (int st = 0; st < 4; ++st) {
+#pragma GCC unroll 2
+    for (int v = 0; v < kHalves; ++v) {
+      VecI lo, hi;
+      SplitNibbles(LoadI(wb + st * kPrepackedRows + v * kLanes), &lo, &hi);
+#pragma GCC unroll 4
+      for (int r = 0; r < MR; ++r) {
+        const uint8_t* xr = xc[r] + b * 16 + 4 * st;
+        NibbleStep(lo, hi, BroadcastDword(xr), BroadcastDword(xr + half), &dots[r][v],
+                   &hi_acc[r][v]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 2
+    for (int v = 0; v < kHalves; ++v) dots[r][v] = NibbleDots(dots[r][v], hi_acc[r][v]);
+  }
+}
+
 // MR (1 or 2) rows of x from r0, quantized by rows as the per-row kernels take them, over weight
 // rows [n_begin, n_end) of an int4 prepacked weight (n_begin a multiple of kPrepackedRows): the
 // tiles' 16 lanes are 16 weight rows (one vector on 512 bits, two of 8 on 256), so each x dword
@@ -1270,7 +1305,29 @@ DH_IDOT_TARGET void PrepackedFewRowsInt4(const QuantMatMulArgs& a, const Quantiz
 #pragma GCC unroll 2
       for (int v = 0; v < kHalves; ++v) facc[r][v] = zacc[r][v] = ZeroF();
     }
-    for (int64_t gi = 0; gi < l.groups; ++gi) {
+    if (blocks_per_group == 1) {
+      // One block per group (group size 32, the default): one flat loop, the group's sum of
+      // one block formed in registers rather than carried across a loop over the group's
+      // blocks (which spilled and reloaded every accumulator per block). The same f32 steps.
+      for (int64_t b = 0; b < l.blocks; ++b) {
+        for (int64_t o = 0; o < ahead_step; o += 64) {
+          __builtin_prefetch(ahead + b * ahead_step + o, 0, 3);
+        }
+        VecI dots[MR][kHalves];
+        FewRowsBlockDots<MR>(codes + b * 4 * kPrepackedRows, xc, b, half, dots);
+#pragma GCC unroll 2
+        for (int v = 0; v < kHalves; ++v) {
+          const VecF ws = WidenHalves(h + b * kPrepackedRows + v * kLanes);
+          const VecF zs = ZeroTimesScale(z + b * (kPrepackedRows / 2), v * kLanes, off, ws);
+#pragma GCC unroll 4
+          for (int r = 0; r < MR; ++r) {
+            facc[r][v] = FmaF(MulF(ToF(dots[r][v]), SetF(xs[r][b])), ws, facc[r][v]);
+            zacc[r][v] = FnmaF(zs, SetF(gs[r][b]), zacc[r][v]);
+          }
+        }
+      }
+    }
+    for (int64_t gi = 0; blocks_per_group > 1 && gi < l.groups; ++gi) {
       VecF ws[kHalves], gacc[MR][kHalves];
 #pragma GCC unroll 2
       for (int v = 0; v < kHalves; ++v) {
@@ -1284,33 +1341,8 @@ DH_IDOT_TARGET void PrepackedFewRowsInt4(const QuantMatMulArgs& a, const Quantiz
         for (int64_t o = 0; o < ahead_step; o += 64) {
           __builtin_prefetch(ahead + b * ahead_step + o, 0, 3);
         }
-        const int32_t* wb = codes + b * 4 * kPrepackedRows;
         VecI dots[MR][kHalves];
-        VecI hi_acc[MR][kHalves];  // VNNI's second chain (AVX2: unused)
-#pragma GCC unroll 4
-        for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 2
-          for (int v = 0; v < kHalves; ++v) dots[r][v] = hi_acc[r][v] = ZeroI();
-        }
-#pragma GCC unroll 4
-        for (int st = 0; st < 4; ++st) {
-#pragma GCC unroll 2
-          for (int v = 0; v < kHalves; ++v) {
-            VecI lo, hi;
-            SplitNibbles(LoadI(wb + st * kPrepackedRows + v * kLanes), &lo, &hi);
-#pragma GCC unroll 4
-            for (int r = 0; r < MR; ++r) {
-              const uint8_t* xr = xc[r] + b * 16 + 4 * st;
-              NibbleStep(lo, hi, BroadcastDword(xr), BroadcastDword(xr + half), &dots[r][v],
-                         &hi_acc[r][v]);
-            }
-          }
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 2
-          for (int v = 0; v < kHalves; ++v) dots[r][v] = NibbleDots(dots[r][v], hi_acc[r][v]);
-        }
+        FewRowsBlockDots<MR>(codes + b * 4 * kPrepackedRows, xc, b, half, dots);
 #pragma GCC unroll 4
         for (int r = 0; r < MR; ++r) {
           const VecF s = SetF(xs[r][b]);

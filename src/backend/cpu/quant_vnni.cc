@@ -120,9 +120,10 @@ int64_t PackedMinRows() {
 }
 
 // int8 from 5 rows on every kernel: over prepacked tiles (no packing per call) the 256-bit
-// kernels too beat their per-row kernel from 5-6 rows (bench_quant --threads 2, 8960 x 1536 from
-// memory, two rounds, bench/README.md "Zen 5, session 37": AVX2 M = 5 880-951 against 824-951
-// us, M = 6 896-978 against 977-1076; AVX-VNNI M = 5 692-777 against 790-872).
+// kernels too beat their per-row kernel from 5 rows (AVX-VNNI) or 6 (AVX2; at 5 its tiles tied
+// or lost up to 7 %, one threshold kept): bench_quant --threads 2, 8960 x 1536 from memory, two
+// rounds, bench/README.md "Zen 5, session 37": AVX2 M = 5 880-951 against 824-951 us, M = 6
+// 896-978 against 977-1076; AVX-VNNI M = 5 692-777 against 790-872.
 int64_t PrepackedMinRows(bool int4) {
   if (g_packed_min_rows.load(std::memory_order_relaxed) > 0) return PackedMinRows();
   if (int4) return kPrepackedMinRowsInt4;
