@@ -1226,12 +1226,14 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) VecI NibbleDots(VecI acc, V
 
 // The i32 dots of block b of one prepacked int4 tile (its codes at wb) against MR rows of x
 // (codes at xc[r], the odd columns' half bytes on): dots[r][v] for the tile's v-th vector of
-// kLanes weight rows.
+// kLanes weight rows. First prefetches block b's share of the stream ahead (ahead_step bytes
+// from ahead + b * ahead_step).
 template <int MR>
 DH_IDOT_TARGET inline __attribute__((always_inline)) void FewRowsBlockDots(
-    const int32_t* wb, const uint8_t* const* xc, int64_t b, int64_t half,
-    VecI (*dots)[kPrepackedRows / kLanes]) {
+    const int32_t* wb, const uint8_t* const* xc, int64_t b, int64_t half, const char* ahead,
+    int64_t ahead_step, VecI (*dots)[kPrepackedRows / kLanes]) {
   constexpr int kHalves = static_cast<int>(kPrepackedRows / kLanes);
+  for (int64_t o = 0; o < ahead_step; o += 64) __builtin_prefetch(ahead + b * ahead_step + o, 0, 3);
   VecI hi_acc[MR][kHalves];  // VNNI's second chain (AVX2: unused)
 #pragma GCC unroll 4
   for (int r = 0; r < MR; ++r) {
@@ -1310,11 +1312,8 @@ DH_IDOT_TARGET void PrepackedFewRowsInt4(const QuantMatMulArgs& a, const Quantiz
       // one block formed in registers rather than carried across a loop over the group's
       // blocks (which spilled and reloaded every accumulator per block). The same f32 steps.
       for (int64_t b = 0; b < l.blocks; ++b) {
-        for (int64_t o = 0; o < ahead_step; o += 64) {
-          __builtin_prefetch(ahead + b * ahead_step + o, 0, 3);
-        }
         VecI dots[MR][kHalves];
-        FewRowsBlockDots<MR>(codes + b * 4 * kPrepackedRows, xc, b, half, dots);
+        FewRowsBlockDots<MR>(codes + b * 4 * kPrepackedRows, xc, b, half, ahead, ahead_step, dots);
 #pragma GCC unroll 2
         for (int v = 0; v < kHalves; ++v) {
           const VecF ws = WidenHalves(h + b * kPrepackedRows + v * kLanes);
@@ -1338,11 +1337,8 @@ DH_IDOT_TARGET void PrepackedFewRowsInt4(const QuantMatMulArgs& a, const Quantiz
       const int64_t b_end = (gi + 1) * blocks_per_group < l.blocks ? (gi + 1) * blocks_per_group
                                                                     : l.blocks;
       for (int64_t b = gi * blocks_per_group; b < b_end; ++b) {
-        for (int64_t o = 0; o < ahead_step; o += 64) {
-          __builtin_prefetch(ahead + b * ahead_step + o, 0, 3);
-        }
         VecI dots[MR][kHalves];
-        FewRowsBlockDots<MR>(codes + b * 4 * kPrepackedRows, xc, b, half, dots);
+        FewRowsBlockDots<MR>(codes + b * 4 * kPrepackedRows, xc, b, half, ahead, ahead_step, dots);
 #pragma GCC unroll 4
         for (int r = 0; r < MR; ++r) {
           const VecF s = SetF(xs[r][b]);
