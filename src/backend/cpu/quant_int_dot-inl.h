@@ -887,11 +887,6 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void BlockDots(const int32_
   if constexpr (!kInt4) start = LoadI(corr);
 #else
   (void)corr;
-  VecI absw[8];
-  if constexpr (!kInt4) {
-#pragma GCC unroll 8
-    for (int d = 0; d < 8; ++d) absw[d] = _mm256_abs_epi8(w[d]);
-  }
   const VecI ones16 = _mm256_set1_epi16(1);
 #endif
 #pragma GCC unroll 16
@@ -912,26 +907,15 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void BlockDots(const int32_
     }
     acc = AddI32(acc, acc2);
 #else
-    VecI acc;
-    if constexpr (kInt4) {
-      // i16 pair sums: 8 dwords x 2 * 15 * 127 = 30480 at most: exact.
-      VecI pairs = _mm256_maddubs_epi16(w[0], BroadcastDword(x));
+    // int4 (AVX2 int8 went step by step above). i16 pair sums: 8 dwords x 2 * 15 * 127 = 30480
+    // at most: exact.
+    VecI pairs = _mm256_maddubs_epi16(w[0], BroadcastDword(x));
 #pragma GCC unroll 8
-      for (int d = 1; d < 8; ++d) {
-        pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[d], BroadcastDword(x + 16 * d)));
-        KeepChain(pairs);
-      }
-      acc = _mm256_madd_epi16(pairs, ones16);
-    } else {
-      acc = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int d = 0; d < 8; ++d) {
-        const VecI xq = BroadcastDword(x + 16 * d);  // q itself (QuantizedActs::int8_signed)
-        acc = _mm256_add_epi32(
-            acc,
-            _mm256_madd_epi16(_mm256_maddubs_epi16(absw[d], _mm256_sign_epi8(xq, w[d])), ones16));
-      }
+    for (int d = 1; d < 8; ++d) {
+      pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[d], BroadcastDword(x + 16 * d)));
+      KeepChain(pairs);
     }
+    const VecI acc = _mm256_madd_epi16(pairs, ones16);
 #endif
     facc[r] = FmaF(ToF(acc), MulF(ws, SetF(xs[r / 4][r % 4])), facc[r]);
   }
