@@ -1014,11 +1014,16 @@ struct Fp8Case {
   int64_t m, n, k, block_rows, block_cols;
 };
 
+// Fp8MatMulRange takes every case below; through CpuBackend::MatMul up to 8 rows of x (32 on
+// 512-bit targets) take it too, more the tiled GEMM over decoded panels.
 const Fp8Case kFp8Cases[] = {
     {1, 37, 70, 16, 32}, {3, 200, 300, 128, 128}, {5, 9, 129, 128, 128}, {1, 1, 1, 1, 1},
     {2, 130, 256, 128, 128}, {4, 17, 33, 8, 16}, {7, 40, 45, 128, 128},
-    {12, 9, 2100, 128, 128},  // tiled GEMM with K cut into slices
-    {6, 7, 1300, 128, 80},    // slices that do not start a block: decoded from whole rows
+    {8, 70, 300, 128, 128},  // tiles of 4 and 2 weight rows, then the rest
+    {9, 50, 200, 6, 64},     // blocks of 6 weight rows: tiles cut at each block
+    {16, 23, 257, 128, 128},
+    {40, 9, 2100, 128, 128},  // tiled GEMM with K cut into slices
+    {40, 7, 1300, 128, 80},   // slices that do not start a block: decoded from whole rows
 };
 
 struct RandomFp8Weight {
@@ -1057,8 +1062,9 @@ std::string Name(const Fp8Case& c) {
   return fmt::format("fp8 M={} N={} K={} block {}x{}", c.m, c.n, c.k, c.block_rows, c.block_cols);
 }
 
-// The FP8 GEMV (decode through f16, bias folded into the block scale) against the reference MatMul:
-// the decoded weights are the same f32 values, so only the summation order differs (2e-5).
+// The FP8 kernel (decode through f16, x times the block scales) against the reference MatMul:
+// the decoded weights are the same f32 values; x * scale is rounded where the reference rounds
+// the weight * scale, and the summation order differs (2e-5).
 TEST_F(QuantMatMulTest, Fp8KernelMatchesReference) {
   Rng rng(16);
   ForEachTarget([&] {
@@ -1084,12 +1090,46 @@ TEST_F(QuantMatMulTest, Fp8KernelMatchesReference) {
         }
         ExpectClose(g, want.ToVector(), 2e-5f, Name(c) + (with_bias ? " bias" : ""));
       }
-      // Through CpuBackend::MatMul (fused GEMV for M < 4, decoded rows + dense kernel above).
+      // Through CpuBackend::MatMul (the fused kernel up to Fp8FusedMaxRows rows, decoded rows +
+      // the dense GEMM above).
       Owned xc(DType::kF32, {c.m, c.k}), gc(DType::kF32, {c.m, c.n}), wc(DType::kF32, {c.m, c.n});
       rng.Fill(xc, -2.0f, 2.0f);
       cpu_.MatMul(xc.t, rw.w, rw.bias.t, gc.t);
       ref_.MatMul(xc.t, rw.w, rw.bias.t, wc.t);
       ExpectClose(gc.ToVector(), wc.ToVector(), 2e-5f, "backend " + Name(c));
+    }
+  });
+}
+
+// Through CpuBackend::MatMul, each row of up to Fp8FusedMaxRows rows of x gives the same bits as
+// that row alone: the FP8 kernel sums a row the same way whatever the rows, tiles and thread
+// ranges around it (docs/kernels.md "FP8 weights"), so speculative verification matches decode.
+TEST_F(QuantMatMulTest, Fp8RowDoesNotDependOnItsNeighbours) {
+  Rng rng(18);
+  ForEachTarget([&] {
+    const int64_t max_rows = cpu::Fp8FusedMaxRows();
+    ASSERT_GE(max_rows, 8);
+    for (const Fp8Case& shape : {Fp8Case{0, 45, 300, 128, 128}, Fp8Case{0, 23, 129, 6, 32}}) {
+      RandomFp8Weight rw(rng, shape);
+      Owned x(DType::kF32, {max_rows, shape.k});
+      rng.Fill(x, -2.0f, 2.0f);
+      std::vector<std::vector<float>> alone;
+      for (int64_t r = 0; r < max_rows; ++r) {
+        Owned one(DType::kF32, {1, shape.n});
+        cpu_.MatMul(x.t.Narrow(0, r, 1), rw.w, rw.bias.t, one.t);
+        alone.push_back(one.ToVector());
+      }
+      for (int64_t m : {int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{8}, max_rows}) {
+        Owned all(DType::kF32, {m, shape.n});
+        cpu_.MatMul(x.t.Narrow(0, 0, m), rw.w, rw.bias.t, all.t);
+        const std::vector<float> got = all.ToVector();
+        for (int64_t r = 0; r < m; ++r) {
+          for (int64_t j = 0; j < shape.n; ++j) {
+            ASSERT_EQ(got[r * shape.n + j], alone[r][j])
+                << Name(shape) << " M=" << m << " row " << r << " col " << j;
+          }
+        }
+      }
     }
   });
 }

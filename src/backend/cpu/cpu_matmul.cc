@@ -266,7 +266,8 @@ void QuantGemv(const MatMulCall& c, ThreadPool& pool) {
                    [&](size_t b, size_t e) { cpu::QuantMatMulRange(c.quant, b, e); });
 }
 
-// FP8 blocks with few rows of x: decoded in registers through f16 (quant_matmul.h).
+// FP8 blocks with up to Fp8FusedMaxRows rows of x: decoded in registers through f16, x
+// pre-scaled per block of weight rows (quant_matmul.h).
 void Fp8Gemv(const MatMulCall& c, ThreadPool& pool) {
   pool.ParallelFor(c.n(), cpu::GrainFor(c.m() * c.k()),
                    [&](size_t b, size_t e) { cpu::Fp8MatMulRange(c.fp8, b, e); });
@@ -378,11 +379,13 @@ const MatMulKernel kMatMulKernels[] = {
                           c.w.group_size, c.m(), c.n(), c.k());
      },
      QuantGemv},
-    {kFp8Only, PathBit(MatMulPath::kGemv), [](const MatMulCall& c) { return c.fp8_ok; },
-     [](const MatMulCall&) { return "gemv-fp8-f16decode"; }, cpu::DispatchedTargetName,
+    {kFp8Only, kAnyPath,
+     [](const MatMulCall& c) { return c.fp8_ok && c.m() <= cpu::Fp8FusedMaxRows(); },
+     [](const MatMulCall& c) { return c.m() >= 4 ? "gemm-fp8-f16decode" : "gemv-fp8-f16decode"; },
+     cpu::DispatchedTargetName,
      [](const MatMulCall& c) {
-       return fmt::format("matmul gemv fp8 b{}x{} f16-decode M={} N={} K={}", c.w.block_rows,
-                          c.w.block_cols, c.m(), c.n(), c.k());
+       return fmt::format("matmul {} fp8 b{}x{} f16-decode M={} N={} K={}", c.kind(),
+                          c.w.block_rows, c.w.block_cols, c.m(), c.n(), c.k());
      },
      Fp8Gemv},
     {kNotDense, PathBit(MatMulPath::kGemm), [](const MatMulCall&) { return true; },

@@ -57,8 +57,8 @@ struct Fp8Codes {
 
 // sums[r] = dot(x row r, dequant(row q)) for MR rows of x (stride xs), the row's k codes scaled
 // by s[b] per block b of `block` columns: each weight vector is decoded and scaled once, in
-// registers, and used for all MR rows (one row: each block's sum is scaled instead). The one
-// accumulator skeleton of the int8 and FP8 kernels.
+// registers, and used for all MR rows (one row: each block's sum is scaled instead): the int8
+// f32 kernel (DH_INTEGER_DOT=off, or CPUs without an integer path).
 template <int MR, class Codes>
 HWY_INLINE void DotBlocks(const typename Codes::Code* HWY_RESTRICT q, const float* HWY_RESTRICT s,
                           int64_t k, int64_t block, const float* HWY_RESTRICT x, int64_t xs,
@@ -91,6 +91,7 @@ HWY_INLINE void DotBlocks(const typename Codes::Code* HWY_RESTRICT q, const floa
       for (; c + 2 * L <= c1; c += 2 * L) {
         const VF w0 = hn::Mul(Codes::Load(df, q + c), vs);
         const VF w1 = hn::Mul(Codes::Load(df, q + c + L), vs);
+#pragma GCC unroll 4
         for (int r = 0; r < MR; ++r) {
           acc0[r] = hn::MulAdd(w0, hn::LoadU(df, x + r * xs + c), acc0[r]);
           acc1[r] = hn::MulAdd(w1, hn::LoadU(df, x + r * xs + c + L), acc1[r]);
@@ -98,6 +99,7 @@ HWY_INLINE void DotBlocks(const typename Codes::Code* HWY_RESTRICT q, const floa
       }
       for (; c + L <= c1; c += L) {
         const VF w0 = hn::Mul(Codes::Load(df, q + c), vs);
+#pragma GCC unroll 4
         for (int r = 0; r < MR; ++r) {
           acc0[r] = hn::MulAdd(w0, hn::LoadU(df, x + r * xs + c), acc0[r]);
         }
@@ -162,6 +164,7 @@ HWY_INLINE void DotInt4(const uint8_t* HWY_RESTRICT q, const float* HWY_RESTRICT
       VF lo, hi;
       LoadNibbles(df, q + b, &lo, &hi);
       const VF we = hn::MulAdd(lo, vs, vm), wo = hn::MulAdd(hi, vs, vm);
+#pragma GCC unroll 4
       for (int r = 0; r < MR; ++r) {
         acc0[r] = hn::MulAdd(we, hn::LoadU(df, x + r * xs + b), acc0[r]);
         acc1[r] = hn::MulAdd(wo, hn::LoadU(df, x + r * xs + kb + b), acc1[r]);
@@ -324,28 +327,147 @@ void DequantizeRowsImpl(const QuantMatMulArgs& a, int64_t row_begin, int64_t cou
   }
 }
 
-template <int MR>
-HWY_INLINE void Fp8RowBlock(const Fp8MatMulArgs& a, int64_t r0, int64_t n_begin, int64_t n_end) {
-  float sums[MR];
-  const float* x = a.x + r0 * a.x_stride;
-  for (int64_t j = n_begin; j < n_end; ++j) {
-    DotBlocks<MR, Fp8Codes>(a.q + j * a.q_stride, a.scales + (j / a.block_rows) * a.scale_stride,
-                            a.k, a.block_cols, x, a.x_stride, sums);
-    const float bias = a.bias ? a.bias[j] : 0.0f;
-    for (int r = 0; r < MR; ++r) a.out[(r0 + r) * a.out_stride + j] = sums[r] + bias;
+// L e4m3 codes at p as f32 / 2^120: the code's 7 exponent / mantissa bits at the top of an f32's
+// and its sign in the f32's (as attention.cc decodes an fp8 KV cache); a subnormal code gives a
+// subnormal f32, still exact (no build sets DAZ). Three integer steps and no conversion:
+// `vcvtph2ps` (LoadFp8) issues about once per cycle on Zen 5 against two FMAs.
+HWY_INLINE VF LoadFp8Bits(DF df, const uint8_t* HWY_RESTRICT p) {
+  const hn::Rebind<int8_t, DF> d8;
+  const auto v = hn::PromoteTo(DI(), hn::LoadU(d8, reinterpret_cast<const int8_t*>(p)));
+  const auto top = hn::Set(DI(), static_cast<int32_t>(0x87F00000u));  // sign, 7 bits under it
+  return hn::BitCast(df, hn::And(hn::ShiftLeft<20>(v), top));
+}
+// LoadFp8Bits' 2^-120, split between x (times 2^60 with its scale) and the sums (times 2^60):
+// x * scale stays far from overflow and products under 2^-66 of the output's unit are all that
+// round into subnormals.
+constexpr float kFp8HalfShift = 0x1p60f;
+
+// FP8 weight rows take x pre-scaled (Fp8MatMulRangeImpl): every weight row of one block of
+// block_rows rows has the same scale per block of columns, so x * scale is formed once per such
+// block (M x K multiplies per block_rows weight rows) and the weight vectors need no multiply.
+// Rows of x at xp, xk floats apart, already times the scales and 2^60; kv: the columns taken by
+// whole vectors. sums[r][n] = the dot of x row r and weight row n over [0, kv): NR weight rows
+// (q_stride bytes apart) are decoded once per vector for MR rows of x, whose MR x NR
+// accumulators stay in registers over the whole row. The next tile's rows are prefetched a line
+// at a time: NR rows read side by side are NR streams, which this VM's prefetchers did not keep
+// full (Zen 5, 8960 x 1536, M = 1 from memory, two threads, best of three: 631 us without the
+// prefetch, 291 with it, 431 one weight row at a time).
+template <int MR, int NR>
+HWY_INLINE void Fp8Tile(const uint8_t* HWY_RESTRICT q, int64_t q_stride,
+                        const float* HWY_RESTRICT xp, int64_t xk, int64_t kv,
+                        float (*sums)[4]) {
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  VF acc[MR][NR];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int n = 0; n < NR; ++n) acc[r][n] = hn::Zero(df);
+  }
+  const uint8_t* next = q + NR * q_stride;
+  for (int64_t c = 0; c < kv; c += L) {
+    if ((c & 63) == 0) {
+#pragma GCC unroll 4
+      for (int n = 0; n < NR; ++n) __builtin_prefetch(next + n * q_stride + c, 0, 3);
+    }
+    VF w[NR];
+#pragma GCC unroll 4
+    for (int n = 0; n < NR; ++n) w[n] = LoadFp8Bits(df, q + n * q_stride + c);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      const VF xv = hn::LoadU(df, xp + r * xk + c);
+#pragma GCC unroll 4
+      for (int n = 0; n < NR; ++n) acc[r][n] = hn::MulAdd(w[n], xv, acc[r][n]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int n = 0; n < NR; ++n) {
+      sums[r][n] = hn::GetLane(hn::SumOfLanes(df, acc[r][n])) * kFp8HalfShift;
+    }
   }
 }
 
-void Fp8MatMulRangeImpl(const Fp8MatMulArgs& a, int64_t n_begin, int64_t n_end) {
-  int64_t r0 = 0;
-  for (; r0 + 4 <= a.m; r0 += 4) Fp8RowBlock<4>(a, r0, n_begin, n_end);
-  switch (a.m - r0) {
-    case 3: Fp8RowBlock<3>(a, r0, n_begin, n_end); break;
-    case 2: Fp8RowBlock<2>(a, r0, n_begin, n_end); break;
-    case 1: Fp8RowBlock<1>(a, r0, n_begin, n_end); break;
-    default: break;
+// Weight rows per Fp8Tile: 4 where 32 vector registers hold the 16 accumulators of 4 x 4 rows
+// beside the weight vectors (AVX-512), else 2 (AVX2's 16 registers: 8 accumulators).
+constexpr int kFp8TileRows = HWY_MAX_BYTES >= 64 ? 4 : 2;
+
+// Weight rows [j0, j0 + nr) (nr <= kFp8TileRows, one block of block_rows) against x rows
+// [r0, r0 + MR), pre-scaled at xp (row r0's first): the outputs, with the last k % L columns
+// added one code at a time.
+template <int MR>
+HWY_INLINE void Fp8Rows(const Fp8MatMulArgs& a, const float* HWY_RESTRICT xp, int64_t xk,
+                        int64_t r0, int64_t j0, int64_t nr) {
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t kv = a.k / L * L;
+  const uint8_t* q = a.q + j0 * a.q_stride;
+  float sums[MR][4];
+  if (kFp8TileRows >= 4 && nr == 4) {
+    Fp8Tile<MR, kFp8TileRows>(q, a.q_stride, xp, xk, kv, sums);
+  } else if (kFp8TileRows >= 4 && nr == 3) {
+    Fp8Tile<MR, 3>(q, a.q_stride, xp, xk, kv, sums);
+  } else if (nr == 2) {
+    Fp8Tile<MR, 2>(q, a.q_stride, xp, xk, kv, sums);
+  } else {
+    Fp8Tile<MR, 1>(q, a.q_stride, xp, xk, kv, sums);
+  }
+  for (int64_t n = 0; n < nr; ++n) {
+    const float bias = a.bias ? a.bias[j0 + n] : 0.0f;
+    for (int r = 0; r < MR; ++r) {
+      float tail = 0.0f;
+      for (int64_t c = kv; c < a.k; ++c) {
+        tail += Fp8Codes::One(q[n * a.q_stride + c]) * xp[r * xk + c];
+      }
+      a.out[(r0 + r) * a.out_stride + j0 + n] = sums[r][n] + tail / kFp8HalfShift + bias;
+    }
   }
 }
+
+// Every weight row of [n_begin, n_end) against every row of x: per block of block_rows weight
+// rows, x times that block's column scales (and 2^60) into a per-thread buffer (M x K), then
+// tiles of kFp8TileRows weight rows against up to 4 rows of x at a time. Zen 5, 8960 x 1536 from
+// memory, two threads, against the f16-decoding row kernel (M <= 3) and the GEMM over decoded
+// panels (M >= 4) it replaced, three rounds (bench/README.md "Zen 5, session 38"): M = 1 426 ->
+// 346 us, 2 1203 -> 356, 4 1710 -> 443, 8 2174 -> 1072, 16 3119 -> 1760, 32 4872 -> 3294.
+void Fp8MatMulRangeImpl(const Fp8MatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  const int64_t k = a.k, m = a.m, bc = a.block_cols, br = a.block_rows;
+  thread_local std::vector<float> scaled;  // grown once per thread
+  if (static_cast<int64_t>(scaled.size()) < m * k) scaled.resize(static_cast<size_t>(m * k));
+  float* xp = scaled.data();
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t b0 = n_begin / br * br; b0 < n_end; b0 += br) {
+    const float* s = a.scales + (b0 / br) * a.scale_stride;
+    for (int64_t r = 0; r < m; ++r) {
+      const float* x = a.x + r * a.x_stride;
+      float* o = xp + r * k;
+      for (int64_t c0 = 0, bi = 0; c0 < k; c0 += bc, ++bi) {
+        const int64_t c1 = std::min(k, c0 + bc);
+        const float sb = s[bi] * kFp8HalfShift;
+        const VF vs = hn::Set(df, sb);
+        int64_t c = c0;
+        for (; c + L <= c1; c += L) hn::StoreU(hn::Mul(hn::LoadU(df, x + c), vs), df, o + c);
+        for (; c < c1; ++c) o[c] = x[c] * sb;
+      }
+    }
+    const int64_t j_end = std::min(n_end, b0 + br);
+    for (int64_t j = std::max(n_begin, b0); j < j_end; j += kFp8TileRows) {
+      const int64_t nr = std::min<int64_t>(kFp8TileRows, j_end - j);
+      int64_t r0 = 0;
+      for (; r0 + 4 <= m; r0 += 4) Fp8Rows<4>(a, xp + r0 * k, k, r0, j, nr);
+      switch (m - r0) {
+        case 3: Fp8Rows<3>(a, xp + r0 * k, k, r0, j, nr); break;
+        case 2: Fp8Rows<2>(a, xp + r0 * k, k, r0, j, nr); break;
+        case 1: Fp8Rows<1>(a, xp + r0 * k, k, r0, j, nr); break;
+        default: break;
+      }
+    }
+  }
+}
+
+int64_t Fp8FusedMaxRowsImpl() { return kFp8TileRows >= 4 ? 32 : 8; }
 
 // Columns [c0, c0 + n) of rows [row_begin, row_begin + count) into out (count x n); c0 starts a
 // block.
@@ -371,6 +493,7 @@ namespace dh::cpu {
 HWY_EXPORT(QuantMatMulRangeImpl);
 HWY_EXPORT(DequantizeRowsImpl);
 HWY_EXPORT(Fp8MatMulRangeImpl);
+HWY_EXPORT(Fp8FusedMaxRowsImpl);
 HWY_EXPORT(Fp8DequantizeRowsImpl);
 
 bool DequantizeSliceAligned(const QuantMatMulArgs& a, int64_t col_begin) {
@@ -396,6 +519,8 @@ void Fp8MatMulRange(const Fp8MatMulArgs& a, int64_t n_begin, int64_t n_end) {
   if (n_begin >= n_end || a.m <= 0) return;
   HWY_DYNAMIC_DISPATCH(Fp8MatMulRangeImpl)(a, n_begin, n_end);
 }
+
+int64_t Fp8FusedMaxRows() { return HWY_DYNAMIC_DISPATCH(Fp8FusedMaxRowsImpl)(); }
 
 bool Fp8DequantizeSliceAligned(const Fp8MatMulArgs& a, int64_t col_begin) {
   return a.block_cols > 0 && col_begin % a.block_cols == 0;

@@ -63,9 +63,13 @@ struct Fp8MatMulArgs : ActivationArgs {
   int64_t block_cols = 0;
 };
 
-// Rows [n_begin, n_end) of out = x * dequant(w)^T + bias, each decoded weight vector used for up
-// to 4 rows of x.
+// Rows [n_begin, n_end) of out = x * dequant(w)^T + bias: x times the block scales once per
+// block of weight rows, then each decoded weight vector of 4 (512 bits) or 2 weight rows at a
+// time used for up to 4 rows of x.
 void Fp8MatMulRange(const Fp8MatMulArgs& a, int64_t n_begin, int64_t n_end);
+// The most rows of x that CpuBackend::MatMul gives Fp8MatMulRange on this CPU (more go to the
+// tiled GEMM over decoded panels): 32 on 512-bit targets, 8 on narrower ones.
+int64_t Fp8FusedMaxRows();
 
 // Decodes weight rows [row_begin, row_begin + count) into out (count x k f32, row-major); with
 // col_begin / col_count, only those columns (count x col_count), col_begin needing
