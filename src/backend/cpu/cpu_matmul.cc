@@ -266,7 +266,7 @@ void QuantGemv(const MatMulCall& c, ThreadPool& pool) {
                    [&](size_t b, size_t e) { cpu::QuantMatMulRange(c.quant, b, e); });
 }
 
-// FP8 blocks with up to Fp8FusedMaxRows rows of x: decoded in registers through f16, x
+// FP8 blocks with up to Fp8FusedMaxRows rows of x: tiles of weight rows decoded in registers, x
 // pre-scaled per block of weight rows (quant_matmul.h).
 void Fp8Gemv(const MatMulCall& c, ThreadPool& pool) {
   pool.ParallelFor(c.n(), cpu::GrainFor(c.m() * c.k()),
@@ -381,10 +381,10 @@ const MatMulKernel kMatMulKernels[] = {
      QuantGemv},
     {kFp8Only, kAnyPath,
      [](const MatMulCall& c) { return c.fp8_ok && c.m() <= cpu::Fp8FusedMaxRows(); },
-     [](const MatMulCall& c) { return c.m() >= 4 ? "gemm-fp8-f16decode" : "gemv-fp8-f16decode"; },
+     [](const MatMulCall& c) { return c.m() >= 4 ? "gemm-fp8" : "gemv-fp8"; },
      cpu::DispatchedTargetName,
      [](const MatMulCall& c) {
-       return fmt::format("matmul {} fp8 b{}x{} f16-decode M={} N={} K={}", c.kind(),
+       return fmt::format("matmul {} fp8 b{}x{} tiles M={} N={} K={}", c.kind(),
                           c.w.block_rows, c.w.block_cols, c.m(), c.n(), c.k());
      },
      Fp8Gemv},
