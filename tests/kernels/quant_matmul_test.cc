@@ -1062,9 +1062,9 @@ std::string Name(const Fp8Case& c) {
   return fmt::format("fp8 M={} N={} K={} block {}x{}", c.m, c.n, c.k, c.block_rows, c.block_cols);
 }
 
-// The FP8 kernel (decode through f16, x times the block scales) against the reference MatMul:
-// the decoded weights are the same f32 values; x * scale is rounded where the reference rounds
-// the weight * scale, and the summation order differs (2e-5).
+// The FP8 kernel (codes decoded by integer steps, x times the block scales) against the
+// reference MatMul: the decoded weights are the same values; x * scale is rounded where the
+// reference rounds the weight * scale, and the summation order differs (2e-5).
 TEST_F(QuantMatMulTest, Fp8KernelMatchesReference) {
   Rng rng(16);
   ForEachTarget([&] {
@@ -1103,7 +1103,7 @@ TEST_F(QuantMatMulTest, Fp8KernelMatchesReference) {
 
 // Through CpuBackend::MatMul, each row of up to Fp8FusedMaxRows rows of x gives the same bits as
 // that row alone: the FP8 kernel sums a row the same way whatever the rows, tiles and thread
-// ranges around it (docs/kernels.md "FP8 weights"), so speculative verification matches decode.
+// ranges around it (docs/kernels.md "FP8 weights"), in a verification chunk as in decode.
 TEST_F(QuantMatMulTest, Fp8RowDoesNotDependOnItsNeighbours) {
   Rng rng(18);
   ForEachTarget([&] {

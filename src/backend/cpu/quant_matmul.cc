@@ -338,8 +338,8 @@ HWY_INLINE VF LoadFp8Bits(DF df, const uint8_t* HWY_RESTRICT p) {
   return hn::BitCast(df, hn::And(hn::ShiftLeft<20>(v), top));
 }
 // LoadFp8Bits' 2^-120, split between x (times 2^60 with its scale) and the sums (times 2^60):
-// x * scale stays far from overflow and products under 2^-66 of the output's unit are all that
-// round into subnormals.
+// x * scale stays finite up to 2^68 (3e20; activations are far below), and only products under
+// 2^-66 (1e-20) fall into f32 subnormals, each then off by at most 2^-90.
 constexpr float kFp8HalfShift = 0x1p60f;
 
 // FP8 weight rows take x pre-scaled (Fp8MatMulRangeImpl): every weight row of one block of
