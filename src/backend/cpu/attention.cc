@@ -38,8 +38,7 @@ template <int NV>
 constexpr int kTile = 12 / NV;
 
 // One KV cache element type as f32 vectors and scalars (the quantized ones before their
-// scale). fp8 e4m3: its 7 exponent/mantissa bits placed at the top of an f32's, times 2^120,
-// give the value exactly (subnormals too: the f32 is subnormal then, and no build sets DAZ).
+// scale). fp8 e4m3: LoadE4M3Over2To120 (weight_load-inl.h) times 2^120, the value exactly.
 template <class D>
 HWY_INLINE hn::Vec<D> LoadKv(D df, const hwy::bfloat16_t* HWY_RESTRICT p) {
   return LoadW(df, p);
@@ -50,12 +49,7 @@ HWY_INLINE hn::Vec<D> LoadKv(D df, const float* HWY_RESTRICT p) {
 }
 template <class D>
 HWY_INLINE hn::Vec<D> LoadKv(D df, const uint8_t* HWY_RESTRICT p) {
-  const hn::Rebind<uint8_t, D> d8;
-  const hn::RebindToUnsigned<D> du;
-  const auto b = hn::PromoteTo(du, hn::LoadU(d8, p));
-  const auto bits = hn::Or(hn::ShiftLeft<24>(hn::And(b, hn::Set(du, 0x80u))),
-                           hn::ShiftLeft<20>(hn::And(b, hn::Set(du, 0x7fu))));
-  return hn::Mul(hn::BitCast(df, bits), hn::Set(df, 0x1p120f));
+  return hn::Mul(LoadE4M3Over2To120(df, p), hn::Set(df, 0x1p120f));
 }
 template <class D>
 HWY_INLINE hn::Vec<D> LoadKv(D df, const int8_t* HWY_RESTRICT p) {

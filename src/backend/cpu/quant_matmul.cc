@@ -14,6 +14,8 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include "backend/cpu/weight_load-inl.h"  // after highway.h: per-target code
+
 HWY_BEFORE_NAMESPACE();
 namespace dh::cpu {
 namespace HWY_NAMESPACE {
@@ -327,19 +329,10 @@ void DequantizeRowsImpl(const QuantMatMulArgs& a, int64_t row_begin, int64_t cou
   }
 }
 
-// L e4m3 codes at p as f32 / 2^120: the code's 7 exponent / mantissa bits at the top of an f32's
-// and its sign in the f32's (as attention.cc decodes an fp8 KV cache); a subnormal code gives a
-// subnormal f32, still exact (no build sets DAZ). Three integer steps and no conversion:
-// `vcvtph2ps` (LoadFp8) issues about once per cycle on Zen 5 against two FMAs.
-HWY_INLINE VF LoadFp8Bits(DF df, const uint8_t* HWY_RESTRICT p) {
-  const hn::Rebind<int8_t, DF> d8;
-  const auto v = hn::PromoteTo(DI(), hn::LoadU(d8, reinterpret_cast<const int8_t*>(p)));
-  const auto top = hn::Set(DI(), static_cast<int32_t>(0x87F00000u));  // sign, 7 bits under it
-  return hn::BitCast(df, hn::And(hn::ShiftLeft<20>(v), top));
-}
-// LoadFp8Bits' 2^-120, split between x (times 2^60 with its scale) and the sums (times 2^60):
-// x * scale stays finite up to 2^68 (3e20; activations are far below), and only products under
-// 2^-66 (1e-20) fall into f32 subnormals, each then off by at most 2^-90.
+// LoadE4M3Over2To120's 2^-120 (weight_load-inl.h), split between x (times 2^60 with its scale)
+// and the sums (times 2^60): x * scale stays finite up to 2^68 (3e20; activations are far
+// below), and only products under 2^-66 (1e-20) fall into f32 subnormals, each then off by at
+// most 2^-90.
 constexpr float kFp8HalfShift = 0x1p60f;
 
 // FP8 weight rows take x pre-scaled (Fp8MatMulRangeImpl): every weight row of one block of
@@ -372,7 +365,7 @@ HWY_INLINE void Fp8Tile(const uint8_t* HWY_RESTRICT q, int64_t q_stride,
     }
     VF w[NR];
 #pragma GCC unroll 4
-    for (int n = 0; n < NR; ++n) w[n] = LoadFp8Bits(df, q + n * q_stride + c);
+    for (int n = 0; n < NR; ++n) w[n] = LoadE4M3Over2To120(df, q + n * q_stride + c);
 #pragma GCC unroll 4
     for (int r = 0; r < MR; ++r) {
       const VF xv = hn::LoadU(df, xp + r * xk + c);
