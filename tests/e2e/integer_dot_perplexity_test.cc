@@ -102,22 +102,25 @@ TEST(IntegerDotPerplexity, EveryPathWithinHalfAPercentOfExact) {
 }
 
 // The bf16 weights as stored: x rounded to bf16 in every bf16 matmul (DH_BF16_DOT=auto: on
-// `vdpbf16ps` from 17 rows, into the f32 kernels below) against the exact f32 x (off). Same
-// bound; the perplexity must move.
+// `vdpbf16ps` from 4 rows, into the f32 kernels below) against the exact f32 x (off); and the
+// same weights quantized to FP8 at load (x * block scale rounded to bf16 for `vdpbf16ps` at every
+// row count, gemm_bf16.h). Same bound; the perplexity must move.
 TEST(Bf16DotPerplexity, WithinHalfAPercentOfExact) {
   if (!fs::exists(kCorpus)) GTEST_SKIP() << "no " << kCorpus << ": perplexity not checked";
   if (!HasFlag("avx512_bf16") || !HasFlag("avx512bw") || !HasFlag("avx512vl")) {
     GTEST_SKIP() << "CPU has no AVX512-BF16: bf16 weights always take the exact x";
   }
   const fs::path val_file = ValidationFile("dh_bf16dot_shakespeare_val.txt");
-  const double exact = Perplexity(val_file, "DH_BF16_DOT=off", "none");
-  ASSERT_TRUE(std::isfinite(exact));
-  const double ppl = Perplexity(val_file, "DH_BF16_DOT=auto", "none");
-  const double rel = (ppl - exact) / exact;
-  std::printf("bf16 dot: perplexity %.4f (exact %.4f, %+.3f %%, bound +0.5 %%)\n", ppl, exact,
-              100 * rel);
-  EXPECT_LE(rel, 0.005);
-  EXPECT_GT(std::fabs(rel), 1e-7) << "perplexity unchanged: is x rounded?";
+  for (const char* quant : {"none", "fp8"}) {
+    const double exact = Perplexity(val_file, "DH_BF16_DOT=off", quant);
+    ASSERT_TRUE(std::isfinite(exact)) << quant;
+    const double ppl = Perplexity(val_file, "DH_BF16_DOT=auto", quant);
+    const double rel = (ppl - exact) / exact;
+    std::printf("bf16 dot, --quant %s: perplexity %.4f (exact %.4f, %+.3f %%, bound +0.5 %%)\n",
+                quant, ppl, exact, 100 * rel);
+    EXPECT_LE(rel, 0.005) << quant;
+    EXPECT_GT(std::fabs(rel), 1e-7) << quant << ": perplexity unchanged: is x rounded?";
+  }
 }
 
 }  // namespace

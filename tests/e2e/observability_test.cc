@@ -182,6 +182,7 @@ TEST_F(Observability, TraceHoldsStepsLayersOpsAndRequestPhases) {
       "gemv",         "gemm",           "gemm-tiled",         "gemm-panels",
       "gemm-bf16dot", "gemv-int-dot",   "gemm-int-dot",       "gemv-quant-f32",
       "gemv-fp8",           "gemm-fp8",       "gemv-dequant",       "gemm-dequant",
+      "gemv-fp8-bf16dot",   "gemm-fp8-bf16dot", "gemm-panels-fp8-bf16dot",
       "gemm-tiled-dequant", "gemm-panels-dequant", "reference"};
   EXPECT_TRUE(matmul_kernels.count("gemv"));
   for (const std::string& k : matmul_kernels) EXPECT_TRUE(known.count(k)) << "'" << k << "'";

@@ -399,7 +399,7 @@ TEST_F(GemmTest, Bf16WeightMarkedExactXKeepsXExact) {
 }
 
 // The AVX512-BF16 kernel against the exact f32 x: each output within its rounding bound
-// sum_i |x_i - bf16(x_i)| * |w_i| (<= 2^-9 sum_i |x_i w_i|) plus 1e-5 of the output's scale; and
+// sum_i |x_i - bf16(x_i)| * |w_i| (<= 2^-8 sum_i |x_i w_i|) plus 1e-5 of the output's scale; and
 // with the kernel turned off the same call is exact again.
 TEST_F(GemmTest, Bf16DotWithinRoundingBoundOfExactX) {
   if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "this CPU has no AVX512-BF16";

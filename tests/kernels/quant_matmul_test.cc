@@ -23,6 +23,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/gemm_bf16.h"
 #include "backend/reference/reference_backend.h"
 #include "backend/reference/reference_ops.h"
 #include "base/memory_info.h"
@@ -1066,6 +1067,8 @@ std::string Name(const Fp8Case& c) {
 // reference MatMul: the decoded weights are the same values; x * scale is rounded where the
 // reference rounds the weight * scale, and the summation order differs (2e-5).
 TEST_F(QuantMatMulTest, Fp8KernelMatchesReference) {
+  // x exact: with AVX512-BF16 the default rounds it to bf16 (Fp8Bf16Dot* below).
+  const cpu::ScopedBf16DotForTest exact_x(cpu::Bf16Dot::kOff);
   Rng rng(16);
   ForEachTarget([&] {
     for (const Fp8Case& c : kFp8Cases) {
@@ -1105,6 +1108,7 @@ TEST_F(QuantMatMulTest, Fp8KernelMatchesReference) {
 // that row alone: the FP8 kernel sums a row the same way whatever the rows, tiles and thread
 // ranges around it (docs/kernels.md "FP8 weights"), in a verification chunk as in decode.
 TEST_F(QuantMatMulTest, Fp8RowDoesNotDependOnItsNeighbours) {
+  const cpu::ScopedBf16DotForTest exact_x(cpu::Bf16Dot::kOff);  // the f32 tiles (bf16: below)
   Rng rng(18);
   ForEachTarget([&] {
     const int64_t max_rows = cpu::Fp8FusedMaxRows();
@@ -1132,6 +1136,158 @@ TEST_F(QuantMatMulTest, Fp8RowDoesNotDependOnItsNeighbours) {
       }
     }
   });
+}
+
+// The e4m3 value of a code, from its definition (sign, 4 exponent bits biased by 7, 3 mantissa
+// bits; exponent 0 subnormal).
+double E4m3Value(uint8_t code) {
+  const int e = (code >> 3) & 15, mant = code & 7;
+  const double mag = e == 0 ? std::ldexp(mant, -9) : std::ldexp(1.0 + mant / 8.0, e - 7);
+  return (code & 0x80) != 0 ? -mag : mag;
+}
+
+// f rounded to bf16 as vcvtneps2bf16 rounds it: nearest even, f32 subnormals to signed zero.
+float RoundToBf16(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  if ((b & 0x7F800000u) == 0) {
+    b &= 0x80000000u;
+  } else {
+    b = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
+  }
+  float r;
+  std::memcpy(&r, &b, 4);
+  return r;
+}
+
+// What the bf16-dot FP8 kernel computes, in double: sum over columns of bf16(x * scale) * value
+// (+ bias); `exact` the same with x * scale unrounded; `mag` the sum of |x * scale * value| and
+// |bias|.
+struct Fp8Expected {
+  std::vector<double> rounded, exact, mag;
+};
+Fp8Expected ExpectedFp8(const Fp8Case& c, RandomFp8Weight& rw, const float* x,
+                        int64_t x_stride, bool with_bias) {
+  Fp8Expected e;
+  const auto* q = static_cast<const uint8_t*>(rw.q.t.data);
+  const auto* s = reinterpret_cast<const float*>(rw.scales.bytes.data());
+  const int64_t sc = rw.scales.t.shape[1];
+  for (int64_t r = 0; r < c.m; ++r) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double rounded = with_bias ? rw.bias.f32()[j] : 0.0, exact = rounded;
+      double mag = std::fabs(rounded);
+      for (int64_t col = 0; col < c.k; ++col) {
+        const float xs = x[r * x_stride + col] * s[(j / c.block_rows) * sc + col / c.block_cols];
+        const double v = E4m3Value(q[j * c.k + col]);
+        rounded += static_cast<double>(RoundToBf16(xs)) * v;
+        exact += static_cast<double>(xs) * v;
+        mag += std::fabs(static_cast<double>(xs) * v);
+      }
+      e.rounded.push_back(rounded);
+      e.exact.push_back(exact);
+      e.mag.push_back(mag);
+    }
+  }
+  return e;
+}
+
+// With AVX512-BF16 under the default mode, every FP8 MatMul takes x * scale rounded to bf16 and
+// the codes decoded to bf16 exactly (gemm_bf16.h), tiles up to kFp8DotTileMaxRows rows and packed
+// panels beyond: each output within 2e-6 of sum |terms| of the double sum of the same rounded
+// products (f32 sums), and within 2^-8 of sum |terms| (plus the same 2e-6) of the product with
+// exact x. Below the AVX-512 targets, or with DH_BF16_DOT=off, x stays exact.
+TEST_F(QuantMatMulTest, Fp8Bf16DotMatchesRoundedProducts) {
+  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  Rng rng(19);
+  const Fp8Case cases[] = {
+      {1, 37, 70, 16, 32},    {3, 200, 300, 128, 128}, {1, 1, 1, 1, 1},
+      {4, 17, 33, 8, 16},     {8, 70, 300, 128, 128},  {9, 50, 200, 6, 64},
+      {16, 23, 257, 128, 128}, {40, 9, 2100, 128, 128}, {48, 45, 129, 128, 128},
+      {49, 45, 129, 128, 128},  // panels from kFp8DotTileMaxRows + 1 rows
+      {64, 9, 2100, 128, 128},  // two K blocks
+      {57, 300, 301, 128, 80},  // odd K, blocks of rows cut into 128-row packed blocks
+      {50, 50, 96, 6, 32},      // blocks of 6 weight rows: a packed block per row block
+      {52, 260, 64, 200, 64},   // blocks of 200 rows: packed blocks of 96 inside them
+  };
+  static_assert(cpu::kFp8DotTileMaxRows == 48, "the cases above straddle the tiles' limit");
+  ForEachTarget([&] {
+    const bool rounds = cpu::Bf16DotRoundsX();
+    EXPECT_EQ(rounds, std::string(cpu::DispatchedTargetName()).rfind("AVX3", 0) == 0);
+    for (const Fp8Case& c : cases) {
+      RandomFp8Weight rw(rng, c);
+      Owned x(DType::kF32, {c.m, c.k}), got(DType::kF32, {c.m, c.n});
+      rng.Fill(x, -2.0f, 2.0f);
+      cpu_.MatMul(x.t, rw.w, rw.bias.t, got.t);
+      const Fp8Expected e = ExpectedFp8(c, rw, x.f32(), c.k, true);
+      const std::vector<double>& want = rounds ? e.rounded : e.exact;
+      int bad = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        const double g = got.f32()[i], slack = 2e-6 * e.mag[i] + 1e-30;
+        const bool ok = std::fabs(g - want[i]) <= slack &&
+                        std::fabs(g - e.exact[i]) <= std::ldexp(e.mag[i], -8) + slack;
+        if (!ok && ++bad <= 5) {
+          ADD_FAILURE() << Name(c) << " element " << i << " got " << g << " want " << want[i]
+                        << " exact " << e.exact[i] << " sum|terms| " << e.mag[i];
+        }
+      }
+      EXPECT_EQ(bad, 0) << Name(c);
+      if (rounds) {
+        // One flag away: x exact again.
+        const cpu::ScopedBf16DotForTest off(cpu::Bf16Dot::kOff);
+        Owned exact(DType::kF32, {c.m, c.n});
+        cpu_.MatMul(x.t, rw.w, rw.bias.t, exact.t);
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_NEAR(exact.f32()[i], e.exact[i], 2e-6 * e.mag[i] + 1e-30) << Name(c) << " off";
+        }
+      }
+      // A weight marked exact_x keeps x exact in every mode.
+      Weight w = rw.w;
+      w.exact_x = true;
+      Owned keep(DType::kF32, {c.m, c.n});
+      cpu_.MatMul(x.t, w, rw.bias.t, keep.t);
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(keep.f32()[i], e.exact[i], 2e-6 * e.mag[i] + 1e-30) << Name(c) << " exact_x";
+      }
+    }
+  });
+}
+
+// Through CpuBackend::MatMul on the bf16 dot: each row of up to kFp8DotTileMaxRows rows of x gives
+// the same bits as that row alone (one chain per output in the tiles, whatever the tiles and
+// thread ranges around it); more rows (the packed panels, sums in another order) within 1e-5 of
+// the output's scale.
+TEST_F(QuantMatMulTest, Fp8Bf16DotRowDoesNotDependOnItsNeighbours) {
+  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  if (!cpu::DispatchesAvx512()) GTEST_SKIP() << "the AVX-512 targets are off (DH_CPU_TIER)";
+  Rng rng(20);
+  const int64_t max_rows = cpu::kFp8DotTileMaxRows;
+  for (const Fp8Case& shape : {Fp8Case{0, 45, 300, 128, 128}, Fp8Case{0, 23, 129, 6, 32}}) {
+    RandomFp8Weight rw(rng, shape);
+    const int64_t rows = max_rows + 8;  // the panels' case
+    Owned x(DType::kF32, {rows, shape.k});
+    rng.Fill(x, -2.0f, 2.0f);
+    std::vector<std::vector<float>> alone;
+    for (int64_t r = 0; r < rows; ++r) {
+      Owned one(DType::kF32, {1, shape.n});
+      cpu_.MatMul(x.t.Narrow(0, r, 1), rw.w, rw.bias.t, one.t);
+      alone.push_back(one.ToVector());
+    }
+    for (int64_t m : {int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{8}, int64_t{9},
+                      int64_t{17}, max_rows, rows}) {
+      Owned all(DType::kF32, {m, shape.n});
+      cpu_.MatMul(x.t.Narrow(0, 0, m), rw.w, rw.bias.t, all.t);
+      const std::vector<float> got = all.ToVector();
+      std::vector<float> want;
+      for (int64_t r = 0; r < m; ++r) want.insert(want.end(), alone[r].begin(), alone[r].end());
+      if (m > max_rows) {
+        ExpectClose(got, want, 1e-5f, Name(shape) + " panels M=" + std::to_string(m));
+        continue;
+      }
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i], want[i]) << Name(shape) << " M=" << m << " element " << i;
+      }
+    }
+  }
 }
 
 // Fp8DequantizeRows equals the reference decoding bit for bit (the 2^8 moved into the scale is

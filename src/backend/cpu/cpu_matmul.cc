@@ -273,6 +273,16 @@ void Fp8Gemv(const MatMulCall& c, ThreadPool& pool) {
                    [&](size_t b, size_t e) { cpu::Fp8MatMulRange(c.fp8, b, e); });
 }
 
+// FP8 blocks where x is rounded to bf16 (gemm_bf16.h): vdpbf16ps on the codes decoded to bf16,
+// tiles up to kFp8DotTileMaxRows rows of x, packed panels beyond.
+void Fp8Bf16Dot(const MatMulCall& c, ThreadPool& pool) {
+  cpu::Fp8Bf16DotMatMul(c.fp8, c.n(), pool);
+}
+const char* Fp8Bf16DotName(const MatMulCall& c) {
+  if (c.m() > cpu::kFp8DotTileMaxRows) return "gemm-panels-fp8-bf16dot";
+  return c.m() >= 4 ? "gemm-fp8-bf16dot" : "gemv-fp8-bf16dot";
+}
+
 // Prefill and batches over a non-dense weight: the tiled GEMM (gemm.h) pulls f32 panels through
 // a callback. Panels narrower than the row (fewer rows of x than the packed panels take, K over
 // kGemmKcMax) decode just their columns where the format allows: every K block starts at a
@@ -379,6 +389,16 @@ const MatMulKernel kMatMulKernels[] = {
                           c.w.group_size, c.m(), c.n(), c.k());
      },
      QuantGemv},
+    {kFp8Only, kAnyPath,
+     [](const MatMulCall& c) { return c.fp8_ok && cpu::UseFp8Bf16Dot(c.w.exact_x); },
+     Fp8Bf16DotName, cpu::DispatchedTargetName,
+     [](const MatMulCall& c) {
+       return fmt::format("matmul {} fp8 b{}x{} x-bf16 {} M={} N={} K={}", c.kind(),
+                          c.w.block_rows, c.w.block_cols,
+                          c.m() <= cpu::kFp8DotTileMaxRows ? "tiles" : "panels", c.m(), c.n(),
+                          c.k());
+     },
+     Fp8Bf16Dot},
     {kFp8Only, kAnyPath,
      [](const MatMulCall& c) { return c.fp8_ok && c.m() <= cpu::Fp8FusedMaxRows(); },
      [](const MatMulCall& c) { return c.m() >= 4 ? "gemm-fp8" : "gemv-fp8"; },

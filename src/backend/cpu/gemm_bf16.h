@@ -2,7 +2,8 @@
 // (prefill, batched decode, MoE expert groups): the GEMM of gemm.h at twice the multiply rate of
 // f32 FMAs. x is rounded to bf16 (nearest even) once per call; each product of two bf16 values
 // is exact in f32 and sums stay f32, so an output differs from the exact f32 product by at most
-// sum_i |x_i - bf16(x_i)| * |w_i| <= 2^-9 * sum_i |x_i * w_i| (plus f32 rounding of the sums).
+// sum_i |x_i - bf16(x_i)| * |w_i| <= 2^-8 * sum_i |x_i * w_i| (plus f32 rounding of the sums;
+// bf16 keeps 8 significant bits, so rounding to nearest moves a value by at most 2^-8 of it).
 // Calls of 1-3 rows (decode, on the f32 GEMV) round x the same way under the same condition
 // (Bf16DotRoundsX), so a row's products do not depend on the rows beside it.
 //
@@ -70,6 +71,25 @@ void RoundRowsToBf16(const float* x, int64_t x_stride, int64_t m, int64_t k, flo
 
 // The GEMM of gemm.h for a with UseBf16Dot(a); runs on all threads of pool.
 void Bf16DotGemm(const GemmArgs& a, ThreadPool& pool);
+
+struct Fp8MatMulArgs;  // quant_matmul.h
+
+// FP8 weights on vdpbf16ps, under the same mode as bf16 weights: where Bf16DotRoundsX() and the
+// weight is not exact_x, every FP8 matmul takes this kernel at every row count. x is multiplied
+// by each block's scale and rounded to bf16 (nearest even, `vcvtneps2bf16`) once per block of
+// weight rows; the e4m3 codes are decoded to bf16 exactly (every e4m3 value is a bf16 value), so
+// each product bf16(x * scale) * value is exact in f32 and an output differs from the exact
+// product by at most 2^-8 * sum_i |x_i * scale_i * value_i| plus f32 rounding of the sums.
+// Up to kFp8DotTileMaxRows rows of x: tiles of 3 weight rows by 8 rows of x (4 by 4 for calls of
+// up to 4 rows) over whole rows, the codes decoded in registers, each output one chain (a row
+// gives the same bits alone or in a batch of up to that many); more rows (prefill): the packed
+// panels and micro-kernel of the bf16 GEMM, the codes decoded into the panels, x scaled per 8-row
+// tile and K block.
+bool UseFp8Bf16Dot(bool exact_x);
+inline constexpr int64_t kFp8DotTileMaxRows = 48;
+// out = x * dequant(w)^T + bias for n output features; runs on all threads of pool. Call only
+// when UseFp8Bf16Dot holds for the weight.
+void Fp8Bf16DotMatMul(const Fp8MatMulArgs& a, int64_t n, ThreadPool& pool);
 
 // Floating-point operations (2 per multiply-add) per call of Bf16DotProbe; 0 without the kernel.
 int64_t Bf16DotProbeFlops(int64_t iters);
