@@ -1,9 +1,11 @@
 // bf16 x bf16 -> f32 GEMM on AVX512-BF16 (`vdpbf16ps`), for dense bf16 weights with 4+ rows of x
 // (prefill, batched decode, MoE expert groups): the GEMM of gemm.h at twice the multiply rate of
-// f32 FMAs. x is rounded to bf16 (nearest even) once per call; each product of two bf16 values
-// is exact in f32 and sums stay f32, so an output differs from the exact f32 product by at most
-// sum_i |x_i - bf16(x_i)| * |w_i| <= 2^-8 * sum_i |x_i * w_i| (plus f32 rounding of the sums;
-// bf16 keeps 8 significant bits, so rounding to nearest moves a value by at most 2^-8 of it).
+// f32 FMAs (FP8 block-scaled weights run on the same instruction at every row count,
+// Fp8Bf16DotMatMul below). x is rounded to bf16 (nearest even) once per call; each product of two
+// bf16 values is exact in f32 and sums stay f32, so an output differs from the exact f32 product
+// by at most sum_i |x_i - bf16(x_i)| * |w_i| <= 2^-8 * sum_i |x_i * w_i| (plus f32 rounding of
+// the sums; bf16 keeps 8 significant bits, so rounding to nearest moves a value by at most 2^-8
+// of it).
 // Calls of 1-3 rows (decode, on the f32 GEMV) round x the same way under the same condition
 // (Bf16DotRoundsX), so a row's products do not depend on the rows beside it.
 //
