@@ -375,8 +375,8 @@ Result<Weight> WeightLoader::MatrixPart(const std::string& name, int64_t rows, i
   loaded_as_[name] = {std::string(DTypeName(dtype)), data.nbytes()};
   Weight out = Weight::Dense(data);
   // One process keeps an FP8 weight as FP8 unless a dtype is asked for; its dense slice stands in
-  // for it with x exact, so that the slice's one rounding (weight * scale to bf16) is its only
-  // difference (one process rounds x * scale to bf16 instead where DH_BF16_DOT rounds x,
+  // for it with x exact, so the slice adds one rounding to the exact product (weight * scale to
+  // bf16), as one process adds one (x * scale to bf16 where DH_BF16_DOT rounds x,
   // backend/cpu/gemm_bf16.h).
   out.exact_x = t->dtype == DType::kF8E4M3 && target.kind != PrecisionFormat::Kind::kDense &&
                 !plan().dtype.has_value();

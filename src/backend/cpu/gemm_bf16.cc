@@ -496,6 +496,8 @@ DH_BF16_TARGET DH_BF16_INLINE void Fp8DotTile(const uint16_t* xb, int64_t xs, co
 // of up to 4 rows (four weight rows in flight, as the f32 FP8 tiles stream one row of x).
 constexpr int kFp8TileAccs = 24;
 constexpr int64_t kFp8WideTileMaxRows = 4;
+// The tile shapes Fp8DotRange uses fit, so Fp8DotTiles' skipped shapes are never asked for.
+static_assert(kMR * kNR <= kFp8TileAccs && kFp8WideTileMaxRows * 4 <= kFp8TileAccs);
 
 template <int NR, bool kPrefetch>
 DH_BF16_TARGET void Fp8DotTiles(int mr, const uint16_t* xb, int64_t xs, const uint8_t* q,
