@@ -276,7 +276,8 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
                                 : dot_off                    ? "off (f32 products)"
                                 : cpu::IntegerDotAvailable() ? cpu::IntegerDotName()
                                                              : "none";
-    // bf16 weights with 4+ rows of x: vdpbf16ps where the CPU and the dispatched target have it.
+    // bf16 weights with 4+ rows of x, FP8 weights at every row count: vdpbf16ps where the CPU and
+    // the dispatched target have it.
     cpu::GemmArgs bf16_call;
     bf16_call.m = 8;
     bf16_call.k = 64;
@@ -308,7 +309,7 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
       std::printf("%s", tools::FormatModelBench(*result, *loaded->model, label, threads).c_str());
       if (cpu_device) {
         std::printf("kernels: SIMD target %s, int8/int4 integer dot %s (DH_INTEGER_DOT=%s), "
-                    "bf16 GEMM %s (DH_BF16_DOT=%s)\n",
+                    "bf16 and FP8 weights %s (DH_BF16_DOT=%s)\n",
                     simd.c_str(), int_dot.c_str(),
                     std::getenv("DH_INTEGER_DOT") ? std::getenv("DH_INTEGER_DOT") : "auto",
                     bf16_dot.c_str(),
