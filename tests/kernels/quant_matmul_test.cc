@@ -1104,6 +1104,18 @@ TEST_F(QuantMatMulTest, Fp8KernelMatchesReference) {
   });
 }
 
+// Each of the first `rows` rows of x through cpu.MatMul alone: one output row per row.
+std::vector<std::vector<float>> RowsAlone(CpuBackend& cpu, const Owned& x, int64_t rows,
+                                          const RandomFp8Weight& rw, int64_t n) {
+  std::vector<std::vector<float>> alone;
+  for (int64_t r = 0; r < rows; ++r) {
+    Owned one(DType::kF32, {1, n});
+    cpu.MatMul(x.t.Narrow(0, r, 1), rw.w, rw.bias.t, one.t);
+    alone.push_back(one.ToVector());
+  }
+  return alone;
+}
+
 // Through CpuBackend::MatMul, each row of up to Fp8FusedMaxRows rows of x gives the same bits as
 // that row alone: the FP8 kernel sums a row the same way whatever the rows, tiles and thread
 // ranges around it (docs/kernels.md "FP8 weights"), in a verification chunk as in decode.
@@ -1117,12 +1129,7 @@ TEST_F(QuantMatMulTest, Fp8RowDoesNotDependOnItsNeighbours) {
       RandomFp8Weight rw(rng, shape);
       Owned x(DType::kF32, {max_rows, shape.k});
       rng.Fill(x, -2.0f, 2.0f);
-      std::vector<std::vector<float>> alone;
-      for (int64_t r = 0; r < max_rows; ++r) {
-        Owned one(DType::kF32, {1, shape.n});
-        cpu_.MatMul(x.t.Narrow(0, r, 1), rw.w, rw.bias.t, one.t);
-        alone.push_back(one.ToVector());
-      }
+      const std::vector<std::vector<float>> alone = RowsAlone(cpu_, x, max_rows, rw, shape.n);
       for (int64_t m : {int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{8}, max_rows}) {
         Owned all(DType::kF32, {m, shape.n});
         cpu_.MatMul(x.t.Narrow(0, 0, m), rw.w, rw.bias.t, all.t);
@@ -1266,12 +1273,7 @@ TEST_F(QuantMatMulTest, Fp8Bf16DotRowDoesNotDependOnItsNeighbours) {
     const int64_t rows = max_rows + 8;  // the panels' case
     Owned x(DType::kF32, {rows, shape.k});
     rng.Fill(x, -2.0f, 2.0f);
-    std::vector<std::vector<float>> alone;
-    for (int64_t r = 0; r < rows; ++r) {
-      Owned one(DType::kF32, {1, shape.n});
-      cpu_.MatMul(x.t.Narrow(0, r, 1), rw.w, rw.bias.t, one.t);
-      alone.push_back(one.ToVector());
-    }
+    const std::vector<std::vector<float>> alone = RowsAlone(cpu_, x, rows, rw, shape.n);
     for (int64_t m : {int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{8}, int64_t{9},
                       int64_t{17}, max_rows, rows}) {
       Owned all(DType::kF32, {m, shape.n});

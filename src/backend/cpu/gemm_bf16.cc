@@ -128,12 +128,19 @@ DH_BF16_TARGET void RoundRow(const float* x, int64_t k, float* out) {
   }
 }
 
-// 32 columns of one bf16 weight row as they lie (column c0 on; mask: those that exist).
+// 32 columns of one bf16 weight row as they lie (column c0 on; mask: those that exist), and the
+// prefetch of the cache line they come from (one line per 32 columns).
 struct Bf16RowLoader {
   const uint16_t* w;
   int64_t ws;  // elements between rows
   DH_BF16_TARGET DH_BF16_INLINE __m512i Load(int64_t row, int64_t c0, __mmask32 m) const {
     return _mm512_maskz_loadu_epi16(m, w + row * ws + c0);
+  }
+  DH_BF16_TARGET DH_BF16_INLINE __m512i Load(int64_t row, int64_t c0) const {
+    return _mm512_loadu_si512(w + row * ws + c0);
+  }
+  DH_BF16_TARGET DH_BF16_INLINE void Prefetch(int64_t row, int64_t c0) const {
+    _mm_prefetch(reinterpret_cast<const char*>(w + row * ws + c0), _MM_HINT_T0);
   }
 };
 
@@ -170,12 +177,19 @@ DH_BF16_TARGET DH_BF16_INLINE __m512bh Fp8ToBf16x32(const uint8_t* p) {
   return Fp8ToBf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// 32 columns of one FP8 weight row decoded to bf16 (the values without their block scale).
+// 32 columns of one FP8 weight row decoded to bf16 (the values without their block scale), and
+// the prefetch of their cache line (one line per 64 columns: at every other call).
 struct Fp8RowLoader {
   const uint8_t* q;
   int64_t qs;  // bytes between rows
   DH_BF16_TARGET DH_BF16_INLINE __m512i Load(int64_t row, int64_t c0, __mmask32 m) const {
     return (__m512i)Fp8ToBf16x32(q + row * qs + c0, m);
+  }
+  DH_BF16_TARGET DH_BF16_INLINE __m512i Load(int64_t row, int64_t c0) const {
+    return (__m512i)Fp8ToBf16x32(q + row * qs + c0);
+  }
+  DH_BF16_TARGET DH_BF16_INLINE void Prefetch(int64_t row, int64_t c0) const {
+    if ((c0 & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(q + row * qs + c0), _MM_HINT_T0);
   }
 };
 
@@ -311,15 +325,16 @@ DH_BF16_TARGET void RunBlock(const GemmArgs& a, const uint32_t* xb, int64_t kp, 
 }
 
 // Few rows of x (batched decode): no packing, the weight rows are read once, as they lie. out[r][c]
-// (= sum + bias) for MR rows of x (bf16, xs elements apart) by NR weight rows over all k columns:
-// 32 columns per vdpbf16ps, a horizontal sum per output at the end. With kPrefetch the NR rows
-// after the tile (the next tile's, same columns) are prefetched a cache line per row as the tile
-// reads one, as the f32 GEMM's tiles do (gemm.cc, GemmTile): the hardware prefetchers do not run
-// ahead of weight rows read this slowly.
-template <int MR, int NR, bool kPrefetch>
-DH_BF16_TARGET DH_BF16_INLINE void DotTile(const uint16_t* xb, int64_t xs, const uint16_t* w,
-                                           int64_t ws, int64_t k, float* out, int64_t os,
-                                           const float* bias) {
+// (= sum + bias) for MR rows of x (bf16, xs elements apart) by NR weight rows (as `w` loads them:
+// bf16 rows, or FP8 codes decoded in registers) over all k columns: 32 columns per vdpbf16ps, a
+// horizontal sum per output at the end. With kPrefetch the NR rows after the tile (the next
+// tile's, same columns) are prefetched a cache line per row as the tile reads one, as the f32
+// GEMM's tiles do (gemm.cc, GemmTile): the hardware prefetchers do not run ahead of weight rows
+// read this slowly. Each output is one chain whatever MR and NR, so a row gives the same bits in
+// any tile.
+template <int MR, int NR, bool kPrefetch, class Rows>
+DH_BF16_TARGET DH_BF16_INLINE void DotTile(const uint16_t* xb, int64_t xs, const Rows& w,
+                                           int64_t k, float* out, int64_t os, const float* bias) {
   __m512 acc[MR][NR];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
@@ -330,13 +345,11 @@ DH_BF16_TARGET DH_BF16_INLINE void DotTile(const uint16_t* xb, int64_t xs, const
   for (; i + 32 <= k; i += 32) {
     if (kPrefetch) {
 #pragma GCC unroll 3
-      for (int c = 0; c < NR; ++c) {
-        _mm_prefetch(reinterpret_cast<const char*>(w + (NR + c) * ws + i), _MM_HINT_T0);
-      }
+      for (int c = 0; c < NR; ++c) w.Prefetch(NR + c, i);
     }
     __m512bh wv[NR];
 #pragma GCC unroll 3
-    for (int c = 0; c < NR; ++c) wv[c] = (__m512bh)_mm512_loadu_si512(w + c * ws + i);
+    for (int c = 0; c < NR; ++c) wv[c] = (__m512bh)w.Load(c, i);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + r * xs + i);
@@ -348,7 +361,7 @@ DH_BF16_TARGET DH_BF16_INLINE void DotTile(const uint16_t* xb, int64_t xs, const
     const __mmask32 m = static_cast<__mmask32>((1u << (k - i)) - 1);
     __m512bh wv[NR];
 #pragma GCC unroll 3
-    for (int c = 0; c < NR; ++c) wv[c] = (__m512bh)_mm512_maskz_loadu_epi16(m, w + c * ws + i);
+    for (int c = 0; c < NR; ++c) wv[c] = (__m512bh)w.Load(c, i, m);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(m, xb + r * xs + i);
@@ -374,14 +387,15 @@ DH_BF16_TARGET void DotRows(const uint16_t* xb, int64_t xs, const uint16_t* w, i
   int64_t c = 0;
   for (; c + 3 <= rows; c += 3) {
     const float* b = bias != nullptr ? bias + c : nullptr;
+    const Bf16RowLoader tile{w + c * ws, ws};
     if (prefetch && c + 6 <= rows) {
-      DotTile<MR, 3, true>(xb, xs, w + c * ws, ws, k, out + c, os, b);
+      DotTile<MR, 3, true>(xb, xs, tile, k, out + c, os, b);
     } else {
-      DotTile<MR, 3, false>(xb, xs, w + c * ws, ws, k, out + c, os, b);
+      DotTile<MR, 3, false>(xb, xs, tile, k, out + c, os, b);
     }
   }
   for (; c < rows; ++c) {
-    DotTile<MR, 1, false>(xb, xs, w + c * ws, ws, k, out + c, os,
+    DotTile<MR, 1, false>(xb, xs, Bf16RowLoader{w + c * ws, ws}, k, out + c, os,
                           bias != nullptr ? bias + c : nullptr);
   }
 }
@@ -438,60 +452,6 @@ DH_BF16_TARGET void ScaleRowToBf16(const float* x, int64_t c0, int64_t c1, const
   }
 }
 
-// out[r * os + c] = sum + bias[c] for MR rows of x (bf16, already scaled for this block of weight
-// rows, xs elements apart) by NR FP8 weight rows (qs bytes apart) over all k columns: 32 codes
-// decoded in registers per row and vdpbf16ps, one horizontal sum per output at the end. With
-// kPrefetch the NR rows after the tile's are prefetched a cache line per 64 columns, as DotTile
-// does. Each output is one chain whatever MR and NR, so a row gives the same bits in any tile.
-template <int MR, int NR, bool kPrefetch>
-DH_BF16_TARGET DH_BF16_INLINE void Fp8DotTile(const uint16_t* xb, int64_t xs, const uint8_t* q,
-                                              int64_t qs, int64_t k, float* out, int64_t os,
-                                              const float* bias) {
-  __m512 acc[MR][NR];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 3
-    for (int c = 0; c < NR; ++c) acc[r][c] = _mm512_setzero_ps();
-  }
-  int64_t i = 0;
-  for (; i + 32 <= k; i += 32) {
-    if (kPrefetch && (i & 63) == 0) {
-#pragma GCC unroll 3
-      for (int c = 0; c < NR; ++c) {
-        _mm_prefetch(reinterpret_cast<const char*>(q + (NR + c) * qs + i), _MM_HINT_T0);
-      }
-    }
-    __m512bh wv[NR];
-#pragma GCC unroll 3
-    for (int c = 0; c < NR; ++c) wv[c] = Fp8ToBf16x32(q + c * qs + i);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + r * xs + i);
-#pragma GCC unroll 3
-      for (int c = 0; c < NR; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, wv[c]);
-    }
-  }
-  if (i < k) {
-    const __mmask32 m = static_cast<__mmask32>((1u << (k - i)) - 1);
-    __m512bh wv[NR];
-#pragma GCC unroll 3
-    for (int c = 0; c < NR; ++c) wv[c] = Fp8ToBf16x32(q + c * qs + i, m);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(m, xb + r * xs + i);
-#pragma GCC unroll 3
-      for (int c = 0; c < NR; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, wv[c]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 3
-    for (int c = 0; c < NR; ++c) {
-      out[r * os + c] = _mm512_reduce_add_ps(acc[r][c]) + (bias != nullptr ? bias[c] : 0.0f);
-    }
-  }
-}
-
 // Tiles of up to kFp8TileAccs accumulators: 8 rows of x by 3 weight rows, or 4 by 4 for calls
 // of up to 4 rows (four weight rows in flight, as the f32 FP8 tiles stream one row of x).
 constexpr int kFp8TileAccs = 24;
@@ -503,11 +463,11 @@ template <int NR, bool kPrefetch>
 DH_BF16_TARGET void Fp8DotTiles(int mr, const uint16_t* xb, int64_t xs, const uint8_t* q,
                                 int64_t qs, int64_t k, float* out, int64_t os, const float* bias) {
   switch (mr) {
-#define DH_BF16_CASE(MR)                                                   \
-  case MR:                                                                 \
-    if constexpr (MR * NR <= kFp8TileAccs) {                               \
-      return Fp8DotTile<MR, NR, kPrefetch>(xb, xs, q, qs, k, out, os, bias); \
-    }                                                                      \
+#define DH_BF16_CASE(MR)                                                              \
+  case MR:                                                                            \
+    if constexpr (MR * NR <= kFp8TileAccs) {                                          \
+      return DotTile<MR, NR, kPrefetch>(xb, xs, Fp8RowLoader{q, qs}, k, out, os, bias); \
+    }                                                                                 \
     return;
     DH_BF16_CASE(1)
     DH_BF16_CASE(2)
