@@ -483,6 +483,25 @@ DH_BF16_TARGET void Fp8DotTiles(int mr, const uint16_t* xb, int64_t xs, const ui
   }
 }
 
+// One tile of nr (1-4) weight rows against mr rows of x; only full-width tiles (3 or 4 rows)
+// prefetch the next tile's rows.
+DH_BF16_TARGET void Fp8Tile(int mr, int64_t nr, bool prefetch, const uint16_t* xb, int64_t xs,
+                            const uint8_t* q, int64_t qs, int64_t k, float* out, int64_t os,
+                            const float* bias) {
+  switch (nr) {
+    case 4:
+      return prefetch ? Fp8DotTiles<4, true>(mr, xb, xs, q, qs, k, out, os, bias)
+                      : Fp8DotTiles<4, false>(mr, xb, xs, q, qs, k, out, os, bias);
+    case 3:
+      return prefetch ? Fp8DotTiles<3, true>(mr, xb, xs, q, qs, k, out, os, bias)
+                      : Fp8DotTiles<3, false>(mr, xb, xs, q, qs, k, out, os, bias);
+    case 2:
+      return Fp8DotTiles<2, false>(mr, xb, xs, q, qs, k, out, os, bias);
+    default:
+      return Fp8DotTiles<1, false>(mr, xb, xs, q, qs, k, out, os, bias);
+  }
+}
+
 // Weight rows [n_begin, n_end) for every row of x: per block of weight rows, x scaled by its
 // scales into xb (m rows of k), then tiles of 3 weight rows (4 for up to 4 rows of x; fewer at a
 // block's end) against kMR rows of x at a time, the tile's first pass prefetching the next tile's
@@ -506,28 +525,7 @@ DH_BF16_TARGET void Fp8DotRange(const Fp8MatMulArgs& a, int64_t n_begin, int64_t
         const uint16_t* x = xb + r * k;
         float* out = a.out + r * a.out_stride + j;
         const bool prefetch = nr == width && r == 0 && j + width < n_end;
-        switch (nr) {
-          case 4:
-            if (prefetch) {
-              Fp8DotTiles<4, true>(mr, x, k, q, a.q_stride, k, out, a.out_stride, bias);
-            } else {
-              Fp8DotTiles<4, false>(mr, x, k, q, a.q_stride, k, out, a.out_stride, bias);
-            }
-            break;
-          case 3:
-            if (prefetch) {
-              Fp8DotTiles<3, true>(mr, x, k, q, a.q_stride, k, out, a.out_stride, bias);
-            } else {
-              Fp8DotTiles<3, false>(mr, x, k, q, a.q_stride, k, out, a.out_stride, bias);
-            }
-            break;
-          case 2:
-            Fp8DotTiles<2, false>(mr, x, k, q, a.q_stride, k, out, a.out_stride, bias);
-            break;
-          default:
-            Fp8DotTiles<1, false>(mr, x, k, q, a.q_stride, k, out, a.out_stride, bias);
-            break;
-        }
+        Fp8Tile(mr, nr, prefetch, x, k, q, a.q_stride, k, out, a.out_stride, bias);
       }
     }
   }
