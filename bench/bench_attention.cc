@@ -3,7 +3,10 @@
 // --batch sequences of --ctx cached tokens each, against the machine's measured f32 FMA peak.
 // Usage: bench_attention [--threads N] [--hq 12] [--hkv 2] [--dk 128] [--dv 128] [--ctx 512]
 //                        [--batch 1] [--kv f32|bf16|f8e4m3|i8] [--mode both|prefill|decode]
-//                        [--v-in-k 0|1] [--seconds S]
+//                        [--v-in-k 0|1] [--seconds S] [--layers L]
+// --layers L gives every call its own cache of L (a model's layers), used in turn, so that with
+// enough of them (a working set beyond the last-level cache) the keys and values come from
+// memory as a model's decode reads them; time and GB/s are per call (one layer).
 // --v-in-k 1 reads the values as the first dv elements of the key rows (MLA's latent cache).
 // GFLOP counts 2 flops per multiply-add of the scores and of the value sum over the keys each
 // row really sees (causal prefill: about half of ctx^2).
@@ -13,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -34,6 +38,7 @@ struct Options {
   std::string mode = "both";
   bool v_in_k = false;
   double seconds = 1.0;
+  int layers = 1;
 };
 
 constexpr int kBlockSize = 16;
@@ -67,10 +72,10 @@ void FillRandom(std::vector<float>& v, uint64_t seed) {
 // Best seconds per Attention call of `num_tokens` query rows over `seqs` sequences of `ctx`
 // cached tokens each (the last `queries` of each are the queries).
 double TimeAttention(CpuBackend& cpu, const Options& o, DType dtype, int seqs, int queries,
-                     double* gflop) {
+                     double* gflop, double* bytes) {
   const int blocks_per_seq = (o.ctx + kBlockSize - 1) / kBlockSize;
   const int64_t slots = static_cast<int64_t>(seqs) * blocks_per_seq * kBlockSize;
-  Cache kc(dtype, slots, o.hkv, o.dk), vc(dtype, slots, o.hkv, o.dv);
+  std::vector<std::unique_ptr<Cache>> kcs, vcs;
   {
     ReferenceBackend ref({});
     std::vector<float> k(slots * o.hkv * o.dk), v(slots * o.hkv * o.dv);
@@ -78,12 +83,19 @@ double TimeAttention(CpuBackend& cpu, const Options& o, DType dtype, int seqs, i
     FillRandom(v, 2);
     std::vector<int32_t> all(slots);
     std::iota(all.begin(), all.end(), 0);
-    ref.KvWrite(Tensor(k.data(), DType::kF32, {slots, o.hkv, o.dk}),
-                Tensor(v.data(), DType::kF32, {slots, o.hkv, o.dv}), kc.view, vc.view,
-                Tensor(all.data(), DType::kI32, {slots}));
+    for (int l = 0; l < o.layers; ++l) {
+      kcs.push_back(std::make_unique<Cache>(dtype, slots, o.hkv, o.dk));
+      vcs.push_back(std::make_unique<Cache>(dtype, o.v_in_k ? 1 : slots, o.hkv, o.dv));
+      ref.KvWrite(Tensor(k.data(), DType::kF32, {slots, o.hkv, o.dk}),
+                  Tensor(v.data(), DType::kF32, {slots, o.hkv, o.dv}), kcs.back()->view,
+                  o.v_in_k ? kcs.back()->view.NarrowRow(0, o.dv) : vcs.back()->view,
+                  Tensor(all.data(), DType::kI32, {slots}));
+    }
   }
   // MLA: the values are the first dv elements of the key rows (one scale per row covers both).
-  const KvCacheView v_view = o.v_in_k ? kc.view.NarrowRow(0, o.dv) : vc.view;
+  auto v_view = [&](int l) { return o.v_in_k ? kcs[l]->view.NarrowRow(0, o.dv) : vcs[l]->view; };
+  *bytes = static_cast<double>(seqs) * o.ctx * o.hkv *
+           static_cast<double>(o.v_in_k ? o.dk : o.dk + o.dv) * DTypeSize(dtype);
   // Each sequence's blocks in reverse order, so the slot list is not one run.
   std::vector<int32_t> tables(static_cast<size_t>(seqs) * blocks_per_seq), lens(seqs, o.ctx),
       qs(seqs + 1);
@@ -105,41 +117,43 @@ double TimeAttention(CpuBackend& cpu, const Options& o, DType dtype, int seqs, i
   double macs = 0;
   for (int i = 0; i < queries; ++i) macs += o.ctx - queries + i + 1;
   *gflop = 2.0 * macs * seqs * o.hq * static_cast<double>(o.dk + o.dv) / 1e9;
-  cpu.Attention(qt, kc.view, v_view, meta, scale, ot);  // warm-up
+  auto pass = [&] {
+    for (int l = 0; l < o.layers; ++l) cpu.Attention(qt, kcs[l]->view, v_view(l), meta, scale, ot);
+  };
+  pass();  // warm-up
   double best = 1e30;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.seconds);
   int passes = 0;
   while (passes < 3 || std::chrono::steady_clock::now() < deadline) {
     const auto start = std::chrono::steady_clock::now();
-    cpu.Attention(qt, kc.view, v_view, meta, scale, ot);
+    pass();
     best = std::min(
         best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     ++passes;
   }
-  return best;
+  return best / o.layers;
 }
 
 int Run(const Options& o, DType dtype) {
   CpuBackend cpu(BackendOptions{.num_threads = o.threads});
   const double peak = MeasureFmaPeakGflops(cpu.pool());
+  const double bw = MeasureReadBandwidthGBs(cpu.pool(), size_t{512} << 20);
   std::printf(
-      "threads=%d target=%s f32 FMA peak %.1f GFLOP/s; Hq=%lld Hkv=%lld Dk=%lld Dv=%lld "
-      "kv=%s%s\n",
-      o.threads, cpu::DispatchedTargetName(), peak, static_cast<long long>(o.hq),
+      "threads=%d target=%s f32 FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s; Hq=%lld Hkv=%lld "
+      "Dk=%lld Dv=%lld kv=%s%s, %d layer(s)\n",
+      o.threads, cpu::DispatchedTargetName(), peak, bw, static_cast<long long>(o.hq),
       static_cast<long long>(o.hkv), static_cast<long long>(o.dk), static_cast<long long>(o.dv),
-      o.kv.c_str(), o.v_in_k ? " (values in the keys)" : "");
-  std::printf("%-8s %6s %6s %10s %9s %9s\n", "mode", "ctx", "batch", "time_us", "GFLOP/s",
-              "peak_frac");
-  double gflop = 0;
-  if (o.mode != "decode") {
-    const double t = TimeAttention(cpu, o, dtype, 1, o.ctx, &gflop);
-    std::printf("%-8s %6d %6d %10.1f %9.1f %9.2f\n", "prefill", o.ctx, 1, t * 1e6, gflop / t,
-                gflop / t / peak);
-  }
+      o.kv.c_str(), o.v_in_k ? " (values in the keys)" : "", o.layers);
+  std::printf("%-8s %6s %6s %10s %9s %9s %9s %9s\n", "mode", "ctx", "batch", "time_us", "GFLOP/s",
+              "peak_frac", "kv_GB/s", "bw_frac");
+  double gflop = 0, bytes = 0;
+  auto row = [&](const char* mode, int batch, double t) {
+    std::printf("%-8s %6d %6d %10.1f %9.1f %9.2f %9.1f %9.2f\n", mode, o.ctx, batch, t * 1e6,
+                gflop / t, gflop / t / peak, bytes / t / 1e9, bytes / t / 1e9 / bw);
+  };
+  if (o.mode != "decode") row("prefill", 1, TimeAttention(cpu, o, dtype, 1, o.ctx, &gflop, &bytes));
   if (o.mode != "prefill") {
-    const double t = TimeAttention(cpu, o, dtype, o.batch, 1, &gflop);
-    std::printf("%-8s %6d %6d %10.1f %9.1f %9.2f\n", "decode", o.ctx, o.batch, t * 1e6, gflop / t,
-                gflop / t / peak);
+    row("decode", o.batch, TimeAttention(cpu, o, dtype, o.batch, 1, &gflop, &bytes));
   }
   return 0;
 }
@@ -151,7 +165,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: bench_attention [--threads N] [--hq N] [--hkv N] [--dk N] [--dv N] [--ctx N] "
     "[--batch N] [--kv f32|bf16|f8e4m3|i8] [--mode both|prefill|decode] [--v-in-k 0|1] "
-    "[--seconds S]\n";
+    "[--seconds S] [--layers L]\n";
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,6 +195,8 @@ int main(int argc, char** argv) {
       o.v_in_k = n != 0;
     } else if (flag == "--mode") {
       o.mode = value;
+    } else if (flag == "--layers") {
+      o.layers = static_cast<int>(n);
     } else if (flag == "--seconds") {
       o.seconds = std::atof(value);
     } else {
@@ -194,7 +210,7 @@ int main(int argc, char** argv) {
   ok = ok && dtype != std::end(dtypes) && o.threads >= 1 && o.threads <= 256 && o.hq >= 1 &&
        o.hkv >= 1 && o.hq % o.hkv == 0 && o.hq <= 1024 && o.dk >= 1 && o.dk <= 4096 && o.dv >= 1 &&
        o.dv <= 4096 && (!o.v_in_k || o.dv <= o.dk) && o.ctx >= 1 && o.ctx <= 65536 &&
-       o.batch >= 1 && o.batch <= 256 && o.seconds > 0 &&
+       o.batch >= 1 && o.batch <= 256 && o.seconds > 0 && o.layers >= 1 && o.layers <= 1024 &&
        (o.mode == "both" || o.mode == "prefill" || o.mode == "decode");
   if (!ok) {
     std::fprintf(stderr, "%s", kUsage);

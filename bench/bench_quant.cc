@@ -5,7 +5,7 @@
 // Usage: bench_quant [--threads N] [--mb WORKING_SET_MB] [--seconds S] [--m 1,2,4,16]
 //                    [--n 8960] [--k 1536] [--cpu-time 1] [--formats
 //                    int8,int8-row,int4,int4-g128,fp8] [--packed-min-rows R] [--moe E]
-//                    [--shared N1,N2,...]
+//                    [--shared N1,N2,...] [--fp8-codes gaussian|uniform]
 // --packed-min-rows R runs the integer kernels' packed tiles from M = R (default: the engine's).
 // int8 / int4 weights also run prepacked (CpuBackend::PrepareWeight's tiles; path name
 // "+tiles") on every integer kernel, alternated with the row layout, where the engine would
@@ -20,11 +20,16 @@
 // the engine's own kernel choice, as one MatMul per weight and as one MatMuls call, alternated in
 // 20 bursts of --seconds / 10 each; the median burst of each is reported, so a host whose speed
 // changes between bursts moves both alike.
+// --fp8-codes: FP8 weights are Gaussian values quantized as a checkpoint's are (QuantizeFp8Block:
+// per 128x128 block scale = max|x| / 448; about 1 code in 10^4 is zero or subnormal), or with
+// `uniform` random codes (no NaN; the exponent's low bit cleared, so 1 code in 8 has exponent 0:
+// the codes of sessions 38-39).
 // --cpu-time 1 (with --threads 1, where the calling thread does all the work) times the calling
 // thread's CPU time instead of wall time: with a cache-resident working set (--mb 1 --n 256) it
 // measures the kernels' compute rate even on a busy machine.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -37,6 +42,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/membw.h"
 #include "backend/cpu/quant_vnni.h"
+#include "weights/quantize.h"
 
 namespace dh {
 namespace {
@@ -52,7 +58,9 @@ struct Options {
   int64_t packed_min_rows = 0;  // 0: the default (cpu::PackedMinRows)
   int64_t moe_experts = 0;      // --moe E: time MoeExperts over E experts instead
   std::vector<int64_t> shared;  // --shared N1,N2,...: time MatMuls over weights of these rows
+  bool fp8_uniform = false;     // --fp8-codes uniform: random codes instead of quantized values
 };
+Options g_options;
 
 double Now(bool cpu_time) {
   if (!cpu_time) {
@@ -102,15 +110,52 @@ std::unique_ptr<Buffer> Filled(Backend& backend, size_t count, T value) {
   return b;
 }
 
+// Standard normal values (Box-Muller over RandomByte's generator) quantized to FP8 with 128x128
+// block scales, once per shape: every copy of the working set holds the same codes.
+struct Fp8Codes {
+  int64_t n = 0, k = 0;
+  std::vector<uint8_t> q;
+  std::vector<float> scales;
+};
+const Fp8Codes& GaussianFp8(int64_t n, int64_t k) {
+  static Fp8Codes c;
+  if (c.n == n && c.k == k) return c;
+  std::vector<float> x(static_cast<size_t>(n * k));
+  auto uniform = [] {
+    uint32_t u = 0;
+    for (int i = 0; i < 3; ++i) u = (u << 8) | RandomByte();
+    return (static_cast<double>(u) + 0.5) / 16777216.0;  // (0, 1)
+  };
+  for (size_t i = 0; i < x.size(); i += 2) {
+    const double r = std::sqrt(-2.0 * std::log(uniform())), t = 6.283185307179586 * uniform();
+    x[i] = static_cast<float>(r * std::cos(t));
+    if (i + 1 < x.size()) x[i + 1] = static_cast<float>(r * std::sin(t));
+  }
+  c.n = n;
+  c.k = k;
+  c.q.resize(x.size());
+  c.scales.resize(static_cast<size_t>(((n + 127) / 128) * ((k + 127) / 128)));
+  QuantizeFp8Block(x.data(), n, k, 128, 128, c.q.data(), c.scales.data());
+  return c;
+}
+
 Stored Make(Backend& backend, const Format& f, int64_t n, int64_t k) {
   Stored s;
   s.w.format = f.format;
   s.w.rows = n;
   s.w.cols = k;
   if (f.format == WeightFormat::kFp8Block) {
-    s.q = RandomBytes(backend, n * k, 0xf7);  // no NaN (0x7f / 0xff)
     const int64_t br = (n + 127) / 128, bc = (k + 127) / 128;
-    s.scales = Filled(backend, br * bc, 0.01f);
+    if (g_options.fp8_uniform) {
+      s.q = RandomBytes(backend, n * k, 0xf7);  // no NaN (0x7f / 0xff)
+      s.scales = Filled(backend, br * bc, 0.01f);
+    } else {
+      const Fp8Codes& c = GaussianFp8(n, k);
+      s.q = backend.Allocate(c.q.size());
+      std::memcpy(s.q->data(), c.q.data(), c.q.size());
+      s.scales = backend.Allocate(c.scales.size() * sizeof(float));
+      std::memcpy(s.scales->data(), c.scales.data(), c.scales.size() * sizeof(float));
+    }
     s.w.block_rows = s.w.block_cols = 128;
     s.w.data = Tensor(s.q->data(), DType::kF8E4M3, {n, k});
     s.w.scales = Tensor(s.scales->data(), DType::kF32, {br, bc});
@@ -327,11 +372,15 @@ int Main(int argc, char** argv) {
     else if (a == "--packed-min-rows") o.packed_min_rows = std::atoll(argv[i + 1]);
     else if (a == "--moe") o.moe_experts = std::atoll(argv[i + 1]);
     else if (a == "--shared") o.shared = ParseList(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "bench_quant: unknown option %s\n", a.c_str());
+    else if (a == "--fp8-codes" && (std::string(argv[i + 1]) == "gaussian" ||
+                                     std::string(argv[i + 1]) == "uniform")) {
+      o.fp8_uniform = std::string(argv[i + 1]) == "uniform";
+    } else {
+      std::fprintf(stderr, "bench_quant: unknown option %s %s\n", a.c_str(), argv[i + 1]);
       return 2;
     }
   }
+  g_options = o;
   cpu::SetPackedMinRowsForTest(o.packed_min_rows);
   // Both layouts of each weight are timed: the rows stay after its tiles are made.
   CpuBackend cpu(BackendOptions{.num_threads = o.threads, .release_rows = false});

@@ -1,6 +1,7 @@
 // CpuBackend::Attention's blocking (backend/cpu/attention.h: blocks of up to kAttendMaxRows query
 // rows of one sequence and kv head, keys in blocks of kAttendKeyBlock, keys cut into ranges when
-// there are fewer row blocks than threads, merged after) against the reference, on every KV
+// there are fewer row blocks than threads or, in a decode with several kv heads, into chunks of
+// kAttendHeadChunk keys, merged after) against the reference, on every KV
 // cache dtype and every SIMD target compiled in: row counts that are not a multiple of the block
 // nor of a vector, GQA ratios 1, 4, 6 and 16, head dims 33, 64, 128, 192 (values 128) and MLA's
 // 576 / 512 (values inside the keys), key counts around the key block, several sequences of
@@ -145,6 +146,13 @@ TEST(AttentionBlocking, MatchesReferenceOnEveryShapeFormatAndTarget) {
       {16, 1, 576, 512, true, 16, {{50, 1}}, 3},
       {16, 1, 576, 512, true, 16, {{70, 2}}, 2},
       {12, 2, 128, 128, false, 16, {{100, 1}}, 3},
+      // Decode with several kv heads past kAttendHeadChunk (256) keys: keys cut into chunks,
+      // every head of a chunk on one thread, merged after. GQA 6 on 2 threads (256 + 256 +
+      // 88); three sequences of 300, 700 and 257 keys, one with 2 queries (12 rows); MHA with
+      // 4 kv heads on one thread.
+      {12, 2, 128, 128, false, 16, {{600, 1}}, 2},
+      {12, 2, 64, 64, false, 16, {{300, 1}, {700, 2}, {257, 1}}, 3},
+      {4, 4, 64, 64, false, 8, {{520, 1}}, 1},
       // Odd head dims (tails of every vector and tile), tiny pages, one thread.
       {6, 1, 33, 33, false, 4, {{9, 9}, {1, 1}, {64, 2}}, 1},
   };

@@ -84,13 +84,13 @@ HWY_INLINE void WidenKvRow(const T* HWY_RESTRICT src, const float* HWY_RESTRICT 
 
 // s[j][rows] = sum_d qt[d][rows] * k[j][d] for J keys and NV row vectors (pitch: floats
 // between the rows of qt and of s).
-template <int NV, int J>
+template <int NV, int J, class Step>
 HWY_INLINE void ScoreTile(const float* HWY_RESTRICT qt, int64_t pitch, const float* const* k,
-                          int64_t dk, float* HWY_RESTRICT s) {
+                          int64_t dk, float* HWY_RESTRICT s, Step step) {
   const DF df;
   const size_t lanes = hn::Lanes(df);
   VF acc[J][NV];
-  OuterTile<J, NV>(df, k, qt, pitch, dk, acc);
+  OuterTile<J, NV>(df, k, qt, pitch, dk, acc, step);
   HWY_UNROLL(12)
   for (int j = 0; j < J; ++j) {
     HWY_UNROLL(2)
@@ -136,12 +136,12 @@ HWY_INLINE void ValueTile(const float* HWY_RESTRICT p, int64_t pitch, const floa
 }
 
 // The last n < J keys (value columns) of a pass, with a tile of exactly n.
-template <int NV, int J>
+template <int NV, int J, class Step>
 HWY_INLINE void ScoreTail(int64_t n, const float* qt, int64_t pitch, const float* const* k,
-                          int64_t dk, float* s) {
+                          int64_t dk, float* s, Step step) {
   if constexpr (J > 1) {
-    if (n == J - 1) return ScoreTile<NV, J - 1>(qt, pitch, k, dk, s);
-    ScoreTail<NV, J - 1>(n, qt, pitch, k, dk, s);
+    if (n == J - 1) return ScoreTile<NV, J - 1>(qt, pitch, k, dk, s, step);
+    ScoreTail<NV, J - 1>(n, qt, pitch, k, dk, s, step);
   }
 }
 template <int NV, int D>
@@ -154,13 +154,13 @@ HWY_INLINE void ValueTail(int64_t n, const float* p, int64_t pitch, const float*
 }
 
 // Scores of nk (<= kAttendKeyBlock) keys for NV row vectors, kTile<NV> keys at a time.
-template <int NV>
+template <int NV, class Step>
 HWY_INLINE void Scores(const float* qt, int64_t pitch, const float* const* k, int64_t nk,
-                       int64_t dk, float* s) {
+                       int64_t dk, float* s, Step step) {
   constexpr int kJ = kTile<NV>;
   int64_t j = 0;
-  for (; j + kJ <= nk; j += kJ) ScoreTile<NV, kJ>(qt, pitch, k + j, dk, s + j * pitch);
-  ScoreTail<NV, kJ>(nk - j, qt, pitch, k + j, dk, s + j * pitch);
+  for (; j + kJ <= nk; j += kJ) ScoreTile<NV, kJ>(qt, pitch, k + j, dk, s + j * pitch, step);
+  ScoreTail<NV, kJ>(nk - j, qt, pitch, k + j, dk, s + j * pitch, step);
 }
 
 template <int NV>
@@ -246,18 +246,55 @@ HWY_INLINE void ValueRows(const float* p, int64_t pitch, const float* const* val
   if (rows - r == 1) ValueRowsBand<1>(p, pitch, val, nk, r, dv, alpha, o);
 }
 
+// Prefetches of the next key block's cache rows a line at a time, two per score column of this
+// block (PrefetchStep), where one burst of them at the block's start had the core wait for the
+// lines with nothing to compute, then compute with nothing in flight. Rest issues what the
+// columns did not.
+class RowPrefetcher {
+ public:
+  void Reset() { n_ = row_ = line_ = 0; }
+  void Add(const void* p, size_t bytes) {
+    rows_[n_] = static_cast<const char*>(p);
+    lines_[n_++] = static_cast<int32_t>((bytes + 63) / 64);
+  }
+  HWY_INLINE void Next() {
+    if (row_ == n_) return;
+    hwy::Prefetch(rows_[row_] + 64 * line_);
+    if (++line_ == lines_[row_]) {
+      line_ = 0;
+      ++row_;
+    }
+  }
+  void Rest() {
+    while (row_ < n_) Next();
+  }
+
+ private:
+  const char* rows_[2 * kAttendKeyBlock];
+  int32_t lines_[2 * kAttendKeyBlock];
+  int n_ = 0, row_ = 0;
+  int32_t line_ = 0;
+};
+struct PrefetchStep {
+  RowPrefetcher* pf;
+  HWY_INLINE void operator()() const {
+    pf->Next();
+    pf->Next();
+  }
+};
+
 // One key block for the NV row vectors at the start of every [rows] array passed: scores,
 // causal mask, online softmax update (max m, sum l, weights in place of the scores, rescale
 // factors in alpha), then the value product into o: transposed, o[dv][pitch], or with
 // rows_major > 0 (one row vector) row by row, o[rows_major][dv].
-template <int NV>
+template <int NV, class Step = NoStep>
 void KeyBlock(const float* qt, int64_t pitch, const float* const* k, const float* const* val,
               int64_t j0, int64_t nk, int64_t first_masked, int64_t dk, int64_t dv,
               const int32_t* npos, float* s, float* m, float* l, float* alpha, float* o,
-              int64_t rows_major, bool first) {
+              int64_t rows_major, bool first, Step step = Step()) {
   const DF df;
   const size_t lanes = hn::Lanes(df);
-  Scores<NV>(qt, pitch, k, nk, dk, s);
+  Scores<NV>(qt, pitch, k, nk, dk, s, step);
   // Causal mask: key j0 + j is past row r when j0 + j >= npos[r]; only keys from the block's
   // smallest num_positions on can be.
   const hn::RebindToSigned<DF> di;
@@ -356,26 +393,40 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
   const T* vbase = static_cast<const T*>(a.v_base);
   const bool quantized = a.k_scales != nullptr;
   // With many rows (prefill) the keys are in L2 and f32 rows are read in place; other types are
-  // widened once per block of keys. With one vector of rows (decode) the keys come from memory:
-  // every row is copied as one sequential read, and the next block's rows are prefetched while
-  // this one is computed (bench/README.md "Attention"). MLA's values are the first dv elements
-  // of its key rows: then the widened keys serve as values too.
+  // widened once per block of keys. With one vector of rows (decode) the keys come from memory
+  // and the next block's rows are prefetched while this one is computed (bench/README.md
+  // "Attention", "Zen 5, session 40"): where they take at most kAttendSpreadMaxBytes (GQA's
+  // rows of up to 128 f32), two lines per score column of this block (RowPrefetcher), f32 rows
+  // read in place; longer ones (MLA's 576-wide latent), as each row of this block is copied,
+  // every row copied as one sequential read. MLA's values are the first dv elements of its key rows: then
+  // the widened keys serve as values too.
   const bool few_rows = nvec == 1;
-  const bool widen = !std::is_same_v<T, float> || quantized || few_rows;
   const bool v_in_k = a.v_base == a.k_base && a.v_slot_stride == a.k_slot_stride &&
                       a.v_scales == a.k_scales && a.v_scale_stride == a.k_scale_stride &&
                       a.dv <= a.dk;
+  const int64_t next_bytes = kb * (a.dk + (v_in_k ? 0 : a.dv)) * static_cast<int64_t>(sizeof(T));
+  const bool spread = few_rows && next_bytes <= kAttendSpreadMaxBytes;
+  const bool widen = !std::is_same_v<T, float> || quantized || (few_rows && !spread);
   const float* krow[kAttendKeyBlock];
   const float* vrow[kAttendKeyBlock];
+  RowPrefetcher pf;
   const int64_t key_end = std::min(n_max, a.key_end);
   for (int64_t j0 = a.key_begin; j0 < key_end; j0 += kb) {
     const int64_t nk = std::min(kb, key_end - j0);
     const bool first = j0 == a.key_begin;
+    if (spread) {
+      pf.Reset();
+      for (int64_t j = j0 + kb; j < std::min(key_end, j0 + 2 * kb); ++j) {
+        const int64_t next = a.slots[j];
+        pf.Add(kbase + next * a.k_slot_stride, a.dk * sizeof(T));
+        if (!v_in_k) pf.Add(vbase + next * a.v_slot_stride, a.dv * sizeof(T));
+      }
+    }
     for (int64_t j = 0; j < nk; ++j) {
       const int64_t slot = a.slots[j0 + j];
       const T* kr = kbase + slot * a.k_slot_stride;
       const T* vr = vbase + slot * a.v_slot_stride;
-      if (few_rows && j0 + kb + j < key_end) {
+      if (few_rows && !spread && j0 + kb + j < key_end) {
         const int64_t next = a.slots[j0 + kb + j];
         const char* kn = reinterpret_cast<const char*>(kbase + next * a.k_slot_stride);
         const char* vn = reinterpret_cast<const char*>(vbase + next * a.v_slot_stride);
@@ -404,7 +455,11 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
       KeyBlock<2>(qt + off, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos + off, s + off,
                   m + off, l + off, alpha + off, o + off, 0, first);
     }
-    if (v < nvec) {
+    if (v < nvec && spread) {
+      KeyBlock<1>(qt, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos, s, m, l, alpha, o,
+                  a.rows, first, PrefetchStep{&pf});
+      pf.Rest();
+    } else if (v < nvec) {
       const int64_t off = v * lanes;
       KeyBlock<1>(qt + off, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos + off, s + off,
                   m + off, l + off, alpha + off, o + off, few_rows ? a.rows : 0, first);

@@ -18,6 +18,16 @@ inline constexpr int kAttendMaxRows = 32;
 // widened keys' space [kAttendKeyBlock][dk] also stages the block's query rows.
 inline constexpr int64_t kAttendKeyBlock = 32;
 static_assert(kAttendMaxRows <= kAttendKeyBlock);
+// Decode with several kv heads (at most kAttendChunkMaxRows query rows per head and sequence):
+// keys in chunks of kAttendHeadChunk, every head of a chunk run by one thread in turn
+// (CpuBackend::Attention).
+inline constexpr int64_t kAttendHeadChunk = 256;
+inline constexpr int64_t kAttendChunkMaxRows = 16;
+static_assert(kAttendHeadChunk % kAttendKeyBlock == 0);
+// Decode (one vector of query rows): a key block's rows of up to this many bytes are prefetched
+// over the score columns of the block before (attention.cc RowPrefetcher), f32 rows read in
+// place; longer ones as that block starts, every row copied.
+inline constexpr int64_t kAttendSpreadMaxBytes = 32 * 1024;
 
 struct AttendBlockArgs {
   KvType kv_type = KvType::kF32;

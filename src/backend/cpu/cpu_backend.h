@@ -156,6 +156,7 @@ class CpuBackend : public ReferenceBackend {
     std::vector<int64_t> slots, slot_start;
     std::vector<AttentionItem> items;
     std::vector<AttentionSplit> splits;
+    std::vector<size_t> groups;  // items [groups[g], groups[g + 1]) run together
     std::vector<float> partial;
   };
   AttentionScratch attn_;

@@ -19,9 +19,15 @@ namespace HWY_NAMESPACE {
 // acc[j][v] = sum over c in [0, n) of rows[j][c] * panel[c * pitch + v * Lanes(df) ...]: J scalar
 // rows, each value broadcast against the NV vectors of one column of a column-major panel (pitch
 // floats between its columns). Every accumulator sums along c in order, one FMA per column.
-template <int J, int NV, class DF>
+// step() runs once per column: a caller's work spread over the tile's columns (attention's
+// prefetches); NoStep does nothing.
+struct NoStep {
+  HWY_INLINE void operator()() const {}
+};
+template <int J, int NV, class DF, class Step = NoStep>
 HWY_INLINE void OuterTile(DF df, const float* const* rows, const float* HWY_RESTRICT panel,
-                          int64_t pitch, int64_t n, hwy::HWY_NAMESPACE::Vec<DF> (&acc)[J][NV]) {
+                          int64_t pitch, int64_t n, hwy::HWY_NAMESPACE::Vec<DF> (&acc)[J][NV],
+                          Step step = Step()) {
   namespace hn = hwy::HWY_NAMESPACE;
   using V = hn::Vec<DF>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
@@ -33,6 +39,7 @@ HWY_INLINE void OuterTile(DF df, const float* const* rows, const float* HWY_REST
     for (int v = 0; v < NV; ++v) acc[j][v] = hn::Zero(df);
   }
   for (int64_t c = 0; c < n; ++c) {
+    step();
     V pv[NV];
     HWY_UNROLL(2)
     for (int v = 0; v < NV; ++v) pv[v] = hn::LoadU(df, panel + c * pitch + v * lanes);
