@@ -303,11 +303,12 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
     max_keys = std::max<int64_t>(max_keys, seq.seq_len);
   }
   const int64_t key_parts = blocks > 0 && blocks < threads ? (threads + blocks - 1) / blocks : 1;
-  // Decode with several kv heads: a slot's head rows lie side by side, and one head's pass over
-  // the keys reads every other stretch of them, which the hardware prefetchers read whole (from
-  // memory, f32 at 4096 keys, 2 heads, each head's pass took 1.55x per byte a single head's).
-  // So the keys are cut into chunks of kAttendHeadChunk, and one thread runs every head over a
-  // chunk in turn: the later heads find their rows in L2.
+  // Decode with several kv heads: the keys are cut into chunks of kAttendHeadChunk and one
+  // thread runs every head of a chunk in turn, so the threads read nearby stretches of the cache
+  // (a slot's head rows lie side by side) instead of one head each. Measured, not explained:
+  // one thread per head read 1.55x slower per byte than a single-head cache, and the chunks
+  // read Qwen2's f32 cache at 4096 keys 1.3-1.5x faster on two threads, at batch 1 and 8
+  // (bench/README.md "Zen 5, session 40"); one thread gained nothing.
   const bool head_chunks = hkv > 1 && max_rows <= cpu::kAttendChunkMaxRows &&
                            max_keys > cpu::kAttendHeadChunk;
   const int64_t chunk_parts =
