@@ -20,8 +20,9 @@
 // the engine's own kernel choice, as one MatMul per weight and as one MatMuls call, alternated in
 // 20 bursts of --seconds / 10 each; the median burst of each is reported, so a host whose speed
 // changes between bursts moves both alike.
-// --fp8-codes: FP8 weights are Gaussian values quantized as a checkpoint's are (QuantizeFp8Block:
-// per 128x128 block scale = max|x| / 448; about 1 code in 10^4 is zero or subnormal), or with
+// --fp8-codes: FP8 weights are normal values (make-model's FillRandomNormal) quantized as a
+// checkpoint's are (QuantizeFp8Block: per 128x128 block scale = max|x| / 448; about 1 code in
+// 10^4 is zero or subnormal), or with
 // `uniform` random codes (no NaN; the exponent's low bit cleared, so 1 code in 8 has exponent 0:
 // the codes of sessions 38-39).
 // --cpu-time 1 (with --threads 1, where the calling thread does all the work) times the calling
@@ -29,7 +30,6 @@
 // measures the kernels' compute rate even on a busy machine.
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +42,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/membw.h"
 #include "backend/cpu/quant_vnni.h"
+#include "tools/random_model.h"
 #include "weights/quantize.h"
 
 namespace dh {
@@ -60,7 +61,6 @@ struct Options {
   std::vector<int64_t> shared;  // --shared N1,N2,...: time MatMuls over weights of these rows
   bool fp8_uniform = false;     // --fp8-codes uniform: random codes instead of quantized values
 };
-Options g_options;
 
 double Now(bool cpu_time) {
   if (!cpu_time) {
@@ -110,27 +110,18 @@ std::unique_ptr<Buffer> Filled(Backend& backend, size_t count, T value) {
   return b;
 }
 
-// Standard normal values (Box-Muller over RandomByte's generator) quantized to FP8 with 128x128
+// Normal values (tools::FillRandomNormal, as make-model's weights) quantized to FP8 with 128x128
 // block scales, once per shape: every copy of the working set holds the same codes.
 struct Fp8Codes {
   int64_t n = 0, k = 0;
   std::vector<uint8_t> q;
   std::vector<float> scales;
 };
-const Fp8Codes& GaussianFp8(int64_t n, int64_t k) {
+const Fp8Codes& NormalFp8(int64_t n, int64_t k) {
   static Fp8Codes c;
   if (c.n == n && c.k == k) return c;
   std::vector<float> x(static_cast<size_t>(n * k));
-  auto uniform = [] {
-    uint32_t u = 0;
-    for (int i = 0; i < 3; ++i) u = (u << 8) | RandomByte();
-    return (static_cast<double>(u) + 0.5) / 16777216.0;  // (0, 1)
-  };
-  for (size_t i = 0; i < x.size(); i += 2) {
-    const double r = std::sqrt(-2.0 * std::log(uniform())), t = 6.283185307179586 * uniform();
-    x[i] = static_cast<float>(r * std::cos(t));
-    if (i + 1 < x.size()) x[i + 1] = static_cast<float>(r * std::sin(t));
-  }
+  tools::FillRandomNormal(1, 1.0, n * k, DType::kF32, x.data());
   c.n = n;
   c.k = k;
   c.q.resize(x.size());
@@ -139,18 +130,18 @@ const Fp8Codes& GaussianFp8(int64_t n, int64_t k) {
   return c;
 }
 
-Stored Make(Backend& backend, const Format& f, int64_t n, int64_t k) {
+Stored Make(Backend& backend, const Format& f, int64_t n, int64_t k, bool fp8_uniform) {
   Stored s;
   s.w.format = f.format;
   s.w.rows = n;
   s.w.cols = k;
   if (f.format == WeightFormat::kFp8Block) {
     const int64_t br = (n + 127) / 128, bc = (k + 127) / 128;
-    if (g_options.fp8_uniform) {
+    if (fp8_uniform) {
       s.q = RandomBytes(backend, n * k, 0xf7);  // no NaN (0x7f / 0xff)
       s.scales = Filled(backend, br * bc, 0.01f);
     } else {
-      const Fp8Codes& c = GaussianFp8(n, k);
+      const Fp8Codes& c = NormalFp8(n, k);
       s.q = backend.Allocate(c.q.size());
       std::memcpy(s.q->data(), c.q.data(), c.q.size());
       s.scales = backend.Allocate(c.scales.size() * sizeof(float));
@@ -204,7 +195,7 @@ int RunMoe(const Options& o, CpuBackend& cpu, double bw) {
   std::vector<Stored> stored;
   std::vector<ExpertWeights> ew(static_cast<size_t>(experts));
   auto prepared = [&](int64_t n, int64_t k) {
-    stored.push_back(Make(cpu, f, n, k));
+    stored.push_back(Make(cpu, f, n, k, o.fp8_uniform));
     Result<Weight> p = cpu.PrepareWeight(stored.back().w);
     return p.ok() ? *p : stored.back().w;
   };
@@ -296,7 +287,8 @@ int RunShared(const Options& o, CpuBackend& cpu, double bw) {
       groups.emplace_back();
       group_bytes = 0;
       for (int64_t n : o.shared) {
-        Stored s = f.format == WeightFormat::kDense ? MakeBf16(cpu, n, o.k) : Make(cpu, f, n, o.k);
+        Stored s = f.format == WeightFormat::kDense ? MakeBf16(cpu, n, o.k)
+                                                    : Make(cpu, f, n, o.k, o.fp8_uniform);
         if (f.format != WeightFormat::kDense) {
           Result<Weight> p = cpu.PrepareWeight(s.w);
           if (p.ok()) s.w = *p;
@@ -380,7 +372,6 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
-  g_options = o;
   cpu::SetPackedMinRowsForTest(o.packed_min_rows);
   // Both layouts of each weight are timed: the rows stay after its tiles are made.
   CpuBackend cpu(BackendOptions{.num_threads = o.threads, .release_rows = false});
@@ -404,7 +395,7 @@ int Main(int argc, char** argv) {
     std::vector<Stored> copies;
     size_t total = 0;
     while (total < (o.working_set_mb << 20) || copies.empty()) {
-      copies.push_back(Make(cpu, f, o.n, o.k));
+      copies.push_back(Make(cpu, f, o.n, o.k, o.fp8_uniform));
       total += copies.back().w.nbytes();
       if (f.format != WeightFormat::kFp8Block) {
         Result<Weight> p = cpu.PrepareWeight(copies.back().w);
