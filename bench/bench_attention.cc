@@ -3,11 +3,13 @@
 // --batch sequences of --ctx cached tokens each, against the machine's measured f32 FMA peak.
 // Usage: bench_attention [--threads N] [--hq 12] [--hkv 2] [--dk 128] [--dv 128] [--ctx 512]
 //                        [--batch 1] [--kv f32|bf16|f8e4m3|i8] [--mode both|prefill|decode]
-//                        [--v-in-k 0|1] [--seconds S] [--layers L]
+//                        [--v-in-k 0|1] [--seconds S] [--layers L] [--kv-layout head|slot]
 // --layers L gives every call its own cache of L (a model's layers), used in turn, so that with
 // enough of them (a working set beyond the last-level cache) the keys and values come from
 // memory as a model's decode reads them; time and GB/s are per call (one layer).
 // --v-in-k 1 reads the values as the first dv elements of the key rows (MLA's latent cache).
+// --kv-layout: the cache head by head (default: as KvStorage lays out the CPU backend's cache,
+// Backend::KvCacheHeadMajor) or slot by slot (a slot's heads side by side).
 // GFLOP counts 2 flops per multiply-add of the scores and of the value sum over the keys each
 // row really sees (causal prefill: about half of ctx^2).
 #include <algorithm>
@@ -39,22 +41,34 @@ struct Options {
   bool v_in_k = false;
   double seconds = 1.0;
   int layers = 1;
+  int layout = -1;  // --kv-layout: 1 head by head, 0 slot by slot, -1 the CPU backend's
+  bool head_major = true;  // the layout in use (Run)
 };
 
 constexpr int kBlockSize = 16;
 
-// A cache of [slots, hkv, dim] in `dtype` (scales per token and head when quantized), filled
-// through the reference KvWrite from pseudo-random values in [-1, 1).
+// A cache of [slots, hkv, dim] in `dtype` (scales per token and head when quantized), head by
+// head or slot by slot (KvStorage's two layouts), filled through the reference KvWrite from
+// pseudo-random values in [-1, 1).
 struct Cache {
   std::vector<uint8_t> data;
   std::vector<float> scales;
   KvCacheView view;
-  Cache(DType dtype, int64_t slots, int64_t heads, int64_t dim) {
+  Cache(DType dtype, int64_t slots, int64_t heads, int64_t dim, bool head_major) {
     data.resize(static_cast<size_t>(slots * heads * dim) * DTypeSize(dtype));
     Tensor d(data.data(), dtype, {slots, heads, dim});
+    if (head_major) {
+      d.stride[0] = dim;
+      d.stride[1] = slots * dim;
+    }
     if (dtype == DType::kF8E4M3 || dtype == DType::kI8) {
       scales.resize(static_cast<size_t>(slots * heads));
-      view = KvCacheView(d, Tensor(scales.data(), DType::kF32, {slots, heads, 1}), dim);
+      Tensor sc(scales.data(), DType::kF32, {slots, heads, 1});
+      if (head_major) {
+        sc.stride[0] = 1;
+        sc.stride[1] = slots;
+      }
+      view = KvCacheView(d, sc, dim);
     } else {
       view = KvCacheView(d);
     }
@@ -84,8 +98,9 @@ double TimeAttention(CpuBackend& cpu, const Options& o, DType dtype, int seqs, i
     std::vector<int32_t> all(slots);
     std::iota(all.begin(), all.end(), 0);
     for (int l = 0; l < o.layers; ++l) {
-      kcs.push_back(std::make_unique<Cache>(dtype, slots, o.hkv, o.dk));
-      vcs.push_back(std::make_unique<Cache>(dtype, o.v_in_k ? 1 : slots, o.hkv, o.dv));
+      kcs.push_back(std::make_unique<Cache>(dtype, slots, o.hkv, o.dk, o.head_major));
+      vcs.push_back(
+          std::make_unique<Cache>(dtype, o.v_in_k ? 1 : slots, o.hkv, o.dv, o.head_major));
       ref.KvWrite(Tensor(k.data(), DType::kF32, {slots, o.hkv, o.dk}),
                   Tensor(v.data(), DType::kF32, {slots, o.hkv, o.dv}), kcs.back()->view,
                   o.v_in_k ? kcs.back()->view.NarrowRow(0, o.dv) : vcs.back()->view,
@@ -134,16 +149,18 @@ double TimeAttention(CpuBackend& cpu, const Options& o, DType dtype, int seqs, i
   return best / o.layers;
 }
 
-int Run(const Options& o, DType dtype) {
+int Run(Options o, DType dtype) {
   CpuBackend cpu(BackendOptions{.num_threads = o.threads});
+  o.head_major = o.layout < 0 ? cpu.KvCacheHeadMajor() : o.layout == 1;
   const double peak = MeasureFmaPeakGflops(cpu.pool());
   const double bw = MeasureReadBandwidthGBs(cpu.pool(), size_t{512} << 20);
   std::printf(
       "threads=%d target=%s f32 FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s; Hq=%lld Hkv=%lld "
-      "Dk=%lld Dv=%lld kv=%s%s, %d layer(s)\n",
+      "Dk=%lld Dv=%lld kv=%s%s (%s), %d layer(s)\n",
       o.threads, cpu::DispatchedTargetName(), peak, bw, static_cast<long long>(o.hq),
       static_cast<long long>(o.hkv), static_cast<long long>(o.dk), static_cast<long long>(o.dv),
-      o.kv.c_str(), o.v_in_k ? " (values in the keys)" : "", o.layers);
+      o.kv.c_str(), o.v_in_k ? " (values in the keys)" : "",
+      o.head_major ? "head by head" : "slot by slot", o.layers);
   std::printf("%-8s %6s %6s %10s %9s %9s %9s %9s\n", "mode", "ctx", "batch", "time_us", "GFLOP/s",
               "peak_frac", "kv_GB/s", "bw_frac");
   double gflop = 0, bytes = 0;
@@ -165,7 +182,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: bench_attention [--threads N] [--hq N] [--hkv N] [--dk N] [--dv N] [--ctx N] "
     "[--batch N] [--kv f32|bf16|f8e4m3|i8] [--mode both|prefill|decode] [--v-in-k 0|1] "
-    "[--seconds S] [--layers L]\n";
+    "[--seconds S] [--layers L] [--kv-layout head|slot]\n";
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -199,6 +216,8 @@ int main(int argc, char** argv) {
       o.layers = static_cast<int>(n);
     } else if (flag == "--seconds") {
       o.seconds = std::atof(value);
+    } else if (flag == "--kv-layout" && (std::string(value) == "head" || std::string(value) == "slot")) {
+      o.layout = std::string(value) == "head" ? 1 : 0;
     } else {
       ok = false;
     }

@@ -177,6 +177,11 @@ class Backend {
 
   // ---- memory ----
   virtual std::unique_ptr<Buffer> Allocate(size_t bytes) = 0;
+  // Whether KvStorage lays this backend's KV cache out head by head: each layer's [slots, heads,
+  // dim] view with strides {dim, slots * dim, 1}, a head's rows of every slot one stretch of
+  // memory, instead of a slot's heads side by side. Both are KvCacheViews every op reads through
+  // its strides; the CPU backend's decode reads its cache from memory faster this way.
+  virtual bool KvCacheHeadMajor() const { return false; }
   // Copies dst.nbytes() bytes from host memory into a contiguous device tensor, and back.
   virtual void CopyToDevice(const Tensor& dst, const void* src) = 0;
   virtual void CopyToHost(void* dst, const Tensor& src) = 0;

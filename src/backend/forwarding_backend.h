@@ -21,6 +21,7 @@ class ForwardingBackend : public Backend {
   bool Supports(const OpDesc& op) const override { return inner_->Supports(op); }
 
   std::unique_ptr<Buffer> Allocate(size_t bytes) override { return inner_->Allocate(bytes); }
+  bool KvCacheHeadMajor() const override { return inner_->KvCacheHeadMajor(); }
   void CopyToDevice(const Tensor& dst, const void* src) override { inner_->CopyToDevice(dst, src); }
   void CopyToHost(void* dst, const Tensor& src) override { inner_->CopyToHost(dst, src); }
   void Synchronize() override { inner_->Synchronize(); }

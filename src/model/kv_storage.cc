@@ -79,9 +79,15 @@ Result<std::unique_ptr<KvStorage>> KvStorage::Allocate(Backend& backend, const K
     storage->buffers_.push_back(std::move(buf));
   }
   size_t next = 0;
+  const bool head_major = backend.KvCacheHeadMajor();
   auto tensor = [&]() {
     const Part& p = parts[next++];
-    return Tensor(base + p.offset, p.dtype, {slots, p.heads, p.dim});
+    Tensor t(base + p.offset, p.dtype, {slots, p.heads, p.dim});
+    if (head_major) {  // the same elements, a head's slots side by side
+      t.stride[0] = p.dim;
+      t.stride[1] = slots * p.dim;
+    }
+    return t;
   };
   auto view = [&](int64_t group, int64_t dim) {
     Tensor data = tensor();

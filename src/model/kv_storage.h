@@ -2,7 +2,9 @@
 // [num_blocks * block_size, heads, dim] for keys and one for values (MLA layers keep a single
 // latent tensor and leave values empty), in the cache dtype (--kv-cache-dtype); the quantized
 // dtypes add f32 scales [slots, heads, groups] (backend.h KvCacheView). Allocated once at start,
-// as one backend buffer holding every layer's tensors (on a host backend: 2 MiB pages).
+// as one backend buffer holding every layer's tensors (on a host backend: 2 MiB pages); laid
+// out head by head where the backend asks (Backend::KvCacheHeadMajor: the CPU), else slot by
+// slot.
 // It lives in the model layer because the attention layers read and write it; the block
 // bookkeeping (src/kvcache) never touches device memory.
 #pragma once

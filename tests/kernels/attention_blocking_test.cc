@@ -6,7 +6,8 @@
 // nor of a vector, GQA ratios 1, 4, 6 and 16, head dims 33, 64, 128, 192 (values 128) and MLA's
 // 576 / 512 (values inside the keys), key counts around the key block, several sequences of
 // different lengths and query counts in one call (prefill, chunked prefill, decode), shuffled
-// block tables with unused blocks between them, strided query and output rows, 1 to 3 threads.
+// block tables with unused blocks between them, strided query and output rows, caches slot by
+// slot and head by head, 1 to 3 threads.
 //
 // Tolerance: |cpu - ref| <= 2e-5 * max(1, max |ref|) per element, as the other attention tests
 // (both read identical dequantized cache values; f32 dots, Highway's Exp and an online softmax
@@ -45,6 +46,7 @@ struct BlockCase {
   std::vector<std::pair<int, int>> seqs;  // (cached length, queries: its last positions)
   int threads;
   int64_t row_pad = 0;  // extra floats between query (and output) rows
+  bool head_major = false;  // the cache head by head (KvStorage's CPU layout), scales too
 };
 
 // Returns how many output elements differ from the reference at all.
@@ -77,6 +79,12 @@ int RunBlockCase(CpuBackend& cpu, ReferenceBackend& ref, DType dtype, const Bloc
   Owned kdata(dtype, {slots, c.hkv, c.dk}), vdata(dtype, {slots, c.hkv, c.dv});
   Owned kscales(DType::kF32, {slots, c.hkv, groups(c.dk)}),
       vscales(DType::kF32, {slots, c.hkv, groups(c.dv)});
+  if (c.head_major) {  // the same buffers, a head's slots side by side
+    for (Owned* o : {&kdata, &vdata, &kscales, &vscales}) {
+      o->t.stride[0] = o->t.shape[2];
+      o->t.stride[1] = slots * o->t.shape[2];
+    }
+  }
   KvCacheView k_view =
       QuantizedCache(dtype) ? KvCacheView(kdata.t, kscales.t, group) : KvCacheView(kdata.t);
   KvCacheView v_view =
@@ -153,6 +161,13 @@ TEST(AttentionBlocking, MatchesReferenceOnEveryShapeFormatAndTarget) {
       {12, 2, 128, 128, false, 16, {{600, 1}}, 2},
       {12, 2, 64, 64, false, 16, {{300, 1}, {700, 2}, {257, 1}}, 3},
       {4, 4, 64, 64, false, 8, {{520, 1}}, 1},
+      // The cache head by head, as KvStorage lays out the CPU backend's (no head chunks):
+      // GQA 6 decode at 600 keys on 2 threads, the GQA 4 mix above, MHA with 4 kv heads, MHA
+      // 192 / 128 with strided rows.
+      {12, 2, 128, 128, false, 16, {{600, 1}}, 2, 0, true},
+      {8, 2, 64, 64, false, 16, {{70, 70}, {33, 1}, {100, 7}}, 3, 0, true},
+      {4, 4, 64, 64, false, 8, {{520, 1}}, 1, 0, true},
+      {3, 3, 192, 128, false, 4, {{37, 37}, {5, 2}}, 2, 8, true},
       // Odd head dims (tails of every vector and tile), tiny pages, one thread.
       {6, 1, 33, 33, false, 4, {{9, 9}, {1, 1}, {64, 2}}, 1},
   };

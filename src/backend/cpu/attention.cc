@@ -2,7 +2,9 @@
 // Vectors run along the block's query rows: the queries are kept transposed, [dk][rows], so a
 // score tile is a row vector times one broadcast key element per multiply-add, the running max,
 // sum and rescale of the online softmax are plain vector ops, and the value product accumulates
-// the output transposed, [dv][rows], the same way. All arithmetic is f32.
+// the output transposed, [dv][rows], the same way. Decode's few rows (at most half a vector)
+// instead run row by row with vectors along dk and the keys (KeyBlockRows). All arithmetic is
+// f32.
 #include "backend/cpu/attention.h"
 
 #include <algorithm>
@@ -86,7 +88,7 @@ HWY_INLINE void WidenKvRow(const T* HWY_RESTRICT src, const float* HWY_RESTRICT 
 // between the rows of qt and of s).
 template <int NV, int J, class Step>
 HWY_INLINE void ScoreTile(const float* HWY_RESTRICT qt, int64_t pitch, const float* const* k,
-                          int64_t dk, float* HWY_RESTRICT s, Step step) {
+                          int64_t dk, float* HWY_RESTRICT s, Step& step) {
   const DF df;
   const size_t lanes = hn::Lanes(df);
   VF acc[J][NV];
@@ -138,7 +140,7 @@ HWY_INLINE void ValueTile(const float* HWY_RESTRICT p, int64_t pitch, const floa
 // The last n < J keys (value columns) of a pass, with a tile of exactly n.
 template <int NV, int J, class Step>
 HWY_INLINE void ScoreTail(int64_t n, const float* qt, int64_t pitch, const float* const* k,
-                          int64_t dk, float* s, Step step) {
+                          int64_t dk, float* s, Step& step) {
   if constexpr (J > 1) {
     if (n == J - 1) return ScoreTile<NV, J - 1>(qt, pitch, k, dk, s, step);
     ScoreTail<NV, J - 1>(n, qt, pitch, k, dk, s, step);
@@ -156,7 +158,7 @@ HWY_INLINE void ValueTail(int64_t n, const float* p, int64_t pitch, const float*
 // Scores of nk (<= kAttendKeyBlock) keys for NV row vectors, kTile<NV> keys at a time.
 template <int NV, class Step>
 HWY_INLINE void Scores(const float* qt, int64_t pitch, const float* const* k, int64_t nk,
-                       int64_t dk, float* s, Step step) {
+                       int64_t dk, float* s, Step& step) {
   constexpr int kJ = kTile<NV>;
   int64_t j = 0;
   for (; j + kJ <= nk; j += kJ) ScoreTile<NV, kJ>(qt, pitch, k + j, dk, s + j * pitch, step);
@@ -172,15 +174,100 @@ HWY_INLINE void Values(const float* p, int64_t pitch, const float* const* val, i
   ValueTail<NV, kD>(dv - d, p, pitch, val, nk, d, alpha, o);
 }
 
+// Decode's few query rows (at most half a vector: GQA's 4-8 query heads of a kv head on 16
+// lanes, MHA's one): a score tile with the rows along the vector (OuterTile) runs dk
+// multiply-adds per key however few lanes hold rows, so here each score is a dot product along
+// dk instead, rows x dk / lanes multiply-adds per key, the sums of kDotKeys keys formed at once.
+// (Not on HWY_SCALAR, whose one lane has no blocks to interleave.)
+constexpr int kDotKeys = 4;
+HWY_INLINE bool DotScoresFit(int64_t rows, int64_t dk) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF()));
+  return HWY_TARGET != HWY_SCALAR && HWY_HAVE_SCALABLE == 0 && lanes >= 4 && dk % lanes == 0 &&
+         2 * rows <= lanes;
+}
+#if HWY_TARGET != HWY_SCALAR
+
+// Lane i of each 128-bit block: the sum of that block's lanes of the i-th of a, b, c, e.
+HWY_INLINE VF BlockSumsOf4(VF a, VF b, VF c, VF e) {
+  const DF df;
+  const hn::Repartition<uint64_t, DF> d64;
+  const VF ab = hn::Add(hn::InterleaveLower(df, a, b), hn::InterleaveUpper(df, a, b));
+  const VF ce = hn::Add(hn::InterleaveLower(df, c, e), hn::InterleaveUpper(df, c, e));
+  const auto ab64 = hn::BitCast(d64, ab), ce64 = hn::BitCast(d64, ce);
+  return hn::Add(hn::BitCast(df, hn::InterleaveLower(d64, ab64, ce64)),
+                 hn::BitCast(df, hn::InterleaveUpper(d64, ab64, ce64)));
+}
+
+// out[0, 4) = the sums over v's 128-bit blocks of their lanes 0-3.
+template <class D>
+HWY_INLINE void StoreBlockTotals(D d, hn::Vec<D> v, float* HWY_RESTRICT out) {
+  if constexpr (hn::MaxLanes(D()) > 4) {
+    const hn::Half<D> dh;
+    StoreBlockTotals(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)), out);
+  } else {
+    hn::StoreU(v, d, out);
+  }
+}
+
+// s[r][j] (rp floats between rows) = sum_d qr[r][d] * k[j][d] for R rows from qr (dk floats
+// apart) and the kDotKeys keys kp: four sums stored together (rp >= j + kDotKeys).
+template <int R, class Step>
+HWY_INLINE void DotScoreTile(const float* HWY_RESTRICT qr, const float* const* kp, int64_t dk,
+                             int64_t rp, float* HWY_RESTRICT s, Step& step) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  VF acc[R][kDotKeys];
+  HWY_UNROLL(2)
+  for (int r = 0; r < R; ++r) {
+    HWY_UNROLL(4)
+    for (int j = 0; j < kDotKeys; ++j) acc[r][j] = hn::Zero(df);
+  }
+  for (int64_t d = 0; d < dk; d += lanes) {
+    step();
+    VF q[R];
+    HWY_UNROLL(2)
+    for (int r = 0; r < R; ++r) q[r] = hn::LoadU(df, qr + r * dk + d);
+    HWY_UNROLL(4)
+    for (int j = 0; j < kDotKeys; ++j) {
+      const VF kv = hn::LoadU(df, kp[j] + d);
+      HWY_UNROLL(2)
+      for (int r = 0; r < R; ++r) acc[r][j] = hn::MulAdd(q[r], kv, acc[r][j]);
+    }
+  }
+  HWY_UNROLL(2)
+  for (int r = 0; r < R; ++r) {
+    StoreBlockTotals(df, BlockSumsOf4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]), s + r * rp);
+  }
+}
+
+// s[r][j] for nk keys and `rows` rows (DotScoresFit), two rows at a time, rows kAttendKeyBlock
+// floats apart; the scores past nk (to the next multiple of kDotKeys) are not meaningful.
+template <class Step>
+HWY_INLINE void DotScores(const float* HWY_RESTRICT qr, int64_t rows, const float* const* k,
+                          int64_t nk, int64_t dk, float* HWY_RESTRICT s, Step& step) {
+  static_assert(kDotKeys == 4 && kAttendKeyBlock % kDotKeys == 0, "BlockSumsOf4 sums four keys");
+  constexpr int64_t rp = kAttendKeyBlock;
+  for (int64_t j = 0; j < nk; j += kDotKeys) {
+    const int64_t n = std::min<int64_t>(kDotKeys, nk - j);
+    const float* kp[kDotKeys];
+    for (int i = 0; i < kDotKeys; ++i) kp[i] = k[j + std::min<int64_t>(i, n - 1)];
+    int64_t r = 0;
+    for (; r + 2 <= rows; r += 2) DotScoreTile<2>(qr + r * dk, kp, dk, rp, s + r * rp + j, step);
+    if (r < rows) DotScoreTile<1>(qr + r * dk, kp, dk, rp, s + r * rp + j, step);
+  }
+}
+#endif  // HWY_TARGET != HWY_SCALAR
+
 // For one vector of rows (decode: GQA's few query heads of a kv head), the output is kept row
 // by row, o[r][dv], with vectors along the value columns: a value vector then serves R rows and
 // each weight is one broadcast, R x dv / lanes multiply-adds per key instead of dv for the whole
 // (mostly empty) row vector.
 // o[r][d] = o[r][d] * alpha[r] + sum_j p[j][r] * val[j][d] for rows [r0, r0 + R) and C vectors
-// of columns from d0 (no alpha: the first key block).
+// of columns from d0 (no alpha: the first key block); p[j][r] at p + j * kp + r * rp (the score
+// tile's [keys][rows], kp = pitch, rp = 1, or DotScores' [rows][keys], kp = 1, rp = keys).
 template <int R, int C>
-HWY_INLINE void ValueRowsTile(const float* HWY_RESTRICT p, int64_t pitch, const float* const* val,
-                              int64_t nk, int64_t r0, int64_t d0, int64_t dv,
+HWY_INLINE void ValueRowsTile(const float* HWY_RESTRICT p, int64_t kp, int64_t rp,
+                              const float* const* val, int64_t nk, int64_t r0, int64_t d0, int64_t dv,
                               const float* HWY_RESTRICT alpha, float* HWY_RESTRICT o) {
   const DF df;
   const size_t lanes = hn::Lanes(df);
@@ -200,7 +287,7 @@ HWY_INLINE void ValueRowsTile(const float* HWY_RESTRICT p, int64_t pitch, const 
     for (int c = 0; c < C; ++c) vv[c] = hn::LoadU(df, vr + c * lanes);
     HWY_UNROLL(4)
     for (int i = 0; i < R; ++i) {
-      const VF pb = hn::Set(df, p[j * pitch + r0 + i]);
+      const VF pb = hn::Set(df, p[j * kp + (r0 + i) * rp]);
       HWY_UNROLL(4)
       for (int c = 0; c < C; ++c) acc[i][c] = hn::MulAdd(vv[c], pb, acc[i][c]);
     }
@@ -214,72 +301,70 @@ HWY_INLINE void ValueRowsTile(const float* HWY_RESTRICT p, int64_t pitch, const 
 
 // Rows [r0, r0 + R) over every column: tiles of 4 vectors, then 1-3, then the scalar columns.
 template <int R>
-HWY_INLINE void ValueRowsBand(const float* p, int64_t pitch, const float* const* val, int64_t nk,
-                              int64_t r0, int64_t dv, const float* alpha, float* o) {
+HWY_INLINE void ValueRowsBand(const float* p, int64_t kp, int64_t rp, const float* const* val,
+                              int64_t nk, int64_t r0, int64_t dv, const float* alpha, float* o) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF()));
   int64_t d = 0;
   for (; d + 4 * lanes <= dv; d += 4 * lanes) {
-    ValueRowsTile<R, 4>(p, pitch, val, nk, r0, d, dv, alpha, o);
+    ValueRowsTile<R, 4>(p, kp, rp, val, nk, r0, d, dv, alpha, o);
   }
   switch ((dv - d) / lanes) {
-    case 3: ValueRowsTile<R, 3>(p, pitch, val, nk, r0, d, dv, alpha, o); break;
-    case 2: ValueRowsTile<R, 2>(p, pitch, val, nk, r0, d, dv, alpha, o); break;
-    case 1: ValueRowsTile<R, 1>(p, pitch, val, nk, r0, d, dv, alpha, o); break;
+    case 3: ValueRowsTile<R, 3>(p, kp, rp, val, nk, r0, d, dv, alpha, o); break;
+    case 2: ValueRowsTile<R, 2>(p, kp, rp, val, nk, r0, d, dv, alpha, o); break;
+    case 1: ValueRowsTile<R, 1>(p, kp, rp, val, nk, r0, d, dv, alpha, o); break;
     default: break;
   }
   d += (dv - d) / lanes * lanes;
   for (; d < dv; ++d) {
     for (int64_t r = r0; r < r0 + R; ++r) {
       float acc = alpha ? o[r * dv + d] * alpha[r] : 0.0f;
-      for (int64_t j = 0; j < nk; ++j) acc += p[j * pitch + r] * val[j][d];
+      for (int64_t j = 0; j < nk; ++j) acc += p[j * kp + r * rp] * val[j][d];
       o[r * dv + d] = acc;
     }
   }
 }
 
 // All `rows` rows, three at a time (3 x 4 vectors: 12 accumulators).
-HWY_INLINE void ValueRows(const float* p, int64_t pitch, const float* const* val, int64_t nk,
-                          int64_t rows, int64_t dv, const float* alpha, float* o) {
+HWY_INLINE void ValueRows(const float* p, int64_t kp, int64_t rp, const float* const* val,
+                          int64_t nk, int64_t rows, int64_t dv, const float* alpha, float* o) {
   int64_t r = 0;
-  for (; r + 3 <= rows; r += 3) ValueRowsBand<3>(p, pitch, val, nk, r, dv, alpha, o);
-  if (rows - r == 2) ValueRowsBand<2>(p, pitch, val, nk, r, dv, alpha, o);
-  if (rows - r == 1) ValueRowsBand<1>(p, pitch, val, nk, r, dv, alpha, o);
+  for (; r + 3 <= rows; r += 3) ValueRowsBand<3>(p, kp, rp, val, nk, r, dv, alpha, o);
+  if (rows - r == 2) ValueRowsBand<2>(p, kp, rp, val, nk, r, dv, alpha, o);
+  if (rows - r == 1) ValueRowsBand<1>(p, kp, rp, val, nk, r, dv, alpha, o);
 }
 
-// Prefetches of the next key block's cache rows a line at a time, two per score column of this
+// Prefetches of the next key block's cache rows a line at a time, a few per score step of this
 // block (PrefetchStep), where one burst of them at the block's start had the core wait for the
-// lines with nothing to compute, then compute with nothing in flight. Rest issues what the
-// columns did not.
+// lines with nothing to compute, then compute with nothing in flight. The lines are listed once
+// per block, so that a step only advances a cursor (kept in registers through the block's
+// score tiles); Rest issues what the steps did not.
 class RowPrefetcher {
  public:
-  void Reset() { n_ = row_ = line_ = 0; }
+  void Reset() { n_ = 0; }
   void Add(const void* p, size_t bytes) {
-    rows_[n_] = static_cast<const char*>(p);
-    lines_[n_++] = static_cast<int32_t>((bytes + 63) / 64);
+    const char* c = static_cast<const char*>(p);
+    for (size_t b = 0; b < bytes; b += 64) lines_[n_++] = c + b;
   }
-  HWY_INLINE void Next() {
-    if (row_ == n_) return;
-    hwy::Prefetch(rows_[row_] + 64 * line_);
-    if (++line_ == lines_[row_]) {
-      line_ = 0;
-      ++row_;
-    }
-  }
-  void Rest() {
-    while (row_ < n_) Next();
+  const char* const* begin() const { return lines_; }
+  const char* const* end() const { return lines_ + n_; }
+  int64_t size() const { return n_; }
+  static void Rest(const char* const* from, const char* const* to) {
+    for (; from < to; ++from) hwy::Prefetch(*from);
   }
 
  private:
-  const char* rows_[2 * kAttendKeyBlock];
-  int32_t lines_[2 * kAttendKeyBlock];
-  int n_ = 0, row_ = 0;
-  int32_t line_ = 0;
+  // A block's rows take at most kAttendSpreadMaxBytes (spread), each row one line more than
+  // its whole lines at most.
+  const char* lines_[kAttendSpreadMaxBytes / 64 + 2 * kAttendKeyBlock];
+  int64_t n_ = 0;
 };
+// `per` lines from the cursor per score step.
 struct PrefetchStep {
-  RowPrefetcher* pf;
-  HWY_INLINE void operator()() const {
-    pf->Next();
-    pf->Next();
+  const char* const* next = nullptr;
+  const char* const* end = nullptr;
+  int per = 2;
+  HWY_INLINE void operator()() {
+    for (int i = 0; i < per && next != end; ++i) hwy::Prefetch(*next++);
   }
 };
 
@@ -287,14 +372,16 @@ struct PrefetchStep {
 // causal mask, online softmax update (max m, sum l, weights in place of the scores, rescale
 // factors in alpha), then the value product into o: transposed, o[dv][pitch], or with
 // rows_major > 0 (one row vector) row by row, o[rows_major][dv].
-template <int NV, class Step = NoStep>
-void KeyBlock(const float* qt, int64_t pitch, const float* const* k, const float* const* val,
-              int64_t j0, int64_t nk, int64_t first_masked, int64_t dk, int64_t dv,
-              const int32_t* npos, float* s, float* m, float* l, float* alpha, float* o,
-              int64_t rows_major, bool first, Step step = Step()) {
+template <int NV, class Step>
+void KeyBlock(const float* qt, int64_t pitch, const float* const* k,
+              const float* const* val, int64_t j0, int64_t nk, int64_t first_masked, int64_t dk,
+              int64_t dv, const int32_t* npos, float* s, float* m, float* l, float* alpha,
+              float* o, int64_t rows_major, bool first, Step& step) {
   const DF df;
   const size_t lanes = hn::Lanes(df);
-  Scores<NV>(qt, pitch, k, nk, dk, s, step);
+  Step local = step;  // a local copy, which the inlined tiles keep in registers
+  Scores<NV>(qt, pitch, k, nk, dk, s, local);
+  step = local;
   // Causal mask: key j0 + j is past row r when j0 + j >= npos[r]; only keys from the block's
   // smallest num_positions on can be.
   const hn::RebindToSigned<DF> di;
@@ -324,15 +411,64 @@ void KeyBlock(const float* qt, int64_t pitch, const float* const* k, const float
     hn::StoreU(mx, df, m + off);
   }
   if (rows_major > 0) {
-    ValueRows(s, pitch, val, nk, rows_major, dv, first ? nullptr : alpha, o);
+    ValueRows(s, pitch, 1, val, nk, rows_major, dv, first ? nullptr : alpha, o);
   } else {
     Values<NV>(s, pitch, val, nk, dv, first ? nullptr : alpha, o);
   }
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// One key block for decode's few rows (DotScoresFit) kept row by row: scores s[r][j] as dot
+// products of the scaled query rows qr ([rows][dk]) with the keys (DotScores), the causal mask
+// and online softmax along each row's keys (m, l, alpha per row), the value product into
+// o[rows][dv] (ValueRows). The same f32 steps per score as KeyBlock's, summed in another order.
+template <class Step>
+void KeyBlockRows(const float* qr, int64_t rows, const float* const* k, const float* const* val,
+                  int64_t j0, int64_t nk, int64_t dk, int64_t dv, const int32_t* npos, float* s,
+                  float* m, float* l, float* alpha, float* o, bool first, Step& step) {
+  const DF df;
+  const hn::RebindToSigned<DF> di;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  constexpr int64_t rp = kAttendKeyBlock;
+  Step local = step;  // a local copy, which the inlined tiles keep in registers
+  DotScores(qr, rows, k, nk, dk, s, local);
+  step = local;
+  const VF masked = hn::Set(df, kMasked);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* HWY_RESTRICT sr = s + r * rp;
+    // Keys past the row's position score kMasked, as in KeyBlock; those past nk take no part.
+    const int64_t live = std::clamp<int64_t>(npos[r] - j0, 0, nk);
+    VF mx = hn::Set(df, m[r]);
+    for (int64_t j = 0; j < nk; j += lanes) {
+      const auto idx = hn::Iota(di, static_cast<int32_t>(j));
+      const auto seen = hn::RebindMask(df, hn::Lt(idx, hn::Set(di, static_cast<int32_t>(live))));
+      const VF v = hn::IfThenElse(seen, hn::LoadU(df, sr + j), masked);
+      hn::StoreU(v, df, sr + j);
+      mx = hn::Max(mx, v);
+    }
+    const float m_new = hn::GetLane(hn::MaxOfLanes(df, mx));
+    const VF mv = hn::Set(df, m_new);
+    VF sum = hn::Zero(df);
+    for (int64_t j = 0; j < nk; j += lanes) {
+      const auto idx = hn::Iota(di, static_cast<int32_t>(j));
+      const auto in = hn::RebindMask(df, hn::Lt(idx, hn::Set(di, static_cast<int32_t>(nk))));
+      const VF e = hn::IfThenElseZero(in, hn::Exp(df, hn::Sub(hn::LoadU(df, sr + j), mv)));
+      hn::StoreU(e, df, sr + j);
+      sum = hn::Add(sum, e);
+    }
+    const float a = hn::GetLane(hn::Exp(df, hn::Set(df, m[r] - m_new)));
+    alpha[r] = a;
+    l[r] = l[r] * a + hn::GetLane(hn::SumOfLanes(df, sum));
+    m[r] = m_new;
+  }
+  ValueRows(s, 1, rp, val, nk, rows, dv, first ? nullptr : alpha, o);
+}
+#endif  // HWY_TARGET != HWY_SCALAR
+
 // qt[d][r] = q[r][d] * scale for the block's rows, padding rows (up to pitch) copying row 0:
 // the rows are first copied, scaled, into `rows` ([a.rows][dk], read as sequential streams the
-// prefetchers follow), then each vector of qt is gathered from there (in L1).
+// prefetchers follow), then each vector of qt is gathered from there (in L1). Without qt, the
+// scaled rows alone.
 HWY_INLINE void TransposeQueries(const AttendBlockArgs& a, int64_t pitch,
                                  float* HWY_RESTRICT rows, float* HWY_RESTRICT qt) {
   const DF df;
@@ -348,6 +484,7 @@ HWY_INLINE void TransposeQueries(const AttendBlockArgs& a, int64_t pitch,
     }
     for (; d < a.dk; ++d) dst[d] = q[d] * a.scale;
   }
+  if (qt == nullptr) return;
   int32_t offset[AttendScratchLayout::kPitchMax];
   for (int64_t r = 0; r < pitch; ++r) offset[r] = static_cast<int32_t>(r < a.rows ? r * a.dk : 0);
   for (int64_t v = 0; v < pitch; v += lanes) {
@@ -387,7 +524,11 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
     m[r] = kMasked;
     l[r] = 0.0f;
   }
-  TransposeQueries(a, pitch, kf, qt);  // kf is free until the first key block
+  // Decode's few rows run row by row (KeyBlockRows) from their scaled rows in qr; the others
+  // from the transposed queries qt, their rows staged in kf (free until the first key block).
+  const bool few_rows = nvec == 1;
+  float* qr = few_rows && DotScoresFit(a.rows, a.dk) ? a.scratch + layout.qr : nullptr;
+  TransposeQueries(a, pitch, qr != nullptr ? qr : kf, qr != nullptr ? nullptr : qt);
 
   const T* kbase = static_cast<const T*>(a.k_base);
   const T* vbase = static_cast<const T*>(a.v_base);
@@ -400,16 +541,28 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
   // read in place; longer ones (MLA's 576-wide latent), as each row of this block is copied,
   // every row copied as one sequential read. MLA's values are the first dv elements of its key rows: then
   // the widened keys serve as values too.
-  const bool few_rows = nvec == 1;
   const bool v_in_k = a.v_base == a.k_base && a.v_slot_stride == a.k_slot_stride &&
                       a.v_scales == a.k_scales && a.v_scale_stride == a.k_scale_stride &&
                       a.dv <= a.dk;
   const int64_t next_bytes = kb * (a.dk + (v_in_k ? 0 : a.dv)) * static_cast<int64_t>(sizeof(T));
   const bool spread = few_rows && next_bytes <= kAttendSpreadMaxBytes;
+  // Prefetches per score step: two per score column of the outer tile (kTile<1> keys x dk
+  // steps per tile), for DotScores as many as spread the next block's lines over its steps
+  // (key groups x row pairs x dk / lanes).
+  PrefetchStep step;
+  if (qr != nullptr) {
+    const int64_t steps =
+        (kb + kDotKeys - 1) / kDotKeys * ((a.rows + 1) / 2) * (a.dk / lanes);
+    const int64_t lines =
+        kb * ((a.dk * static_cast<int64_t>(sizeof(T)) + 63) / 64) +
+        (v_in_k ? 0 : kb * ((a.dv * static_cast<int64_t>(sizeof(T)) + 63) / 64));
+    step.per = static_cast<int>((lines + steps - 1) / steps);
+  }
   const bool widen = !std::is_same_v<T, float> || quantized || (few_rows && !spread);
   const float* krow[kAttendKeyBlock];
   const float* vrow[kAttendKeyBlock];
   RowPrefetcher pf;
+  NoStep no_step;
   const int64_t key_end = std::min(n_max, a.key_end);
   for (int64_t j0 = a.key_begin; j0 < key_end; j0 += kb) {
     const int64_t nk = std::min(kb, key_end - j0);
@@ -421,6 +574,8 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
         pf.Add(kbase + next * a.k_slot_stride, a.dk * sizeof(T));
         if (!v_in_k) pf.Add(vbase + next * a.v_slot_stride, a.dv * sizeof(T));
       }
+      step.next = pf.begin();
+      step.end = pf.end();
     }
     for (int64_t j = 0; j < nk; ++j) {
       const int64_t slot = a.slots[j0 + j];
@@ -453,16 +608,29 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
     for (; v + 2 <= nvec; v += 2) {
       const int64_t off = v * lanes;
       KeyBlock<2>(qt + off, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos + off, s + off,
-                  m + off, l + off, alpha + off, o + off, 0, first);
+                  m + off, l + off, alpha + off, o + off, 0, first, no_step);
     }
+#if HWY_TARGET != HWY_SCALAR
+    if (qr != nullptr) {
+      if (spread) {
+        KeyBlockRows(qr, a.rows, krow, vrow, j0, nk, a.dk, a.dv, npos, s, m, l, alpha, o, first,
+                     step);
+        RowPrefetcher::Rest(step.next, step.end);
+      } else {
+        KeyBlockRows(qr, a.rows, krow, vrow, j0, nk, a.dk, a.dv, npos, s, m, l, alpha, o, first,
+                     no_step);
+      }
+      continue;
+    }
+#endif
     if (v < nvec && spread) {
       KeyBlock<1>(qt, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos, s, m, l, alpha, o,
-                  a.rows, first, PrefetchStep{&pf});
-      pf.Rest();
+                  a.rows, first, step);
+      RowPrefetcher::Rest(step.next, step.end);
     } else if (v < nvec) {
       const int64_t off = v * lanes;
       KeyBlock<1>(qt + off, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos + off, s + off,
-                  m + off, l + off, alpha + off, o + off, few_rows ? a.rows : 0, first);
+                  m + off, l + off, alpha + off, o + off, few_rows ? a.rows : 0, first, no_step);
     }
   }
   if (a.key_begin >= key_end) {  // an empty key range: nothing seen, weight 0 in a merge

@@ -67,20 +67,22 @@ struct AttendBlockArgs {
 // AttendBlock's scratch, in floats from its start, each part a multiple of 16 floats: the
 // queries transposed [dk][pitch], the output transposed [dv][pitch], the scores of a key block
 // [kAttendKeyBlock][pitch], its widened keys [kAttendKeyBlock][dk] and values
-// [kAttendKeyBlock][dv], and three per-row arrays [pitch]. The pitch is the rows rounded up to
+// [kAttendKeyBlock][dv], three per-row arrays [pitch], and the scaled query rows
+// [kAttendMaxRows][dk] (decode's dot-product scores). The pitch is the rows rounded up to
 // whole vectors: at most kAttendMaxRows, or one vector where a vector holds more (SVE at 2048
 // bits: 64 floats).
 struct AttendScratchLayout {
   static constexpr int64_t kPitchMax = 64;
   static constexpr int64_t Round(int64_t n) { return (n + 15) / 16 * 16; }
-  int64_t qt = 0, o, s, kf, vf, rows, total;
+  int64_t qt = 0, o, s, kf, vf, rows, qr, total;
   constexpr AttendScratchLayout(int64_t dk, int64_t dv)
       : o(Round(dk * kPitchMax)),
         s(o + Round(dv * kPitchMax)),
         kf(s + Round(kAttendKeyBlock * kPitchMax)),
         vf(kf + Round(kAttendKeyBlock * dk)),
         rows(vf + Round(kAttendKeyBlock * dv)),
-        total(rows + 3 * kPitchMax) {}
+        qr(rows + Round(3 * kPitchMax)),
+        total(qr + Round(kAttendMaxRows * dk)) {}
 };
 
 void AttendBlock(const AttendBlockArgs& a);

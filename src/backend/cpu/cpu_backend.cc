@@ -303,13 +303,17 @@ void CpuBackend::Attention(const Tensor& q, const KvCacheView& k_cache,
     max_keys = std::max<int64_t>(max_keys, seq.seq_len);
   }
   const int64_t key_parts = blocks > 0 && blocks < threads ? (threads + blocks - 1) / blocks : 1;
-  // Decode with several kv heads: the keys are cut into chunks of kAttendHeadChunk and one
-  // thread runs every head of a chunk in turn, so the threads read nearby stretches of the cache
-  // (a slot's head rows lie side by side) instead of one head each. Measured, not explained:
-  // one thread per head read 1.55x slower per byte than a single-head cache, and the chunks
-  // read Qwen2's f32 cache at 4096 keys 1.3-1.5x faster on two threads, at batch 1 and 8
-  // (bench/README.md "Zen 5, session 40"); one thread gained nothing.
-  const bool head_chunks = hkv > 1 && max_rows <= cpu::kAttendChunkMaxRows &&
+  // Decode with several kv heads in a cache laid out slot by slot (a slot's head rows side by
+  // side): the keys are cut into chunks of kAttendHeadChunk and one thread runs every head of a
+  // chunk in turn, so the threads read nearby stretches of the cache instead of one head each.
+  // Measured, not explained: one thread per head read 1.55x slower per byte than a single-head
+  // cache, and the chunks read Qwen2's f32 cache at 4096 keys 1.3-1.5x faster on two threads,
+  // at batch 1 and 8 (bench/README.md "Zen 5, session 40"); one thread gained nothing. The
+  // engine's own cache is laid out head by head (Backend::KvCacheHeadMajor), where a head's
+  // keys are one stream and one thread per head read 1.1-1.3x faster than the chunks
+  // (bench/README.md "Zen 5, session 41"): no chunks there.
+  const bool slot_major = kc.stride[1] < kc.stride[0];
+  const bool head_chunks = slot_major && hkv > 1 && max_rows <= cpu::kAttendChunkMaxRows &&
                            max_keys > cpu::kAttendHeadChunk;
   const int64_t chunk_parts =
       head_chunks ? (max_keys + cpu::kAttendHeadChunk - 1) / cpu::kAttendHeadChunk : 1;

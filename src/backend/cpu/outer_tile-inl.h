@@ -20,14 +20,14 @@ namespace HWY_NAMESPACE {
 // rows, each value broadcast against the NV vectors of one column of a column-major panel (pitch
 // floats between its columns). Every accumulator sums along c in order, one FMA per column.
 // step() runs once per column: a caller's work spread over the tile's columns (attention's
-// prefetches); NoStep does nothing.
+// prefetches, whose cursor it advances); NoStep does nothing.
 struct NoStep {
   HWY_INLINE void operator()() const {}
 };
 template <int J, int NV, class DF, class Step = NoStep>
 HWY_INLINE void OuterTile(DF df, const float* const* rows, const float* HWY_RESTRICT panel,
                           int64_t pitch, int64_t n, hwy::HWY_NAMESPACE::Vec<DF> (&acc)[J][NV],
-                          Step step = Step()) {
+                          Step&& step = Step()) {
   namespace hn = hwy::HWY_NAMESPACE;
   using V = hn::Vec<DF>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));

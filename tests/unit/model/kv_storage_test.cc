@@ -1,13 +1,16 @@
 // KvStorage::Allocate: every layer's tensors (keys, values, and the scales of a quantized cache)
 // live in one backend buffer, each 64-byte aligned and disjoint from the others, with the
 // shapes and dtypes of the spec; an MLA-like spec (no values) leaves the value views empty; a
-// size that overflows is refused, not allocated.
+// size that overflows is refused, not allocated; a backend that asks for its cache head by
+// head (Backend::KvCacheHeadMajor) gets views with those strides, which hold what the ops
+// write as the slot-by-slot views do.
 #include "model/kv_storage.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -106,6 +109,60 @@ TEST(KvStorageTest, KeysOnlySpecLeavesValuesEmpty) {
   EXPECT_TRUE((*kv)->v(0).empty());
   EXPECT_TRUE((*kv)->v(1).empty());
   ExpectDisjointAligned(Ranges(**kv, spec.num_layers));
+}
+
+// The reference backend with its KV cache laid out head by head.
+class HeadMajorBackend final : public ReferenceBackend {
+ public:
+  HeadMajorBackend() : ReferenceBackend(BackendOptions{}) {}
+  bool KvCacheHeadMajor() const override { return true; }
+};
+
+TEST(KvStorageTest, HeadMajorWhereTheBackendAsks) {
+  ReferenceBackend slot_major{BackendOptions{}};
+  HeadMajorBackend head_major;
+  KvCacheSpec spec;
+  spec.num_layers = 2;
+  spec.k_heads = spec.v_heads = 3;
+  spec.k_dim = 16;
+  spec.v_dim = 8;
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kI8}) {
+    spec.dtype = dtype;
+    spec.k_group = spec.v_group = spec.quantized() ? 8 : 0;
+    auto a = KvStorage::Allocate(slot_major, spec, 4, 5);  // 20 slots
+    auto b = KvStorage::Allocate(head_major, spec, 4, 5);
+    ASSERT_TRUE(a.ok() && b.ok());
+    const KvCacheView ka = (*a)->k(1), kb = (*b)->k(1), vb = (*b)->v(1);
+    EXPECT_EQ(ka.data.stride[0], 3 * 16);
+    EXPECT_EQ(ka.data.stride[1], 16);
+    EXPECT_EQ(kb.data.stride[0], 16);
+    EXPECT_EQ(kb.data.stride[1], 20 * 16);
+    EXPECT_EQ(kb.data.stride[2], 1);
+    EXPECT_EQ(vb.data.stride[1], 20 * 8);
+    if (spec.quantized()) {
+      EXPECT_EQ(kb.scales.stride[0], 2);  // 16 / 8 groups
+      EXPECT_EQ(kb.scales.stride[1], 20 * 2);
+    }
+    ExpectDisjointAligned(Ranges(**b, spec.num_layers));
+    // The same rows written to slots 0-6 (out of order) read back the same from both layouts.
+    std::vector<float> k(7 * 3 * 16), v(7 * 3 * 8), got_a(k.size()), got_b(k.size());
+    for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(i % 29) * 0.25f - 3.0f;
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 13) * 0.5f - 2.0f;
+    std::vector<int32_t> slots = {6, 0, 19, 3, 12, 5, 1};
+    const Tensor st(slots.data(), DType::kI32, {7});
+    for (auto* kv : {&a, &b}) {
+      slot_major.KvWrite(Tensor(k.data(), DType::kF32, {7, 3, 16}),
+                         Tensor(v.data(), DType::kF32, {7, 3, 8}), (**kv)->k(1), (**kv)->v(1), st);
+    }
+    slot_major.KvGather((*a)->k(1), st, Tensor(got_a.data(), DType::kF32, {7, 3, 16}));
+    slot_major.KvGather((*b)->k(1), st, Tensor(got_b.data(), DType::kF32, {7, 3, 16}));
+    EXPECT_EQ(got_a, got_b) << DTypeName(dtype);
+    // And slot 19's head 2 row really lies where the head-major strides say.
+    if (dtype == DType::kF32) {
+      const float* row = kb.data.as<const float>() + 19 * 16 + 2 * 20 * 16;
+      EXPECT_EQ(row[0], k[(2 * 3 + 2) * 16]);  // token 2 went to slot 19
+    }
+  }
 }
 
 TEST(KvStorageTest, OverflowingSizeIsRefused) {
