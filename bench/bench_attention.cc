@@ -216,7 +216,8 @@ int main(int argc, char** argv) {
       o.layers = static_cast<int>(n);
     } else if (flag == "--seconds") {
       o.seconds = std::atof(value);
-    } else if (flag == "--kv-layout" && (std::string(value) == "head" || std::string(value) == "slot")) {
+    } else if (flag == "--kv-layout" &&
+               (std::string(value) == "head" || std::string(value) == "slot")) {
       o.layout = std::string(value) == "head" ? 1 : 0;
     } else {
       ok = false;

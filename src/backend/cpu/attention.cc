@@ -264,11 +264,12 @@ HWY_INLINE void DotScores(const float* HWY_RESTRICT qr, int64_t rows, const floa
 // (mostly empty) row vector.
 // o[r][d] = o[r][d] * alpha[r] + sum_j p[j][r] * val[j][d] for rows [r0, r0 + R) and C vectors
 // of columns from d0 (no alpha: the first key block); p[j][r] at p + j * kp + r * rp (the score
-// tile's [keys][rows], kp = pitch, rp = 1, or DotScores' [rows][keys], kp = 1, rp = keys).
+// tile's [keys][rows], kp = pitch, rp = 1, or DotScores' [rows][keys], kp = 1,
+// rp = kAttendKeyBlock).
 template <int R, int C>
 HWY_INLINE void ValueRowsTile(const float* HWY_RESTRICT p, int64_t kp, int64_t rp,
-                              const float* const* val, int64_t nk, int64_t r0, int64_t d0, int64_t dv,
-                              const float* HWY_RESTRICT alpha, float* HWY_RESTRICT o) {
+                              const float* const* val, int64_t nk, int64_t r0, int64_t d0,
+                              int64_t dv, const float* HWY_RESTRICT alpha, float* HWY_RESTRICT o) {
   const DF df;
   const size_t lanes = hn::Lanes(df);
   VF acc[R][C];
@@ -347,7 +348,6 @@ class RowPrefetcher {
   }
   const char* const* begin() const { return lines_; }
   const char* const* end() const { return lines_ + n_; }
-  int64_t size() const { return n_; }
   static void Rest(const char* const* from, const char* const* to) {
     for (; from < to; ++from) hwy::Prefetch(*from);
   }

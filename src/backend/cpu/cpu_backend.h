@@ -29,8 +29,9 @@ class CpuBackend : public ReferenceBackend {
   // key: a cache holds int4 weights as this build's tiles where PrepackWanted).
   std::string KernelTag() const override;
   bool Supports(const OpDesc& op) const override;
-  // Head by head (Backend::KvCacheHeadMajor): decode then reads each kv head's keys and values
-  // as two sequential streams (bench/README.md "Zen 5, session 41").
+  // Head by head (Backend::KvCacheHeadMajor): decode then reads a kv head's keys (and values)
+  // a whole 16-slot block at a time, not a 512-byte row every heads x dim elements
+  // (bench/README.md "Zen 5, session 41").
   bool KvCacheHeadMajor() const override { return true; }
   // int8 / int4 weights the integer kernels take get a prepacked copy beside the row layout
   // (quant_vnni.h "Prepacked tiles"; PrepackWanted says when); others pass unchanged. An int4
