@@ -57,17 +57,11 @@ struct Cache {
   Cache(DType dtype, int64_t slots, int64_t heads, int64_t dim, bool head_major) {
     data.resize(static_cast<size_t>(slots * heads * dim) * DTypeSize(dtype));
     Tensor d(data.data(), dtype, {slots, heads, dim});
-    if (head_major) {
-      d.stride[0] = dim;
-      d.stride[1] = slots * dim;
-    }
+    if (head_major) d = HeadMajorKv(d);
     if (dtype == DType::kF8E4M3 || dtype == DType::kI8) {
       scales.resize(static_cast<size_t>(slots * heads));
       Tensor sc(scales.data(), DType::kF32, {slots, heads, 1});
-      if (head_major) {
-        sc.stride[0] = 1;
-        sc.stride[1] = slots;
-      }
+      if (head_major) sc = HeadMajorKv(sc);
       view = KvCacheView(d, sc, dim);
     } else {
       view = KvCacheView(d);

@@ -116,6 +116,14 @@ struct KvCacheView {
   }
 };
 
+// A [slots, heads, dim] cache tensor (data or scales) laid out head by head
+// (Backend::KvCacheHeadMajor): the same elements, one head's slots side by side.
+inline Tensor HeadMajorKv(Tensor t) {
+  t.stride[0] = t.shape[2];
+  t.stride[1] = t.shape[0] * t.shape[2];
+  return t;
+}
+
 enum class ScoringFunc : uint8_t { kSoftmax, kSigmoid };
 enum class TopkMethod : uint8_t { kGreedy, kGroupLimitedGreedy, kNoauxTc };
 

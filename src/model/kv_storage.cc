@@ -82,12 +82,8 @@ Result<std::unique_ptr<KvStorage>> KvStorage::Allocate(Backend& backend, const K
   const bool head_major = backend.KvCacheHeadMajor();
   auto tensor = [&]() {
     const Part& p = parts[next++];
-    Tensor t(base + p.offset, p.dtype, {slots, p.heads, p.dim});
-    if (head_major) {  // the same elements, a head's slots side by side
-      t.stride[0] = p.dim;
-      t.stride[1] = slots * p.dim;
-    }
-    return t;
+    const Tensor t(base + p.offset, p.dtype, {slots, p.heads, p.dim});
+    return head_major ? HeadMajorKv(t) : t;
   };
   auto view = [&](int64_t group, int64_t dim) {
     Tensor data = tensor();

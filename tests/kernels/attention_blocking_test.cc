@@ -80,10 +80,7 @@ int RunBlockCase(CpuBackend& cpu, ReferenceBackend& ref, DType dtype, const Bloc
   Owned kscales(DType::kF32, {slots, c.hkv, groups(c.dk)}),
       vscales(DType::kF32, {slots, c.hkv, groups(c.dv)});
   if (c.head_major) {  // the same buffers, a head's slots side by side
-    for (Owned* o : {&kdata, &vdata, &kscales, &vscales}) {
-      o->t.stride[0] = o->t.shape[2];
-      o->t.stride[1] = slots * o->t.shape[2];
-    }
+    for (Owned* o : {&kdata, &vdata, &kscales, &vscales}) o->t = HeadMajorKv(o->t);
   }
   KvCacheView k_view =
       QuantizedCache(dtype) ? KvCacheView(kdata.t, kscales.t, group) : KvCacheView(kdata.t);

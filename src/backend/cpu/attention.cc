@@ -547,17 +547,11 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
   const int64_t next_bytes = kb * (a.dk + (v_in_k ? 0 : a.dv)) * static_cast<int64_t>(sizeof(T));
   const bool spread = few_rows && next_bytes <= kAttendSpreadMaxBytes;
   // Prefetches per score step: two per score column of the outer tile (kTile<1> keys x dk
-  // steps per tile), for DotScores as many as spread the next block's lines over its steps
-  // (key groups x row pairs x dk / lanes).
+  // steps per tile), for DotScores as many as spread the next block's listed lines over its
+  // steps (key groups x row pairs x dk / lanes).
   PrefetchStep step;
-  if (qr != nullptr) {
-    const int64_t steps =
-        (kb + kDotKeys - 1) / kDotKeys * ((a.rows + 1) / 2) * (a.dk / lanes);
-    const int64_t lines =
-        kb * ((a.dk * static_cast<int64_t>(sizeof(T)) + 63) / 64) +
-        (v_in_k ? 0 : kb * ((a.dv * static_cast<int64_t>(sizeof(T)) + 63) / 64));
-    step.per = static_cast<int>((lines + steps - 1) / steps);
-  }
+  const int64_t dot_steps =
+      qr != nullptr ? (kb + kDotKeys - 1) / kDotKeys * ((a.rows + 1) / 2) * (a.dk / lanes) : 0;
   const bool widen = !std::is_same_v<T, float> || quantized || (few_rows && !spread);
   const float* krow[kAttendKeyBlock];
   const float* vrow[kAttendKeyBlock];
@@ -576,6 +570,9 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
       }
       step.next = pf.begin();
       step.end = pf.end();
+      if (dot_steps > 0) {
+        step.per = static_cast<int>((pf.end() - pf.begin() + dot_steps - 1) / dot_steps);
+      }
     }
     for (int64_t j = 0; j < nk; ++j) {
       const int64_t slot = a.slots[j0 + j];
