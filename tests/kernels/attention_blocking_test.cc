@@ -11,7 +11,9 @@
 //
 // Tolerance: |cpu - ref| <= 2e-5 * max(1, max |ref|) per element, as the other attention tests
 // (both read identical dequantized cache values; f32 dots, Highway's Exp and an online softmax
-// against the reference's double sums).
+// against the reference's double sums). With a bf16 cache the queries are bf16 values there, so
+// that the scores on vdpbf16ps (attention.h, AttendBf16Dot: the queries rounded to bf16) are held
+// to the same bound; Bf16CacheScoresRoundTheQueries tests that rounding itself.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -25,6 +27,7 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/gemm_bf16.h"
 #include "backend/reference/reference_backend.h"
 #include "hwy/highway.h"
 #include "hwy/targets.h"
@@ -49,9 +52,18 @@ struct BlockCase {
   bool head_major = false;  // the cache head by head (KvStorage's CPU layout), scales too
 };
 
-// Returns how many output elements differ from the reference at all.
+// How the queries meet the two backends.
+enum class Queries {
+  kAsDrawn,        // the drawn f32 values to both
+  kBf16,           // rounded to bf16 for both (a bf16 cache in the every-case test)
+  kBf16ForTheRef,  // drawn values to the CPU, rounded ones to the reference
+};
+
+// Returns how many output elements differ from the reference at all; *max_err (if given) gets
+// the largest |cpu - ref| over max(1, max |ref|). check: expect them within the tolerance.
 int RunBlockCase(CpuBackend& cpu, ReferenceBackend& ref, DType dtype, const BlockCase& c,
-                 Rng& rng) {
+                 Rng& rng, Queries queries = Queries::kAsDrawn, float* max_err = nullptr,
+                 bool check = true) {
   const int num_seqs = static_cast<int>(c.seqs.size());
   int max_blocks = 0, num_tokens = 0, max_len = 0;
   for (auto [len, nq] : c.seqs) {
@@ -103,6 +115,12 @@ int RunBlockCase(CpuBackend& cpu, ReferenceBackend& ref, DType dtype, const Bloc
   Owned gotbuf(DType::kF32, {num_tokens, c.hq * c.dv + c.row_pad});
   Owned wantbuf(DType::kF32, {num_tokens, c.hq * c.dv + c.row_pad});
   rng.Fill(qbuf, -2, 2);
+  Owned qref(DType::kF32, {num_tokens, c.hq * c.dk + c.row_pad});
+  for (int64_t i = 0; i < qbuf.t.numel(); ++i) {
+    const float x = qbuf.f32()[i];
+    qref.f32()[i] = queries == Queries::kAsDrawn ? x : BF16ToF32(F32ToBF16(x));
+    if (queries == Queries::kBf16) qbuf.f32()[i] = qref.f32()[i];
+  }
   auto rows3 = [&](Owned& buf, int64_t dim) {
     Tensor t = buf.t;
     t.ndim = 3;
@@ -114,11 +132,12 @@ int RunBlockCase(CpuBackend& cpu, ReferenceBackend& ref, DType dtype, const Bloc
     return t;
   };
   const Tensor q = rows3(qbuf, c.dk), got = rows3(gotbuf, c.dv), want = rows3(wantbuf, c.dv);
+  const Tensor q_ref = rows3(qref, c.dk);
   const AttentionMeta meta =
       HostAttentionMeta(qs, lens, tables, num_tokens, c.block_size, max_blocks, max_len);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.dk));
   cpu.Attention(q, k_view, v_view, meta, scale, got);
-  ref.Attention(q, k_view, v_view, meta, scale, want);
+  ref.Attention(q_ref, k_view, v_view, meta, scale, want);
   // Compared row by row without the padding (which neither backend writes).
   std::vector<float> g, w;
   for (int64_t t = 0; t < num_tokens; ++t) {
@@ -127,9 +146,20 @@ int RunBlockCase(CpuBackend& cpu, ReferenceBackend& ref, DType dtype, const Bloc
     g.insert(g.end(), gr, gr + c.hq * c.dv);
     w.insert(w.end(), wr, wr + c.hq * c.dv);
   }
-  ExpectClose(g, w, 2e-5f,
-              fmt::format("attention {} Hq={} Hkv={} Dk={} Dv={} seqs={} threads={}",
-                          DTypeName(dtype), c.hq, c.hkv, c.dk, c.dv, c.seqs.size(), c.threads));
+  if (max_err != nullptr) {
+    float top = 1.0f, err = 0.0f;
+    for (size_t i = 0; i < g.size(); ++i) {
+      top = std::max(top, std::fabs(w[i]));
+      err = std::max(err, std::fabs(g[i] - w[i]));
+    }
+    *max_err = err / top;
+  }
+  if (check) {
+    ExpectClose(g, w, 2e-5f,
+                fmt::format("attention {} Hq={} Hkv={} Dk={} Dv={} seqs={} threads={}",
+                            DTypeName(dtype), c.hq, c.hkv, c.dk, c.dv, c.seqs.size(),
+                            c.threads));
+  }
   int differ = 0;
   for (size_t i = 0; i < g.size(); ++i) differ += g[i] != w[i];
   return differ;
@@ -179,12 +209,45 @@ TEST(AttentionBlocking, MatchesReferenceOnEveryShapeFormatAndTarget) {
       for (const BlockCase& c : cases) {
         // f32 sums against double ones differ somewhere: identical outputs would mean the
         // reference ran (a format CpuBackend::Attention does not take).
-        EXPECT_GT(RunBlockCase(*cpus[c.threads - 1], ref, dtype, c, rng), 0)
+        const Queries queries = dtype == DType::kBF16 ? Queries::kBf16 : Queries::kAsDrawn;
+        EXPECT_GT(RunBlockCase(*cpus[c.threads - 1], ref, dtype, c, rng, queries), 0)
             << DTypeName(dtype) << " Hq=" << c.hq << " Dk=" << c.dk
             << ": bit-identical to the reference";
       }
     }
   });
+}
+
+// A bf16 cache where the CPU has vdpbf16ps (AttendBf16Dot): the row-vector tiles (prefill, and
+// MLA's 16 heads in decode) round the queries to bf16, so they match the reference given the
+// rounded queries (the bound above) and miss the one given the drawn ones by far more; with
+// DH_BF16_DOT=off (ScopedBf16DotForTest) the queries stay f32 and match the drawn ones.
+TEST(AttentionBlocking, Bf16CacheScoresRoundTheQueries) {
+  if (!cpu::AttendBf16Dot()) GTEST_SKIP() << "no AVX512-BF16 here (or DH_BF16_DOT=off)";
+  const BlockCase cases[] = {
+      {16, 1, 576, 512, true, 16, {{300, 1}}, 2},             // MLA decode, keys prefetched
+      {16, 1, 576, 512, true, 16, {{40, 3}, {65, 1}}, 2},      // MLA, 48 rows: two vectors
+      {12, 2, 128, 128, false, 16, {{45, 45}}, 2},             // GQA 6 prefill
+      {3, 3, 192, 128, false, 4, {{37, 37}, {5, 2}}, 1, 8},    // MHA prefill, strided rows
+  };
+  Rng rng(29);
+  ReferenceBackend ref({});
+  CpuBackend cpu1(BackendOptions{.num_threads = 1}), cpu2(BackendOptions{.num_threads = 2});
+  for (const BlockCase& c : cases) {
+    CpuBackend& cpu = c.threads == 1 ? cpu1 : cpu2;
+    const std::string what = fmt::format("Hq={} Dk={} seqs={}", c.hq, c.dk, c.seqs.size());
+    float err = 0.0f;
+    RunBlockCase(cpu, ref, DType::kBF16, c, rng, Queries::kBf16ForTheRef, &err);
+    EXPECT_LE(err, 2e-5f) << what << ": against the reference on bf16 queries";
+    // Against the drawn queries the rounding shows: each moves by up to 2^-9 of itself.
+    float drawn = 0.0f;
+    RunBlockCase(cpu, ref, DType::kBF16, c, rng, Queries::kAsDrawn, &drawn, /*check=*/false);
+    EXPECT_GT(drawn, 1e-4f) << what << ": the queries were not rounded";
+    cpu::ScopedBf16DotForTest off(cpu::Bf16Dot::kOff);
+    ASSERT_FALSE(cpu::AttendBf16Dot());
+    RunBlockCase(cpu, ref, DType::kBF16, c, rng, Queries::kAsDrawn, &err);
+    EXPECT_LE(err, 2e-5f) << what << ": DH_BF16_DOT=off against the drawn queries";
+  }
 }
 
 }  // namespace

@@ -356,6 +356,11 @@ TEST_P(BackendConformance, KvWriteAndPagedAttention) {
 
     Owned q(DType::kF32, {num_tokens, c.hq, c.dk}), out(DType::kF32, {num_tokens, c.hq, c.dv});
     rng.Fill(q, -2, 2);
+    // bf16 values against a bf16 cache, which a backend may score on bf16 queries (the CPU on
+    // AVX512-BF16: backend/cpu/attention.h, AttendBf16Dot).
+    if (c.cache == DType::kBF16) {
+      for (int64_t i = 0; i < q.t.numel(); ++i) q.f32()[i] = BF16ToF32(F32ToBF16(q.f32()[i]));
+    }
     AttentionMeta meta;
     meta.num_seqs = num_seqs;
     meta.num_tokens = num_tokens;

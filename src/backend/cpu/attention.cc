@@ -300,38 +300,43 @@ HWY_INLINE void ValueRowsTile(const float* HWY_RESTRICT p, int64_t kp, int64_t r
   }
 }
 
-// Rows [r0, r0 + R) over every column: tiles of 4 vectors, then 1-3, then the scalar columns.
-template <int R>
-HWY_INLINE void ValueRowsBand(const float* p, int64_t kp, int64_t rp, const float* const* val,
-                              int64_t nk, int64_t r0, int64_t dv, const float* alpha, float* o) {
+// Columns [d0, d0 + C vectors) of all `rows` rows, three rows at a time (3 x 4 vectors: 12
+// accumulators).
+template <int C>
+HWY_INLINE void ValueRowsColumns(const float* p, int64_t kp, int64_t rp, const float* const* val,
+                                 int64_t nk, int64_t rows, int64_t d0, int64_t dv,
+                                 const float* alpha, float* o) {
+  int64_t r = 0;
+  for (; r + 3 <= rows; r += 3) ValueRowsTile<3, C>(p, kp, rp, val, nk, r, d0, dv, alpha, o);
+  if (rows - r == 2) ValueRowsTile<2, C>(p, kp, rp, val, nk, r, d0, dv, alpha, o);
+  if (rows - r == 1) ValueRowsTile<1, C>(p, kp, rp, val, nk, r, d0, dv, alpha, o);
+}
+
+// All `rows` rows over every column: tiles of 4 vectors, then 1-3, then the scalar columns.
+// Columns outside, rows inside: a tile's values (kAttendKeyBlock keys x 4 vectors) stay in L1
+// for every band of rows where the block's whole values may not (MLA's 512 f32 columns: 64 KiB
+// per block).
+HWY_INLINE void ValueRows(const float* p, int64_t kp, int64_t rp, const float* const* val,
+                          int64_t nk, int64_t rows, int64_t dv, const float* alpha, float* o) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF()));
   int64_t d = 0;
   for (; d + 4 * lanes <= dv; d += 4 * lanes) {
-    ValueRowsTile<R, 4>(p, kp, rp, val, nk, r0, d, dv, alpha, o);
+    ValueRowsColumns<4>(p, kp, rp, val, nk, rows, d, dv, alpha, o);
   }
   switch ((dv - d) / lanes) {
-    case 3: ValueRowsTile<R, 3>(p, kp, rp, val, nk, r0, d, dv, alpha, o); break;
-    case 2: ValueRowsTile<R, 2>(p, kp, rp, val, nk, r0, d, dv, alpha, o); break;
-    case 1: ValueRowsTile<R, 1>(p, kp, rp, val, nk, r0, d, dv, alpha, o); break;
+    case 3: ValueRowsColumns<3>(p, kp, rp, val, nk, rows, d, dv, alpha, o); break;
+    case 2: ValueRowsColumns<2>(p, kp, rp, val, nk, rows, d, dv, alpha, o); break;
+    case 1: ValueRowsColumns<1>(p, kp, rp, val, nk, rows, d, dv, alpha, o); break;
     default: break;
   }
   d += (dv - d) / lanes * lanes;
   for (; d < dv; ++d) {
-    for (int64_t r = r0; r < r0 + R; ++r) {
+    for (int64_t r = 0; r < rows; ++r) {
       float acc = alpha ? o[r * dv + d] * alpha[r] : 0.0f;
       for (int64_t j = 0; j < nk; ++j) acc += p[j * kp + r * rp] * val[j][d];
       o[r * dv + d] = acc;
     }
   }
-}
-
-// All `rows` rows, three at a time (3 x 4 vectors: 12 accumulators).
-HWY_INLINE void ValueRows(const float* p, int64_t kp, int64_t rp, const float* const* val,
-                          int64_t nk, int64_t rows, int64_t dv, const float* alpha, float* o) {
-  int64_t r = 0;
-  for (; r + 3 <= rows; r += 3) ValueRowsBand<3>(p, kp, rp, val, nk, r, dv, alpha, o);
-  if (rows - r == 2) ValueRowsBand<2>(p, kp, rp, val, nk, r, dv, alpha, o);
-  if (rows - r == 1) ValueRowsBand<1>(p, kp, rp, val, nk, r, dv, alpha, o);
 }
 
 // Prefetches of the next key block's cache rows a line at a time, a few per score step of this
@@ -353,9 +358,10 @@ class RowPrefetcher {
   }
 
  private:
-  // A block's rows take at most kAttendSpreadMaxBytes (spread), each row one line more than
-  // its whole lines at most.
-  const char* lines_[kAttendSpreadMaxBytes / 64 + 2 * kAttendKeyBlock];
+  // A block's rows take at most kAttendSpreadMaxBytes (spread) or kAttendPairSpreadMaxBytes
+  // (pair scores), each row one line more than its whole lines at most.
+  const char* lines_[std::max(kAttendSpreadMaxBytes, kAttendPairSpreadMaxBytes) / 64 +
+                     2 * kAttendKeyBlock];
   int64_t n_ = 0;
 };
 // `per` lines from the cursor per score step.
@@ -368,20 +374,35 @@ struct PrefetchStep {
   }
 };
 
-// One key block for the NV row vectors at the start of every [rows] array passed: scores,
-// causal mask, online softmax update (max m, sum l, weights in place of the scores, rescale
-// factors in alpha), then the value product into o: transposed, o[dv][pitch], or with
-// rows_major > 0 (one row vector) row by row, o[rows_major][dv].
+// A block's scores on vdpbf16ps (AttendBf16Dot): every row vector's bf16 query pairs and the
+// block's key rows as they lie in a bf16 cache.
+struct PairScoreArgs {
+  const uint32_t* qp = nullptr;
+  const uint16_t* const* k = nullptr;
+  float scale = 1.0f;
+  LinePrefetch* pf = nullptr;  // the next block's lines (decode), or none
+};
+
+// One key block for the NV row vectors at the start of every [rows] array passed: scores (from
+// qt and the f32 keys k, or with pairs from the bf16 keys), causal mask, online softmax update
+// (max m, sum l, weights in place of the scores, rescale factors in alpha), then the value
+// product into o: transposed, o[dv][pitch], or with rows_major > 0 (one row vector) row by
+// row, o[rows_major][dv].
 template <int NV, class Step>
 void KeyBlock(const float* qt, int64_t pitch, const float* const* k,
               const float* const* val, int64_t j0, int64_t nk, int64_t first_masked, int64_t dk,
               int64_t dv, const int32_t* npos, float* s, float* m, float* l, float* alpha,
-              float* o, int64_t rows_major, bool first, Step& step) {
+              float* o, int64_t rows_major, bool first, Step& step,
+              const PairScoreArgs* pairs = nullptr) {
   const DF df;
   const size_t lanes = hn::Lanes(df);
-  Step local = step;  // a local copy, which the inlined tiles keep in registers
-  Scores<NV>(qt, pitch, k, nk, dk, s, local);
-  step = local;
+  if (pairs != nullptr) {
+    Bf16PairScores(pairs->qp, NV, pairs->k, nk, dk, pairs->scale, s, pitch, pairs->pf);
+  } else {
+    Step local = step;  // a local copy, which the inlined tiles keep in registers
+    Scores<NV>(qt, pitch, k, nk, dk, s, local);
+    step = local;
+  }
   // Causal mask: key j0 + j is past row r when j0 + j >= npos[r]; only keys from the block's
   // smallest num_positions on can be.
   const hn::RebindToSigned<DF> di;
@@ -465,11 +486,25 @@ void KeyBlockRows(const float* qr, int64_t rows, const float* const* k, const fl
 }
 #endif  // HWY_TARGET != HWY_SCALAR
 
+// x rounded to the nearest bf16 value, ties to even (as `vcvtneps2bf16` rounds finite normal
+// values), kept as f32.
+HWY_INLINE VF RoundToBf16(VF x) {
+  const hn::RebindToUnsigned<DF> du;
+  const auto bits = hn::BitCast(du, x);
+  const auto odd = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
+  const auto up = hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), odd));
+  return hn::BitCast(DF(), hn::And(up, hn::Set(du, 0xFFFF0000u)));
+}
+HWY_INLINE float RoundToBf16(float x) {
+  return hn::GetLane(RoundToBf16(hn::Set(DF(), x)));
+}
+
 // qt[d][r] = q[r][d] * scale for the block's rows, padding rows (up to pitch) copying row 0:
 // the rows are first copied, scaled, into `rows` ([a.rows][dk], read as sequential streams the
 // prefetchers follow), then each vector of qt is gathered from there (in L1). Without qt, the
-// scaled rows alone.
-HWY_INLINE void TransposeQueries(const AttendBlockArgs& a, int64_t pitch,
+// scaled rows alone. bf16_q: each q[r][d] rounded to bf16 before the scale (a bf16 cache under
+// AttendBf16Dot, as the pair scores round it).
+HWY_INLINE void TransposeQueries(const AttendBlockArgs& a, int64_t pitch, bool bf16_q,
                                  float* HWY_RESTRICT rows, float* HWY_RESTRICT qt) {
   const DF df;
   const hn::RebindToSigned<DF> di;
@@ -480,9 +515,10 @@ HWY_INLINE void TransposeQueries(const AttendBlockArgs& a, int64_t pitch,
     float* HWY_RESTRICT dst = rows + r * a.dk;
     int64_t d = 0;
     for (; d + lanes <= a.dk; d += lanes) {
-      hn::StoreU(hn::Mul(hn::LoadU(df, q + d), scale), df, dst + d);
+      const VF x = hn::LoadU(df, q + d);
+      hn::StoreU(hn::Mul(bf16_q ? RoundToBf16(x) : x, scale), df, dst + d);
     }
-    for (; d < a.dk; ++d) dst[d] = q[d] * a.scale;
+    for (; d < a.dk; ++d) dst[d] = (bf16_q ? RoundToBf16(q[d]) : q[d]) * a.scale;
   }
   if (qt == nullptr) return;
   int32_t offset[AttendScratchLayout::kPitchMax];
@@ -508,6 +544,7 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
   float* s = a.scratch + layout.s;
   float* kf = a.scratch + layout.kf;
   float* vf = a.scratch + layout.vf;
+  const int64_t vpitch = AttendScratchLayout::ValuePitch(a.dv);
   HWY_ALIGN int32_t npos[AttendScratchLayout::kPitchMax];  // keys each row sees
   float* m = a.scratch + layout.rows;
   float* l = m + AttendScratchLayout::kPitchMax;
@@ -528,7 +565,6 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
   // from the transposed queries qt, their rows staged in kf (free until the first key block).
   const bool few_rows = nvec == 1;
   float* qr = few_rows && DotScoresFit(a.rows, a.dk) ? a.scratch + layout.qr : nullptr;
-  TransposeQueries(a, pitch, qr != nullptr ? qr : kf, qr != nullptr ? nullptr : qt);
 
   const T* kbase = static_cast<const T*>(a.k_base);
   const T* vbase = static_cast<const T*>(a.v_base);
@@ -545,7 +581,22 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
                       a.v_scales == a.k_scales && a.v_scale_stride == a.k_scale_stride &&
                       a.dv <= a.dk;
   const int64_t next_bytes = kb * (a.dk + (v_in_k ? 0 : a.dv)) * static_cast<int64_t>(sizeof(T));
-  const bool spread = few_rows && next_bytes <= kAttendSpreadMaxBytes;
+  // A plain bf16 cache under AttendBf16Dot: every path takes the queries rounded to bf16, and
+  // the row-vector tiles score on vdpbf16ps from the bf16 query pairs (in qt's space) and the
+  // keys as they lie; only the values are widened.
+  bool bf16_q = false;
+  if constexpr (std::is_same_v<T, hwy::bfloat16_t>) bf16_q = !quantized && AttendBf16Dot();
+  const bool pair_scores = bf16_q && qr == nullptr && lanes == 16 && nvec <= 2 && a.dk % 2 == 0;
+  const bool spread = few_rows && !pair_scores && next_bytes <= kAttendSpreadMaxBytes;
+  uint32_t* qp = reinterpret_cast<uint32_t*>(qt);
+  // Decode on them: the next block's rows prefetched over this block's pair steps.
+  const bool pair_spread = pair_scores && few_rows && next_bytes <= kAttendPairSpreadMaxBytes;
+  if (pair_scores) {
+    PackQueryPairs(a.q, a.rows, nvec, a.dk, qp);
+  } else {
+    TransposeQueries(a, pitch, bf16_q, qr != nullptr ? qr : kf, qr != nullptr ? nullptr : qt);
+  }
+
   // Prefetches per score step: two per score column of the outer tile (kTile<1> keys x dk
   // steps per tile), for DotScores as many as spread the next block's listed lines over its
   // steps (key groups x row pairs x dk / lanes).
@@ -555,13 +606,20 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
   const bool widen = !std::is_same_v<T, float> || quantized || (few_rows && !spread);
   const float* krow[kAttendKeyBlock];
   const float* vrow[kAttendKeyBlock];
+  const uint16_t* kraw[kAttendKeyBlock];  // pair_scores: the bf16 key rows
+  PairScoreArgs pair_args;
+  pair_args.qp = qp;
+  pair_args.k = kraw;
+  pair_args.scale = a.scale;
+  LinePrefetch pair_pf;
+  if (pair_spread) pair_args.pf = &pair_pf;
   RowPrefetcher pf;
   NoStep no_step;
   const int64_t key_end = std::min(n_max, a.key_end);
   for (int64_t j0 = a.key_begin; j0 < key_end; j0 += kb) {
     const int64_t nk = std::min(kb, key_end - j0);
     const bool first = j0 == a.key_begin;
-    if (spread) {
+    if (spread || pair_spread) {
       pf.Reset();
       for (int64_t j = j0 + kb; j < std::min(key_end, j0 + 2 * kb); ++j) {
         const int64_t next = a.slots[j];
@@ -573,12 +631,14 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
       if (dot_steps > 0) {
         step.per = static_cast<int>((pf.end() - pf.begin() + dot_steps - 1) / dot_steps);
       }
+      pair_pf.next = pf.begin();
+      pair_pf.end = pf.end();
     }
     for (int64_t j = 0; j < nk; ++j) {
       const int64_t slot = a.slots[j0 + j];
       const T* kr = kbase + slot * a.k_slot_stride;
       const T* vr = vbase + slot * a.v_slot_stride;
-      if (few_rows && !spread && j0 + kb + j < key_end) {
+      if (few_rows && !spread && !pair_spread && j0 + kb + j < key_end) {
         const int64_t next = a.slots[j0 + kb + j];
         const char* kn = reinterpret_cast<const char*>(kbase + next * a.k_slot_stride);
         const char* vn = reinterpret_cast<const char*>(vbase + next * a.v_slot_stride);
@@ -590,6 +650,13 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
         vrow[j] = reinterpret_cast<const float*>(vr);
         continue;
       }
+      if (pair_scores) {  // the keys as they lie, the values widened (not quantized here)
+        kraw[j] = reinterpret_cast<const uint16_t*>(kr);
+        krow[j] = nullptr;
+        WidenKvRow(vr, nullptr, a.group, a.dv, vf + j * vpitch);
+        vrow[j] = vf + j * vpitch;
+        continue;
+      }
       const float* ks = quantized ? a.k_scales + slot * a.k_scale_stride : nullptr;
       WidenKvRow(kr, ks, a.group, a.dk, kf + j * a.dk);
       krow[j] = kf + j * a.dk;
@@ -598,14 +665,15 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
         continue;
       }
       const float* vs = quantized ? a.v_scales + slot * a.v_scale_stride : nullptr;
-      WidenKvRow(vr, vs, a.group, a.dv, vf + j * a.dv);
-      vrow[j] = vf + j * a.dv;
+      WidenKvRow(vr, vs, a.group, a.dv, vf + j * vpitch);
+      vrow[j] = vf + j * vpitch;
     }
     int64_t v = 0;
     for (; v + 2 <= nvec; v += 2) {
       const int64_t off = v * lanes;
       KeyBlock<2>(qt + off, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos + off, s + off,
-                  m + off, l + off, alpha + off, o + off, 0, first, no_step);
+                  m + off, l + off, alpha + off, o + off, 0, first, no_step,
+                  pair_scores ? &pair_args : nullptr);
     }
 #if HWY_TARGET != HWY_SCALAR
     if (qr != nullptr) {
@@ -627,7 +695,9 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
     } else if (v < nvec) {
       const int64_t off = v * lanes;
       KeyBlock<1>(qt + off, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos + off, s + off,
-                  m + off, l + off, alpha + off, o + off, few_rows ? a.rows : 0, first, no_step);
+                  m + off, l + off, alpha + off, o + off, few_rows ? a.rows : 0, first, no_step,
+                  pair_scores ? &pair_args : nullptr);
+      if (pair_spread) RowPrefetcher::Rest(pair_pf.next, pair_pf.end);
     }
   }
   if (a.key_begin >= key_end) {  // an empty key range: nothing seen, weight 0 in a merge

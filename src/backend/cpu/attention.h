@@ -28,6 +28,9 @@ static_assert(kAttendHeadChunk % kAttendKeyBlock == 0);
 // over the score columns of the block before (attention.cc RowPrefetcher), f32 rows read in
 // place; longer ones as that block starts, every row copied.
 inline constexpr int64_t kAttendSpreadMaxBytes = 32 * 1024;
+// Decode on the bf16 pair scores (AttendBf16Dot): a key block's rows of up to this many bytes
+// (MLA's 576-wide bf16 latent: 36 KiB) are prefetched over the pair steps of the block before.
+inline constexpr int64_t kAttendPairSpreadMaxBytes = 64 * 1024;
 
 struct AttendBlockArgs {
   KvType kv_type = KvType::kF32;
@@ -67,24 +70,54 @@ struct AttendBlockArgs {
 // AttendBlock's scratch, in floats from its start, each part a multiple of 16 floats: the
 // queries transposed [dk][pitch], the output transposed [dv][pitch], the scores of a key block
 // [kAttendKeyBlock][pitch], its widened keys [kAttendKeyBlock][dk] and values
-// [kAttendKeyBlock][dv], three per-row arrays [pitch], and the scaled query rows
+// [kAttendKeyBlock][ValuePitch(dv)], three per-row arrays [pitch], and the scaled query rows
 // [kAttendMaxRows][dk] (decode's dot-product scores). The pitch is the rows rounded up to
 // whole vectors: at most kAttendMaxRows, or one vector where a vector holds more (SVE at 2048
 // bits: 64 floats).
 struct AttendScratchLayout {
   static constexpr int64_t kPitchMax = 64;
   static constexpr int64_t Round(int64_t n) { return (n + 15) / 16 * 16; }
+  // Floats between the widened value rows: dv, one line more where dv is a multiple of 256
+  // (1 KiB), so that a column tile's lines over a block's rows do not all fall in the few L1
+  // sets that rows a multiple of 1 KiB apart share (MLA's 512 values: 2 KiB apart, a tile's 32
+  // x 4 lines in 8 sets of 12 ways).
+  static constexpr int64_t ValuePitch(int64_t dv) { return dv % 256 == 0 ? dv + 16 : dv; }
   int64_t qt = 0, o, s, kf, vf, rows, qr, total;
   constexpr AttendScratchLayout(int64_t dk, int64_t dv)
       : o(Round(dk * kPitchMax)),
         s(o + Round(dv * kPitchMax)),
         kf(s + Round(kAttendKeyBlock * kPitchMax)),
         vf(kf + Round(kAttendKeyBlock * dk)),
-        rows(vf + Round(kAttendKeyBlock * dv)),
+        rows(vf + Round(kAttendKeyBlock * ValuePitch(dv))),
         qr(rows + Round(3 * kPitchMax)),
         total(qr + Round(kAttendMaxRows * dk)) {}
 };
 
 void AttendBlock(const AttendBlockArgs& a);
+
+// Scores of a plain bf16 cache on AVX512-BF16 (attention_bf16.cc). Where AttendBf16Dot() holds
+// (Bf16DotRoundsX: DH_BF16_DOT not off, the CPU has `vdpbf16ps`, Highway dispatches to
+// AVX-512), AttendBlock takes every query row of a plain bf16 cache rounded to bf16 (nearest
+// even, as bf16 weights round x) before the softmax scale, on every path, so a row's scores do
+// not depend on the rows beside it: the row-vector tiles (prefill; decode's 9-32 rows of a kv
+// head, MLA's 16 heads) score on vdpbf16ps from the keys as they lie, each product of two bf16
+// values exact in f32, the sums f32, the scale applied to the sums; decode's few rows
+// (DotScoresFit) multiply the rounded rows by the widened keys in f32. A score then differs
+// from the exact f32 one by at most 2^-8 * scale * sum_d |q_d * k_d| plus the f32 rounding of
+// the sums. Other cache types keep f32 queries.
+bool AttendBf16Dot();
+// qp[(c * nv + v) * 16 + r] = query row v * 16 + r's columns 2c and 2c + 1 as a pair of bf16
+// (u32), rows from `rows` on copying row 0; dk even, nv 1 or 2 (16 or 32 rows).
+void PackQueryPairs(const float* const* q, int rows, int64_t nv, int64_t dk, uint32_t* qp);
+// Cache lines to prefetch, one at a time from next (advanced) up to end.
+struct LinePrefetch {
+  const char* const* next = nullptr;
+  const char* const* end = nullptr;
+};
+// s[j * pitch + v * 16 + r] = scale * the dot product of those rows' pairs with key j's bf16
+// row (k[j], dk elements as they lie in the cache) for nk keys; one line of pf (if any) is
+// prefetched per pair of columns of each tile of keys.
+void Bf16PairScores(const uint32_t* qp, int64_t nv, const uint16_t* const* k, int64_t nk,
+                    int64_t dk, float scale, float* s, int64_t pitch, LinePrefetch* pf);
 
 }  // namespace dh::cpu
