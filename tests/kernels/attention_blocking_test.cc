@@ -218,9 +218,10 @@ TEST(AttentionBlocking, MatchesReferenceOnEveryShapeFormatAndTarget) {
   });
 }
 
-// A bf16 cache where the CPU has vdpbf16ps (AttendBf16Dot): the row-vector tiles (prefill, and
-// MLA's 16 heads in decode) round the queries to bf16, so they match the reference given the
-// rounded queries (the bound above) and miss the one given the drawn ones by far more; with
+// A bf16 cache where the CPU has vdpbf16ps (AttendBf16Dot): every path rounds the queries to
+// bf16 (the row-vector tiles of prefill and of MLA's 16 heads in decode, decode's few rows of
+// GQA and MHA, each scored on vdpbf16ps), so they match the reference given the rounded
+// queries (the bound above) and miss the one given the drawn ones by far more; with
 // DH_BF16_DOT=off (ScopedBf16DotForTest) the queries stay f32 and match the drawn ones.
 TEST(AttentionBlocking, Bf16CacheScoresRoundTheQueries) {
   if (!cpu::AttendBf16Dot()) GTEST_SKIP() << "no AVX512-BF16 here (or DH_BF16_DOT=off)";
@@ -229,6 +230,7 @@ TEST(AttentionBlocking, Bf16CacheScoresRoundTheQueries) {
       {16, 1, 576, 512, true, 16, {{40, 3}, {65, 1}}, 2},      // MLA, 48 rows: two vectors
       {12, 2, 128, 128, false, 16, {{45, 45}}, 2},             // GQA 6 prefill
       {3, 3, 192, 128, false, 4, {{37, 37}, {5, 2}}, 1, 8},    // MHA prefill, strided rows
+      {12, 2, 128, 128, false, 16, {{600, 1}}, 2, 0, true},   // GQA 6 decode: bf16 row dots
   };
   Rng rng(29);
   ReferenceBackend ref({});

@@ -377,7 +377,8 @@ struct PrefetchStep {
 // A block's scores on vdpbf16ps (AttendBf16Dot): every row vector's bf16 query pairs and the
 // block's key rows as they lie in a bf16 cache.
 struct PairScoreArgs {
-  const uint32_t* qp = nullptr;
+  const uint32_t* qp = nullptr;  // the row-vector tiles' query pairs
+  const uint16_t* qb = nullptr;  // decode's few rows, bf16 (KeyBlockRows)
   const uint16_t* const* k = nullptr;
   float scale = 1.0f;
   LinePrefetch* pf = nullptr;  // the next block's lines (decode), or none
@@ -446,14 +447,19 @@ void KeyBlock(const float* qt, int64_t pitch, const float* const* k,
 template <class Step>
 void KeyBlockRows(const float* qr, int64_t rows, const float* const* k, const float* const* val,
                   int64_t j0, int64_t nk, int64_t dk, int64_t dv, const int32_t* npos, float* s,
-                  float* m, float* l, float* alpha, float* o, bool first, Step& step) {
+                  float* m, float* l, float* alpha, float* o, bool first, Step& step,
+                  const PairScoreArgs* bf16 = nullptr) {
   const DF df;
   const hn::RebindToSigned<DF> di;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   constexpr int64_t rp = kAttendKeyBlock;
-  Step local = step;  // a local copy, which the inlined tiles keep in registers
-  DotScores(qr, rows, k, nk, dk, s, local);
-  step = local;
+  if (bf16 != nullptr) {
+    Bf16RowScores(bf16->qb, rows, bf16->k, nk, dk, bf16->scale, s, rp, bf16->pf);
+  } else {
+    Step local = step;  // a local copy, which the inlined tiles keep in registers
+    DotScores(qr, rows, k, nk, dk, s, local);
+    step = local;
+  }
   const VF masked = hn::Set(df, kMasked);
   for (int64_t r = 0; r < rows; ++r) {
     float* HWY_RESTRICT sr = s + r * rp;
@@ -581,18 +587,24 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
                       a.v_scales == a.k_scales && a.v_scale_stride == a.k_scale_stride &&
                       a.dv <= a.dk;
   const int64_t next_bytes = kb * (a.dk + (v_in_k ? 0 : a.dv)) * static_cast<int64_t>(sizeof(T));
-  // A plain bf16 cache under AttendBf16Dot: every path takes the queries rounded to bf16, and
-  // the row-vector tiles score on vdpbf16ps from the bf16 query pairs (in qt's space) and the
-  // keys as they lie; only the values are widened.
+  // A plain bf16 cache under AttendBf16Dot: every path takes the queries rounded to bf16. The
+  // row-vector tiles score on vdpbf16ps from the bf16 query pairs (in qt's space), decode's few
+  // rows with dk a multiple of 32 from the bf16 query rows (in qr's space), both from the keys
+  // as they lie (raw_keys); only the values are widened.
   bool bf16_q = false;
   if constexpr (std::is_same_v<T, hwy::bfloat16_t>) bf16_q = !quantized && AttendBf16Dot();
   const bool pair_scores = bf16_q && qr == nullptr && lanes == 16 && nvec <= 2 && a.dk % 2 == 0;
-  const bool spread = few_rows && !pair_scores && next_bytes <= kAttendSpreadMaxBytes;
+  const bool row_scores = bf16_q && qr != nullptr && lanes == 16 && a.dk % 32 == 0;
+  const bool raw_keys = pair_scores || row_scores;
+  const bool spread = few_rows && !raw_keys && next_bytes <= kAttendSpreadMaxBytes;
   uint32_t* qp = reinterpret_cast<uint32_t*>(qt);
-  // Decode on them: the next block's rows prefetched over this block's pair steps.
-  const bool pair_spread = pair_scores && few_rows && next_bytes <= kAttendPairSpreadMaxBytes;
+  uint16_t* qb = reinterpret_cast<uint16_t*>(qr);
+  // Decode on them: the next block's rows prefetched over this block's steps.
+  const bool raw_spread = raw_keys && few_rows && next_bytes <= kAttendPairSpreadMaxBytes;
   if (pair_scores) {
     PackQueryPairs(a.q, a.rows, nvec, a.dk, qp);
+  } else if (row_scores) {
+    RoundQueryRows(a.q, a.rows, a.dk, qb);
   } else {
     TransposeQueries(a, pitch, bf16_q, qr != nullptr ? qr : kf, qr != nullptr ? nullptr : qt);
   }
@@ -606,20 +618,26 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
   const bool widen = !std::is_same_v<T, float> || quantized || (few_rows && !spread);
   const float* krow[kAttendKeyBlock];
   const float* vrow[kAttendKeyBlock];
-  const uint16_t* kraw[kAttendKeyBlock];  // pair_scores: the bf16 key rows
+  const uint16_t* kraw[kAttendKeyBlock];  // raw_keys: the bf16 key rows
   PairScoreArgs pair_args;
   pair_args.qp = qp;
+  pair_args.qb = qb;
   pair_args.k = kraw;
   pair_args.scale = a.scale;
   LinePrefetch pair_pf;
-  if (pair_spread) pair_args.pf = &pair_pf;
+  if (raw_spread) pair_args.pf = &pair_pf;
+  // Their steps per block: pair steps of the tiles of 12 / nvec keys, or 32-column steps of
+  // the 2-row x 4-key tiles.
+  const int64_t raw_steps =
+      pair_scores ? (kb + 12 / nvec - 1) / (12 / nvec) * (a.dk / 2)
+                  : (kb + kDotKeys - 1) / kDotKeys * ((a.rows + 1) / 2) * (a.dk / 32);
   RowPrefetcher pf;
   NoStep no_step;
   const int64_t key_end = std::min(n_max, a.key_end);
   for (int64_t j0 = a.key_begin; j0 < key_end; j0 += kb) {
     const int64_t nk = std::min(kb, key_end - j0);
     const bool first = j0 == a.key_begin;
-    if (spread || pair_spread) {
+    if (spread || raw_spread) {
       pf.Reset();
       for (int64_t j = j0 + kb; j < std::min(key_end, j0 + 2 * kb); ++j) {
         const int64_t next = a.slots[j];
@@ -633,12 +651,15 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
       }
       pair_pf.next = pf.begin();
       pair_pf.end = pf.end();
+      if (raw_steps > 0) {
+        pair_pf.per = static_cast<int>((pf.end() - pf.begin() + raw_steps - 1) / raw_steps);
+      }
     }
     for (int64_t j = 0; j < nk; ++j) {
       const int64_t slot = a.slots[j0 + j];
       const T* kr = kbase + slot * a.k_slot_stride;
       const T* vr = vbase + slot * a.v_slot_stride;
-      if (few_rows && !spread && !pair_spread && j0 + kb + j < key_end) {
+      if (few_rows && !spread && !raw_spread && j0 + kb + j < key_end) {
         const int64_t next = a.slots[j0 + kb + j];
         const char* kn = reinterpret_cast<const char*>(kbase + next * a.k_slot_stride);
         const char* vn = reinterpret_cast<const char*>(vbase + next * a.v_slot_stride);
@@ -650,7 +671,7 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
         vrow[j] = reinterpret_cast<const float*>(vr);
         continue;
       }
-      if (pair_scores) {  // the keys as they lie, the values widened (not quantized here)
+      if (raw_keys) {  // the keys as they lie, the values widened (not quantized here)
         kraw[j] = reinterpret_cast<const uint16_t*>(kr);
         krow[j] = nullptr;
         WidenKvRow(vr, nullptr, a.group, a.dv, vf + j * vpitch);
@@ -683,7 +704,8 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
         RowPrefetcher::Rest(step.next, step.end);
       } else {
         KeyBlockRows(qr, a.rows, krow, vrow, j0, nk, a.dk, a.dv, npos, s, m, l, alpha, o, first,
-                     no_step);
+                     no_step, row_scores ? &pair_args : nullptr);
+        if (raw_spread) RowPrefetcher::Rest(pair_pf.next, pair_pf.end);
       }
       continue;
     }
@@ -697,7 +719,7 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
       KeyBlock<1>(qt + off, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos + off, s + off,
                   m + off, l + off, alpha + off, o + off, few_rows ? a.rows : 0, first, no_step,
                   pair_scores ? &pair_args : nullptr);
-      if (pair_spread) RowPrefetcher::Rest(pair_pf.next, pair_pf.end);
+      if (raw_spread) RowPrefetcher::Rest(pair_pf.next, pair_pf.end);
     }
   }
   if (a.key_begin >= key_end) {  // an empty key range: nothing seen, weight 0 in a merge

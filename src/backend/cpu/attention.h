@@ -100,24 +100,34 @@ void AttendBlock(const AttendBlockArgs& a);
 // AVX-512), AttendBlock takes every query row of a plain bf16 cache rounded to bf16 (nearest
 // even, as bf16 weights round x) before the softmax scale, on every path, so a row's scores do
 // not depend on the rows beside it: the row-vector tiles (prefill; decode's 9-32 rows of a kv
-// head, MLA's 16 heads) score on vdpbf16ps from the keys as they lie, each product of two bf16
-// values exact in f32, the sums f32, the scale applied to the sums; decode's few rows
-// (DotScoresFit) multiply the rounded rows by the widened keys in f32. A score then differs
-// from the exact f32 one by at most 2^-8 * scale * sum_d |q_d * k_d| plus the f32 rounding of
-// the sums. Other cache types keep f32 queries.
+// head, MLA's 16 heads) score on vdpbf16ps from the keys as they lie (Bf16PairScores), and so
+// do decode's few rows (DotScoresFit) where dk is a multiple of 32 (Bf16RowScores; other dk:
+// the rounded rows times the widened keys in f32). Each product of two bf16 values is exact in
+// f32, the sums are f32, the scale is applied to the sums: a score differs from the exact f32
+// one by at most 2^-8 * scale * sum_d |q_d * k_d| plus the f32 rounding of the sums. Other
+// cache types keep f32 queries.
 bool AttendBf16Dot();
 // qp[(c * nv + v) * 16 + r] = query row v * 16 + r's columns 2c and 2c + 1 as a pair of bf16
 // (u32), rows from `rows` on copying row 0; dk even, nv 1 or 2 (16 or 32 rows).
 void PackQueryPairs(const float* const* q, int rows, int64_t nv, int64_t dk, uint32_t* qp);
-// Cache lines to prefetch, one at a time from next (advanced) up to end.
+// Cache lines to prefetch, `per` at a time from next (advanced) up to end.
 struct LinePrefetch {
   const char* const* next = nullptr;
   const char* const* end = nullptr;
+  int per = 1;
 };
 // s[j * pitch + v * 16 + r] = scale * the dot product of those rows' pairs with key j's bf16
-// row (k[j], dk elements as they lie in the cache) for nk keys; one line of pf (if any) is
-// prefetched per pair of columns of each tile of keys.
+// row (k[j], dk elements as they lie in the cache) for nk keys; pf->per lines of pf (if any)
+// are prefetched per pair of columns of each tile of keys.
 void Bf16PairScores(const uint32_t* qp, int64_t nv, const uint16_t* const* k, int64_t nk,
                     int64_t dk, float scale, float* s, int64_t pitch, LinePrefetch* pf);
+// Decode's few rows (DotScoresFit) with dk a multiple of 32: qb[r * dk + d] = bf16(q[r][d]).
+void RoundQueryRows(const float* const* q, int rows, int64_t dk, uint16_t* qb);
+// s[r * rp + j] = scale * sum_d qb[r][d] * k[j][d] for `rows` rows and nk keys (bf16 rows as
+// they lie), 2 rows x 4 keys per tile on vdpbf16ps (32 columns each); the scores past nk (to
+// the next multiple of 4) are not meaningful. pf->per lines of pf (if any) are prefetched per
+// 32 columns of each tile.
+void Bf16RowScores(const uint16_t* qb, int64_t rows, const uint16_t* const* k, int64_t nk,
+                   int64_t dk, float scale, float* s, int64_t rp, LinePrefetch* pf);
 
 }  // namespace dh::cpu

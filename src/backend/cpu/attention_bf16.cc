@@ -27,12 +27,12 @@ namespace {
 #define DH_AB_INLINE inline __attribute__((always_inline))
 
 // s[j * pitch + v * 16 + r] = scale * sum_c qp[c][v * 16 + r] . (k[j][2c], k[j][2c + 1]) for J
-// keys and NV vectors of 16 rows; qp: [pairs][NV * 16] u32 bf16 pairs. Prefetches the lines
-// from *next (up to end) one per pair of columns.
+// keys and NV vectors of 16 rows; qp: [pairs][NV * 16] u32 bf16 pairs. Prefetches `per` of the
+// lines from *next (up to end) per pair of columns.
 template <int J, int NV>
 DH_AB_TARGET void PairTile(const uint32_t* qp, const uint16_t* const* k, int64_t pairs,
                            float scale, float* s, int64_t pitch, const char* const** next,
-                           const char* const* end) {
+                           const char* const* end, int per) {
   const char* const* pn = *next;
   __m512 acc[J][NV];
 #pragma GCC unroll 12
@@ -44,7 +44,7 @@ DH_AB_TARGET void PairTile(const uint32_t* qp, const uint16_t* const* k, int64_t
 #pragma GCC unroll 12
   for (int j = 0; j < J; ++j) kp[j] = reinterpret_cast<const uint32_t*>(k[j]);
   for (int64_t c = 0; c < pairs; ++c) {
-    if (pn < end) _mm_prefetch(*pn++, _MM_HINT_T0);
+    for (int i = 0; i < per && pn < end; ++i) _mm_prefetch(*pn++, _MM_HINT_T0);
     __m512bh q[NV];
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) q[v] = (__m512bh)_mm512_loadu_si512(qp + (c * NV + v) * 16);
@@ -72,10 +72,11 @@ DH_AB_TARGET void PairTile(const uint32_t* qp, const uint16_t* const* k, int64_t
 template <int J, int NV>
 DH_AB_TARGET DH_AB_INLINE void PairTail(int64_t n, const uint32_t* qp, const uint16_t* const* k,
                                         int64_t pairs, float scale, float* s, int64_t pitch,
-                                        const char* const** next, const char* const* end) {
+                                        const char* const** next, const char* const* end,
+                                        int per) {
   if constexpr (J > 1) {
-    if (n == J - 1) return PairTile<J - 1, NV>(qp, k, pairs, scale, s, pitch, next, end);
-    PairTail<J - 1, NV>(n, qp, k, pairs, scale, s, pitch, next, end);
+    if (n == J - 1) return PairTile<J - 1, NV>(qp, k, pairs, scale, s, pitch, next, end, per);
+    PairTail<J - 1, NV>(n, qp, k, pairs, scale, s, pitch, next, end, per);
   }
 }
 
@@ -84,14 +85,60 @@ DH_AB_TARGET DH_AB_INLINE void PairTail(int64_t n, const uint32_t* qp, const uin
 template <int NV>
 DH_AB_TARGET void PairScoresOf(const uint32_t* qp, const uint16_t* const* k, int64_t nk,
                                int64_t dk, float scale, float* s, int64_t pitch,
-                               const char* const** next, const char* const* end) {
+                               const char* const** next, const char* const* end, int per) {
   constexpr int kJ = 12 / NV;
   const int64_t pairs = dk / 2;
   int64_t j = 0;
   for (; j + kJ <= nk; j += kJ) {
-    PairTile<kJ, NV>(qp, k + j, pairs, scale, s + j * pitch, pitch, next, end);
+    PairTile<kJ, NV>(qp, k + j, pairs, scale, s + j * pitch, pitch, next, end, per);
   }
-  PairTail<kJ, NV>(nk - j, qp, k + j, pairs, scale, s + j * pitch, pitch, next, end);
+  PairTail<kJ, NV>(nk - j, qp, k + j, pairs, scale, s + j * pitch, pitch, next, end, per);
+}
+
+// Lane i of each 128-bit block: the sum of that block's lanes of the i-th of a, b, c, e; then
+// the four blocks added: out[i] = the sum of all lanes of the i-th.
+DH_AB_TARGET DH_AB_INLINE __m128 SumsOf4(__m512 a, __m512 b, __m512 c, __m512 e) {
+  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  const __m512 ce = _mm512_add_ps(_mm512_unpacklo_ps(c, e), _mm512_unpackhi_ps(c, e));
+  const __m512d ab64 = _mm512_castps_pd(ab), ce64 = _mm512_castps_pd(ce);
+  const __m512 v = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(ab64, ce64)),
+                                 _mm512_castpd_ps(_mm512_unpackhi_pd(ab64, ce64)));
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+// s[r * rp + j] = scale * sum_d qb[r][d] * k[j][d] for R rows of bf16 queries (dk apart) and
+// 4 keys: 32 columns per vdpbf16ps, the four keys' sums reduced together.
+template <int R>
+DH_AB_TARGET void RowTile(const uint16_t* qb, const uint16_t* const* k, int64_t dk, float scale,
+                          float* s, int64_t rp, const char* const** next,
+                          const char* const* end, int per) {
+  const char* const* pn = *next;
+  __m512 acc[R][4];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+  }
+  for (int64_t d = 0; d < dk; d += 32) {
+    for (int i = 0; i < per && pn < end; ++i) _mm_prefetch(*pn++, _MM_HINT_T0);
+    __m512bh q[R];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) q[r] = (__m512bh)_mm512_loadu_si512(qb + r * dk + d);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m512bh kv = (__m512bh)_mm512_loadu_si512(k[j] + d);
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], q[r], kv);
+    }
+  }
+  *next = pn;
+  const __m128 sc = _mm_set1_ps(scale);
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r) {
+    _mm_storeu_ps(s + r * rp, _mm_mul_ps(SumsOf4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]), sc));
+  }
 }
 
 // qp[(c * nv + v) * 16 + r] = (bf16(q[row][2c]), bf16(q[row][2c + 1])), row = v * 16 + r, rows
@@ -123,6 +170,16 @@ DH_AB_TARGET void PackPairs(const float* const* q, int rows, int64_t nv, int64_t
   }
 }
 
+// dst[r * dk + d] = bf16(q[r][d]) (nearest even) for `rows` rows of dk (a multiple of 16).
+DH_AB_TARGET void RoundRows(const float* const* q, int rows, int64_t dk, uint16_t* dst) {
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t d = 0; d < dk; d += 16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + r * dk + d),
+                          (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(q[r] + d)));
+    }
+  }
+}
+
 }  // namespace
 #endif  // DH_ATTEND_BF16
 
@@ -148,9 +205,9 @@ void Bf16PairScores(const uint32_t* qp, int64_t nv, const uint16_t* const* k, in
 #if DH_ATTEND_BF16
   LinePrefetch none;
   LinePrefetch& p = pf != nullptr ? *pf : none;
-  if (nv == 1) return PairScoresOf<1>(qp, k, nk, dk, scale, s, pitch, &p.next, p.end);
+  if (nv == 1) return PairScoresOf<1>(qp, k, nk, dk, scale, s, pitch, &p.next, p.end, p.per);
   DH_CHECK(nv == 2, "bf16 attention scores take one or two vectors of rows");
-  PairScoresOf<2>(qp, k, nk, dk, scale, s, pitch, &p.next, p.end);
+  PairScoresOf<2>(qp, k, nk, dk, scale, s, pitch, &p.next, p.end, p.per);
 #else
   (void)pf;
   (void)qp;
@@ -161,6 +218,48 @@ void Bf16PairScores(const uint32_t* qp, int64_t nv, const uint16_t* const* k, in
   (void)scale;
   (void)s;
   (void)pitch;
+  DH_CHECK(false, "bf16 attention scores are x86 only");
+#endif
+}
+
+void RoundQueryRows(const float* const* q, int rows, int64_t dk, uint16_t* qb) {
+#if DH_ATTEND_BF16
+  DH_CHECK(AttendBf16Dot() && dk % 32 == 0, "bf16 query rows where the bf16 dots do not run");
+  RoundRows(q, rows, dk, qb);
+#else
+  (void)q;
+  (void)rows;
+  (void)dk;
+  (void)qb;
+  DH_CHECK(false, "bf16 attention scores are x86 only");
+#endif
+}
+
+void Bf16RowScores(const uint16_t* qb, int64_t rows, const uint16_t* const* k, int64_t nk,
+                   int64_t dk, float scale, float* s, int64_t rp, LinePrefetch* pf) {
+#if DH_ATTEND_BF16
+  LinePrefetch none;
+  LinePrefetch& p = pf != nullptr ? *pf : none;
+  for (int64_t j = 0; j < nk; j += 4) {
+    const int64_t n = nk - j < 4 ? nk - j : 4;
+    const uint16_t* kp[4];
+    for (int i = 0; i < 4; ++i) kp[i] = k[j + (i < n ? i : n - 1)];
+    int64_t r = 0;
+    for (; r + 2 <= rows; r += 2) {
+      RowTile<2>(qb + r * dk, kp, dk, scale, s + r * rp + j, rp, &p.next, p.end, p.per);
+    }
+    if (r < rows) RowTile<1>(qb + r * dk, kp, dk, scale, s + r * rp + j, rp, &p.next, p.end, p.per);
+  }
+#else
+  (void)qb;
+  (void)rows;
+  (void)k;
+  (void)nk;
+  (void)dk;
+  (void)scale;
+  (void)s;
+  (void)rp;
+  (void)pf;
   DH_CHECK(false, "bf16 attention scores are x86 only");
 #endif
 }
