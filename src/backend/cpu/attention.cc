@@ -374,9 +374,9 @@ struct PrefetchStep {
   }
 };
 
-// A block's scores on vdpbf16ps (AttendBf16Dot): every row vector's bf16 query pairs and the
-// block's key rows as they lie in a bf16 cache.
-struct PairScoreArgs {
+// A block's scores on vdpbf16ps (AttendBf16Dot) from the key rows as they lie in a bf16 cache:
+// the row-vector tiles' query pairs (KeyBlock) or decode's few rows in bf16 (KeyBlockRows).
+struct Bf16ScoreArgs {
   const uint32_t* qp = nullptr;  // the row-vector tiles' query pairs
   const uint16_t* qb = nullptr;  // decode's few rows, bf16 (KeyBlockRows)
   const uint16_t* const* k = nullptr;
@@ -385,7 +385,7 @@ struct PairScoreArgs {
 };
 
 // One key block for the NV row vectors at the start of every [rows] array passed: scores (from
-// qt and the f32 keys k, or with pairs from the bf16 keys), causal mask, online softmax update
+// qt and the f32 keys k, or from the bf16 keys with bf16), causal mask, online softmax update
 // (max m, sum l, weights in place of the scores, rescale factors in alpha), then the value
 // product into o: transposed, o[dv][pitch], or with rows_major > 0 (one row vector) row by
 // row, o[rows_major][dv].
@@ -394,11 +394,11 @@ void KeyBlock(const float* qt, int64_t pitch, const float* const* k,
               const float* const* val, int64_t j0, int64_t nk, int64_t first_masked, int64_t dk,
               int64_t dv, const int32_t* npos, float* s, float* m, float* l, float* alpha,
               float* o, int64_t rows_major, bool first, Step& step,
-              const PairScoreArgs* pairs = nullptr) {
+              const Bf16ScoreArgs* bf16 = nullptr) {
   const DF df;
   const size_t lanes = hn::Lanes(df);
-  if (pairs != nullptr) {
-    Bf16PairScores(pairs->qp, NV, pairs->k, nk, dk, pairs->scale, s, pitch, pairs->pf);
+  if (bf16 != nullptr) {
+    Bf16PairScores(bf16->qp, NV, bf16->k, nk, dk, bf16->scale, s, pitch, bf16->pf);
   } else {
     Step local = step;  // a local copy, which the inlined tiles keep in registers
     Scores<NV>(qt, pitch, k, nk, dk, s, local);
@@ -448,7 +448,7 @@ template <class Step>
 void KeyBlockRows(const float* qr, int64_t rows, const float* const* k, const float* const* val,
                   int64_t j0, int64_t nk, int64_t dk, int64_t dv, const int32_t* npos, float* s,
                   float* m, float* l, float* alpha, float* o, bool first, Step& step,
-                  const PairScoreArgs* bf16 = nullptr) {
+                  const Bf16ScoreArgs* bf16 = nullptr) {
   const DF df;
   const hn::RebindToSigned<DF> di;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
@@ -619,13 +619,13 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
   const float* krow[kAttendKeyBlock];
   const float* vrow[kAttendKeyBlock];
   const uint16_t* kraw[kAttendKeyBlock];  // raw_keys: the bf16 key rows
-  PairScoreArgs pair_args;
-  pair_args.qp = qp;
-  pair_args.qb = qb;
-  pair_args.k = kraw;
-  pair_args.scale = a.scale;
-  LinePrefetch pair_pf;
-  if (raw_spread) pair_args.pf = &pair_pf;
+  Bf16ScoreArgs bf16_args;
+  bf16_args.qp = qp;
+  bf16_args.qb = qb;
+  bf16_args.k = kraw;
+  bf16_args.scale = a.scale;
+  LinePrefetch raw_pf;
+  if (raw_spread) bf16_args.pf = &raw_pf;
   // Their steps per block: pair steps of the tiles of 12 / nvec keys, or 32-column steps of
   // the 2-row x 4-key tiles.
   const int64_t raw_steps =
@@ -649,10 +649,10 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
       if (dot_steps > 0) {
         step.per = static_cast<int>((pf.end() - pf.begin() + dot_steps - 1) / dot_steps);
       }
-      pair_pf.next = pf.begin();
-      pair_pf.end = pf.end();
+      raw_pf.next = pf.begin();
+      raw_pf.end = pf.end();
       if (raw_steps > 0) {
-        pair_pf.per = static_cast<int>((pf.end() - pf.begin() + raw_steps - 1) / raw_steps);
+        raw_pf.per = static_cast<int>((pf.end() - pf.begin() + raw_steps - 1) / raw_steps);
       }
     }
     for (int64_t j = 0; j < nk; ++j) {
@@ -694,7 +694,7 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
       const int64_t off = v * lanes;
       KeyBlock<2>(qt + off, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos + off, s + off,
                   m + off, l + off, alpha + off, o + off, 0, first, no_step,
-                  pair_scores ? &pair_args : nullptr);
+                  pair_scores ? &bf16_args : nullptr);
     }
 #if HWY_TARGET != HWY_SCALAR
     if (qr != nullptr) {
@@ -704,8 +704,8 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
         RowPrefetcher::Rest(step.next, step.end);
       } else {
         KeyBlockRows(qr, a.rows, krow, vrow, j0, nk, a.dk, a.dv, npos, s, m, l, alpha, o, first,
-                     no_step, row_scores ? &pair_args : nullptr);
-        if (raw_spread) RowPrefetcher::Rest(pair_pf.next, pair_pf.end);
+                     no_step, row_scores ? &bf16_args : nullptr);
+        if (raw_spread) RowPrefetcher::Rest(raw_pf.next, raw_pf.end);
       }
       continue;
     }
@@ -718,8 +718,8 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
       const int64_t off = v * lanes;
       KeyBlock<1>(qt + off, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos + off, s + off,
                   m + off, l + off, alpha + off, o + off, few_rows ? a.rows : 0, first, no_step,
-                  pair_scores ? &pair_args : nullptr);
-      if (raw_spread) RowPrefetcher::Rest(pair_pf.next, pair_pf.end);
+                  pair_scores ? &bf16_args : nullptr);
+      if (raw_spread) RowPrefetcher::Rest(raw_pf.next, raw_pf.end);
     }
   }
   if (a.key_begin >= key_end) {  // an empty key range: nothing seen, weight 0 in a merge
