@@ -1,7 +1,9 @@
-// Attention scores of a bf16 KV cache on AVX512-BF16 (attention.h, AttendBf16Dot): the queries
-// rounded to bf16 and kept as column pairs, each key's pairs broadcast from the cache as they
-// lie, one `vdpbf16ps` per pair of columns for 16 query rows. Intrinsics in functions compiled
-// with a target attribute (as gemm_bf16.cc), called only where the CPU has the instruction.
+// Attention scores of a bf16 KV cache on AVX512-BF16 (attention.h, AttendBf16Dot), the queries
+// rounded to bf16: for the row-vector tiles kept as column pairs, each key's pairs broadcast
+// from the cache as they lie, one `vdpbf16ps` per pair of columns for 16 query rows
+// (Bf16PairScores); for decode's few rows kept as bf16 rows, dot products along the keys' rows
+// 32 columns per `vdpbf16ps` (Bf16RowScores). Intrinsics in functions compiled with a target
+// attribute (as gemm_bf16.cc), called only where the CPU has the instruction.
 #include <cstdint>
 
 #include "backend/cpu/attention.h"
