@@ -28,8 +28,9 @@ static_assert(kAttendHeadChunk % kAttendKeyBlock == 0);
 // over the score columns of the block before (attention.cc RowPrefetcher), f32 rows read in
 // place; longer ones as that block starts, every row copied.
 inline constexpr int64_t kAttendSpreadMaxBytes = 32 * 1024;
-// Decode on the bf16 pair scores (AttendBf16Dot): a key block's rows of up to this many bytes
-// (MLA's 576-wide bf16 latent: 36 KiB) are prefetched over the pair steps of the block before.
+// Decode on the bf16 scores (AttendBf16Dot: pair or row scores): a key block's rows of up to
+// this many bytes (MLA's 576-wide bf16 latent: 36 KiB) are prefetched over the score steps of
+// the block before.
 inline constexpr int64_t kAttendPairSpreadMaxBytes = 64 * 1024;
 
 struct AttendBlockArgs {
