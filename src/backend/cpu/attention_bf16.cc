@@ -187,59 +187,29 @@ DH_AB_TARGET void RoundRows(const float* const* q, int rows, int64_t dk, uint16_
 
 bool AttendBf16Dot() { return Bf16DotRoundsX(); }
 
-void PackQueryPairs(const float* const* q, int rows, int64_t nv, int64_t dk, uint32_t* qp) {
 #if DH_ATTEND_BF16
+void PackQueryPairs(const float* const* q, int rows, int64_t nv, int64_t dk, uint32_t* qp) {
   DH_CHECK(AttendBf16Dot() && dk % 2 == 0 && (nv == 1 || nv == 2),
            "bf16 query pairs where the bf16 scores do not run");
   PackPairs(q, rows, nv, dk, qp);
-#else
-  (void)q;
-  (void)rows;
-  (void)nv;
-  (void)dk;
-  (void)qp;
-  DH_CHECK(false, "bf16 attention scores are x86 only");
-#endif
 }
 
 void Bf16PairScores(const uint32_t* qp, int64_t nv, const uint16_t* const* k, int64_t nk,
                     int64_t dk, float scale, float* s, int64_t pitch, LinePrefetch* pf) {
-#if DH_ATTEND_BF16
   LinePrefetch none;
   LinePrefetch& p = pf != nullptr ? *pf : none;
   if (nv == 1) return PairScoresOf<1>(qp, k, nk, dk, scale, s, pitch, &p.next, p.end, p.per);
   DH_CHECK(nv == 2, "bf16 attention scores take one or two vectors of rows");
   PairScoresOf<2>(qp, k, nk, dk, scale, s, pitch, &p.next, p.end, p.per);
-#else
-  (void)pf;
-  (void)qp;
-  (void)nv;
-  (void)k;
-  (void)nk;
-  (void)dk;
-  (void)scale;
-  (void)s;
-  (void)pitch;
-  DH_CHECK(false, "bf16 attention scores are x86 only");
-#endif
 }
 
 void RoundQueryRows(const float* const* q, int rows, int64_t dk, uint16_t* qb) {
-#if DH_ATTEND_BF16
   DH_CHECK(AttendBf16Dot() && dk % 32 == 0, "bf16 query rows where the bf16 dots do not run");
   RoundRows(q, rows, dk, qb);
-#else
-  (void)q;
-  (void)rows;
-  (void)dk;
-  (void)qb;
-  DH_CHECK(false, "bf16 attention scores are x86 only");
-#endif
 }
 
 void Bf16RowScores(const uint16_t* qb, int64_t rows, const uint16_t* const* k, int64_t nk,
                    int64_t dk, float scale, float* s, int64_t rp, LinePrefetch* pf) {
-#if DH_ATTEND_BF16
   LinePrefetch none;
   LinePrefetch& p = pf != nullptr ? *pf : none;
   for (int64_t j = 0; j < nk; j += 4) {
@@ -252,19 +222,23 @@ void Bf16RowScores(const uint16_t* qb, int64_t rows, const uint16_t* const* k, i
     }
     if (r < rows) RowTile<1>(qb + r * dk, kp, dk, scale, s + r * rp + j, rp, &p.next, p.end, p.per);
   }
-#else
-  (void)qb;
-  (void)rows;
-  (void)k;
-  (void)nk;
-  (void)dk;
-  (void)scale;
-  (void)s;
-  (void)rp;
-  (void)pf;
-  DH_CHECK(false, "bf16 attention scores are x86 only");
-#endif
 }
+#else  // no x86: AttendBf16Dot() is false and AttendBlock never calls these
+void PackQueryPairs(const float* const*, int, int64_t, int64_t, uint32_t*) {
+  DH_CHECK(false, "bf16 attention scores are x86 only");
+}
+void Bf16PairScores(const uint32_t*, int64_t, const uint16_t* const*, int64_t, int64_t, float,
+                    float*, int64_t, LinePrefetch*) {
+  DH_CHECK(false, "bf16 attention scores are x86 only");
+}
+void RoundQueryRows(const float* const*, int, int64_t, uint16_t*) {
+  DH_CHECK(false, "bf16 attention scores are x86 only");
+}
+void Bf16RowScores(const uint16_t*, int64_t, const uint16_t* const*, int64_t, int64_t, float,
+                   float*, int64_t, LinePrefetch*) {
+  DH_CHECK(false, "bf16 attention scores are x86 only");
+}
+#endif  // DH_ATTEND_BF16
 
 }  // namespace dh::cpu
 
