@@ -116,11 +116,9 @@ int RunBlockCase(CpuBackend& cpu, ReferenceBackend& ref, DType dtype, const Bloc
   Owned wantbuf(DType::kF32, {num_tokens, c.hq * c.dv + c.row_pad});
   rng.Fill(qbuf, -2, 2);
   Owned qref(DType::kF32, {num_tokens, c.hq * c.dk + c.row_pad});
-  for (int64_t i = 0; i < qbuf.t.numel(); ++i) {
-    const float x = qbuf.f32()[i];
-    qref.f32()[i] = queries == Queries::kAsDrawn ? x : BF16ToF32(F32ToBF16(x));
-    if (queries == Queries::kBf16) qbuf.f32()[i] = qref.f32()[i];
-  }
+  if (queries == Queries::kBf16) test::RoundToBf16(qbuf);
+  std::copy_n(qbuf.f32(), qbuf.t.numel(), qref.f32());
+  if (queries == Queries::kBf16ForTheRef) test::RoundToBf16(qref);
   auto rows3 = [&](Owned& buf, int64_t dim) {
     Tensor t = buf.t;
     t.ndim = 3;
@@ -220,7 +218,7 @@ TEST(AttentionBlocking, MatchesReferenceOnEveryShapeFormatAndTarget) {
 
 // A bf16 cache where the CPU has vdpbf16ps (AttendBf16Dot): every path rounds the queries to
 // bf16 (the row-vector tiles of prefill and of MLA's 16 heads in decode, decode's few rows of
-// GQA and MHA, each scored on vdpbf16ps), so they match the reference given the rounded
+// GQA and MHA, each scored on vdpbf16ps; the f32 tiles where dk does not fit those), so they match the reference given the rounded
 // queries (the bound above) and miss the one given the drawn ones by far more; with
 // DH_BF16_DOT=off (ScopedBf16DotForTest) the queries stay f32 and match the drawn ones.
 TEST(AttentionBlocking, Bf16CacheScoresRoundTheQueries) {
@@ -231,6 +229,10 @@ TEST(AttentionBlocking, Bf16CacheScoresRoundTheQueries) {
       {12, 2, 128, 128, false, 16, {{45, 45}}, 2},             // GQA 6 prefill
       {3, 3, 192, 128, false, 4, {{37, 37}, {5, 2}}, 1, 8},    // MHA prefill, strided rows
       {12, 2, 128, 128, false, 16, {{600, 1}}, 2, 0, true},   // GQA 6 decode: bf16 row dots
+      // The rounded rows on the f32 tiles: dk 48 (a multiple of 16, not of 32: DotScores) and
+      // 33 (odd: the outer tile without pairs).
+      {8, 2, 48, 48, false, 16, {{70, 1}, {20, 3}}, 2},
+      {6, 1, 33, 33, false, 4, {{9, 9}, {64, 2}}, 1},
   };
   Rng rng(29);
   ReferenceBackend ref({});

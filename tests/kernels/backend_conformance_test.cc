@@ -358,9 +358,7 @@ TEST_P(BackendConformance, KvWriteAndPagedAttention) {
     rng.Fill(q, -2, 2);
     // bf16 values against a bf16 cache, which a backend may score on bf16 queries (the CPU on
     // AVX512-BF16: backend/cpu/attention.h, AttendBf16Dot).
-    if (c.cache == DType::kBF16) {
-      for (int64_t i = 0; i < q.t.numel(); ++i) q.f32()[i] = BF16ToF32(F32ToBF16(q.f32()[i]));
-    }
+    if (c.cache == DType::kBF16) test::RoundToBf16(q);
     AttentionMeta meta;
     meta.num_seqs = num_seqs;
     meta.num_tokens = num_tokens;

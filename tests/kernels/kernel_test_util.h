@@ -38,6 +38,12 @@ struct Owned {
   }
 };
 
+// Every value of an f32 tensor rounded to bf16 (nearest even) in place: queries against a bf16
+// KV cache, which a backend may score on bf16 queries (backend/cpu/attention.h, AttendBf16Dot).
+inline void RoundToBf16(Owned& o) {
+  for (int64_t i = 0; i < o.t.numel(); ++i) o.f32()[i] = BF16ToF32(F32ToBF16(o.f32()[i]));
+}
+
 class Rng {
  public:
   explicit Rng(uint32_t seed) : gen_(seed) {}

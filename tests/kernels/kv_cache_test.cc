@@ -175,9 +175,7 @@ int RunCase(Backend& cpu, Backend& ref, DType dtype, const QuantAttnCase& c, Rng
   rng.Fill(q, -2, 2);
   // bf16 values for a bf16 cache, whose scores the CPU takes on bf16 queries where it has
   // AVX512-BF16 (backend/cpu/attention.h, AttendBf16Dot): the same bound holds on both paths.
-  if (dtype == DType::kBF16) {
-    for (int64_t i = 0; i < q.t.numel(); ++i) q.f32()[i] = BF16ToF32(F32ToBF16(q.f32()[i]));
-  }
+  if (dtype == DType::kBF16) test::RoundToBf16(q);
   const AttentionMeta meta =
       HostAttentionMeta(qs, lens, tables, num_tokens, c.block_size, max_blocks, max_len);
   Owned got(DType::kF32, {num_tokens, c.hq, c.dv}), want(DType::kF32, {num_tokens, c.hq, c.dv});

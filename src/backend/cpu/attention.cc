@@ -12,6 +12,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "backend/cpu/gemm_bf16.h"
+
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -364,11 +366,10 @@ class RowPrefetcher {
                      2 * kAttendKeyBlock];
   int64_t n_ = 0;
 };
-// `per` lines from the cursor per score step.
-struct PrefetchStep {
-  const char* const* next = nullptr;
-  const char* const* end = nullptr;
-  int per = 2;
+// `per` lines from the cursor per score step (the f32 tiles call it; the bf16 score kernels
+// take it as the LinePrefetch it is).
+struct PrefetchStep : LinePrefetch {
+  PrefetchStep() { per = 2; }
   HWY_INLINE void operator()() {
     for (int i = 0; i < per && next != end; ++i) hwy::Prefetch(*next++);
   }
@@ -492,24 +493,11 @@ void KeyBlockRows(const float* qr, int64_t rows, const float* const* k, const fl
 }
 #endif  // HWY_TARGET != HWY_SCALAR
 
-// x rounded to the nearest bf16 value, ties to even (as `vcvtneps2bf16` rounds finite normal
-// values), kept as f32.
-HWY_INLINE VF RoundToBf16(VF x) {
-  const hn::RebindToUnsigned<DF> du;
-  const auto bits = hn::BitCast(du, x);
-  const auto odd = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
-  const auto up = hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), odd));
-  return hn::BitCast(DF(), hn::And(up, hn::Set(du, 0xFFFF0000u)));
-}
-HWY_INLINE float RoundToBf16(float x) {
-  return hn::GetLane(RoundToBf16(hn::Set(DF(), x)));
-}
-
 // qt[d][r] = q[r][d] * scale for the block's rows, padding rows (up to pitch) copying row 0:
 // the rows are first copied, scaled, into `rows` ([a.rows][dk], read as sequential streams the
 // prefetchers follow), then each vector of qt is gathered from there (in L1). Without qt, the
 // scaled rows alone. bf16_q: each q[r][d] rounded to bf16 before the scale (a bf16 cache under
-// AttendBf16Dot, as the pair scores round it).
+// AttendBf16Dot, rounded as the bf16 scores round it: RoundRowsToBf16).
 HWY_INLINE void TransposeQueries(const AttendBlockArgs& a, int64_t pitch, bool bf16_q,
                                  float* HWY_RESTRICT rows, float* HWY_RESTRICT qt) {
   const DF df;
@@ -517,14 +505,17 @@ HWY_INLINE void TransposeQueries(const AttendBlockArgs& a, int64_t pitch, bool b
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const VF scale = hn::Set(df, a.scale);
   for (int r = 0; r < a.rows; ++r) {
-    const float* HWY_RESTRICT q = a.q[r];
-    float* HWY_RESTRICT dst = rows + r * a.dk;
+    float* dst = rows + r * a.dk;
+    const float* q = a.q[r];
+    if (bf16_q) {  // rounded into dst, then scaled in place
+      RoundRowsToBf16(q, a.dk, 1, a.dk, dst);
+      q = dst;
+    }
     int64_t d = 0;
     for (; d + lanes <= a.dk; d += lanes) {
-      const VF x = hn::LoadU(df, q + d);
-      hn::StoreU(hn::Mul(bf16_q ? RoundToBf16(x) : x, scale), df, dst + d);
+      hn::StoreU(hn::Mul(hn::LoadU(df, q + d), scale), df, dst + d);
     }
-    for (; d < a.dk; ++d) dst[d] = (bf16_q ? RoundToBf16(q[d]) : q[d]) * a.scale;
+    for (; d < a.dk; ++d) dst[d] = q[d] * a.scale;
   }
   if (qt == nullptr) return;
   int32_t offset[AttendScratchLayout::kPitchMax];
@@ -601,20 +592,26 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
   uint16_t* qb = reinterpret_cast<uint16_t*>(qr);
   // Decode on them: the next block's rows prefetched over this block's steps.
   const bool raw_spread = raw_keys && few_rows && next_bytes <= kAttendPairSpreadMaxBytes;
-  if (pair_scores) {
-    PackQueryPairs(a.q, a.rows, nvec, a.dk, qp);
+  if (pair_scores) {  // staged as bf16 rows in qr's space
+    PackQueryPairs(a.q, a.rows, nvec, a.dk, reinterpret_cast<uint16_t*>(a.scratch + layout.qr),
+                   qp);
   } else if (row_scores) {
-    RoundQueryRows(a.q, a.rows, a.dk, qb);
+    for (int r = 0; r < a.rows; ++r) ConvertRowToBf16(a.q[r], a.dk, qb + r * a.dk);
   } else {
     TransposeQueries(a, pitch, bf16_q, qr != nullptr ? qr : kf, qr != nullptr ? nullptr : qt);
   }
 
   // Prefetches per score step: two per score column of the outer tile (kTile<1> keys x dk
-  // steps per tile), for DotScores as many as spread the next block's listed lines over its
-  // steps (key groups x row pairs x dk / lanes).
+  // steps per tile); for DotScores and the bf16 scores as many as spread the next block's
+  // listed lines over its steps: key groups x row pairs x dk / lanes (DotScores) or / 32
+  // (Bf16RowScores), tiles of 12 / nvec keys x dk / 2 pairs (Bf16PairScores).
   PrefetchStep step;
-  const int64_t dot_steps =
-      qr != nullptr ? (kb + kDotKeys - 1) / kDotKeys * ((a.rows + 1) / 2) * (a.dk / lanes) : 0;
+  const int64_t key_groups = (kb + kDotKeys - 1) / kDotKeys, row_pairs = (a.rows + 1) / 2;
+  const int64_t block_steps =
+      pair_scores  ? (kb + 12 / nvec - 1) / (12 / nvec) * (a.dk / 2)
+      : row_scores ? key_groups * row_pairs * (a.dk / 32)
+      : qr != nullptr ? key_groups * row_pairs * (a.dk / lanes)
+                      : 0;
   const bool widen = !std::is_same_v<T, float> || quantized || (few_rows && !spread);
   const float* krow[kAttendKeyBlock];
   const float* vrow[kAttendKeyBlock];
@@ -624,13 +621,7 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
   bf16_args.qb = qb;
   bf16_args.k = kraw;
   bf16_args.scale = a.scale;
-  LinePrefetch raw_pf;
-  if (raw_spread) bf16_args.pf = &raw_pf;
-  // Their steps per block: pair steps of the tiles of 12 / nvec keys, or 32-column steps of
-  // the 2-row x 4-key tiles.
-  const int64_t raw_steps =
-      pair_scores ? (kb + 12 / nvec - 1) / (12 / nvec) * (a.dk / 2)
-                  : (kb + kDotKeys - 1) / kDotKeys * ((a.rows + 1) / 2) * (a.dk / 32);
+  if (raw_spread) bf16_args.pf = &step;
   RowPrefetcher pf;
   NoStep no_step;
   const int64_t key_end = std::min(n_max, a.key_end);
@@ -646,13 +637,8 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
       }
       step.next = pf.begin();
       step.end = pf.end();
-      if (dot_steps > 0) {
-        step.per = static_cast<int>((pf.end() - pf.begin() + dot_steps - 1) / dot_steps);
-      }
-      raw_pf.next = pf.begin();
-      raw_pf.end = pf.end();
-      if (raw_steps > 0) {
-        raw_pf.per = static_cast<int>((pf.end() - pf.begin() + raw_steps - 1) / raw_steps);
+      if (block_steps > 0) {
+        step.per = static_cast<int>((pf.end() - pf.begin() + block_steps - 1) / block_steps);
       }
     }
     for (int64_t j = 0; j < nk; ++j) {
@@ -705,7 +691,7 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
       } else {
         KeyBlockRows(qr, a.rows, krow, vrow, j0, nk, a.dk, a.dv, npos, s, m, l, alpha, o, first,
                      no_step, row_scores ? &bf16_args : nullptr);
-        if (raw_spread) RowPrefetcher::Rest(raw_pf.next, raw_pf.end);
+        if (raw_spread) RowPrefetcher::Rest(step.next, step.end);
       }
       continue;
     }
@@ -719,7 +705,7 @@ void AttendBlockTyped(const AttendBlockArgs& a) {
       KeyBlock<1>(qt + off, pitch, krow, vrow, j0, nk, n_min, a.dk, a.dv, npos + off, s + off,
                   m + off, l + off, alpha + off, o + off, few_rows ? a.rows : 0, first, no_step,
                   pair_scores ? &bf16_args : nullptr);
-      if (raw_spread) RowPrefetcher::Rest(raw_pf.next, raw_pf.end);
+      if (raw_spread) RowPrefetcher::Rest(step.next, step.end);
     }
   }
   if (a.key_begin >= key_end) {  // an empty key range: nothing seen, weight 0 in a merge

@@ -109,9 +109,12 @@ void AttendBlock(const AttendBlockArgs& a);
 // cache types keep f32 queries.
 bool AttendBf16Dot();
 // qp[(c * nv + v) * 16 + r] = query row v * 16 + r's columns 2c and 2c + 1 as a pair of bf16
-// (u32), rows from `rows` on copying row 0; dk even, nv 1 or 2 (16 or 32 rows).
-void PackQueryPairs(const float* const* q, int rows, int64_t nv, int64_t dk, uint32_t* qp);
-// Cache lines to prefetch, `per` at a time from next (advanced) up to end.
+// (u32; ConvertRowToBf16 into stage, rows x dk values, first), rows from `rows` on copying row
+// 0; dk even, nv 1 or 2 (16 or 32 rows).
+void PackQueryPairs(const float* const* q, int rows, int64_t nv, int64_t dk, uint16_t* stage,
+                    uint32_t* qp);
+// Cache lines to prefetch, `per` at a time from next (advanced) up to end (attention.cc's
+// PrefetchStep is one).
 struct LinePrefetch {
   const char* const* next = nullptr;
   const char* const* end = nullptr;
@@ -122,9 +125,8 @@ struct LinePrefetch {
 // are prefetched per pair of columns of each tile of keys.
 void Bf16PairScores(const uint32_t* qp, int64_t nv, const uint16_t* const* k, int64_t nk,
                     int64_t dk, float scale, float* s, int64_t pitch, LinePrefetch* pf);
-// Decode's few rows (DotScoresFit) with dk a multiple of 32: qb[r * dk + d] = bf16(q[r][d]).
-void RoundQueryRows(const float* const* q, int rows, int64_t dk, uint16_t* qb);
-// s[r * rp + j] = scale * sum_d qb[r][d] * k[j][d] for `rows` rows and nk keys (bf16 rows as
+// Decode's few rows (DotScoresFit) with dk a multiple of 32, qb[r * dk + d] = bf16(q[r][d])
+// (ConvertRowToBf16): s[r * rp + j] = scale * sum_d qb[r][d] * k[j][d] for nk keys (bf16 rows as
 // they lie), 2 rows x 4 keys per tile on vdpbf16ps (32 columns each); the scores past nk (to
 // the next multiple of 4) are not meaningful. pf->per lines of pf (if any) are prefetched per
 // 32 columns of each tile.

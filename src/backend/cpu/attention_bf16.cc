@@ -5,6 +5,7 @@
 // 32 columns per `vdpbf16ps` (Bf16RowScores). Intrinsics in functions compiled with a target
 // attribute (as gemm_bf16.cc), called only where the CPU has the instruction.
 #include <cstdint>
+#include <cstring>
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/gemm_bf16.h"
@@ -143,57 +144,27 @@ DH_AB_TARGET void RowTile(const uint16_t* qb, const uint16_t* const* k, int64_t 
   }
 }
 
-// qp[(c * nv + v) * 16 + r] = (bf16(q[row][2c]), bf16(q[row][2c + 1])), row = v * 16 + r, rows
-// past `rows` copying row 0; nearest even (`vcvtne2ps2bf16`), as RoundRowsToBf16.
-DH_AB_TARGET void PackPairs(const float* const* q, int rows, int64_t nv, int64_t dk,
-                            uint32_t* qp) {
-  const int64_t pitch = nv * 16;
-  const int64_t pairs = dk / 2;
-  for (int64_t row = 0; row < pitch; ++row) {
-    const float* src = q[row < rows ? row : 0];
-    const int64_t v = row / 16, r = row % 16;
-    int64_t c = 0;
-    // 16 pairs (32 columns) at a time: the even and odd columns' bf16, interleaved as u32.
-    for (; c + 16 <= pairs; c += 16) {
-      const __m512 lo = _mm512_loadu_ps(src + 2 * c);
-      const __m512 hi = _mm512_loadu_ps(src + 2 * c + 16);
-      // cvtne2ps2bf16(b, a): a's 16 values in the low half, b's in the high half, in order:
-      // the 32 columns as bf16, column 2i and 2i + 1 adjacent, i.e. pair i as u32 i.
-      const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-      alignas(64) uint32_t tmp[16];
-      _mm512_store_si512(tmp, both);
-      for (int i = 0; i < 16; ++i) qp[((c + i) * nv + v) * 16 + r] = tmp[i];
-    }
-    for (; c < pairs; ++c) {
-      const __m128 two = _mm_setr_ps(src[2 * c], src[2 * c + 1], 0.0f, 0.0f);
-      const __m128i b = (__m128i)_mm_cvtneps_pbh(two);
-      qp[(c * nv + v) * 16 + r] = static_cast<uint32_t>(_mm_cvtsi128_si32(b));
-    }
-  }
-}
-
-// dst[r * dk + d] = bf16(q[r][d]) (nearest even) for `rows` rows of dk (a multiple of 16).
-DH_AB_TARGET void RoundRows(const float* const* q, int rows, int64_t dk, uint16_t* dst) {
-  for (int r = 0; r < rows; ++r) {
-    for (int64_t d = 0; d < dk; d += 16) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + r * dk + d),
-                          (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(q[r] + d)));
-    }
-  }
-}
-
 }  // namespace
 #endif  // DH_ATTEND_BF16
 
 bool AttendBf16Dot() { return Bf16DotRoundsX(); }
 
-#if DH_ATTEND_BF16
-void PackQueryPairs(const float* const* q, int rows, int64_t nv, int64_t dk, uint32_t* qp) {
-  DH_CHECK(AttendBf16Dot() && dk % 2 == 0 && (nv == 1 || nv == 2),
-           "bf16 query pairs where the bf16 scores do not run");
-  PackPairs(q, rows, nv, dk, qp);
+void PackQueryPairs(const float* const* q, int rows, int64_t nv, int64_t dk, uint16_t* stage,
+                    uint32_t* qp) {
+  DH_CHECK(dk % 2 == 0 && (nv == 1 || nv == 2), "bf16 query pairs: dk odd or too many rows");
+  const int64_t pairs = dk / 2;
+  for (int r = 0; r < rows; ++r) ConvertRowToBf16(q[r], dk, stage + r * dk);
+  for (int64_t row = 0; row < nv * 16; ++row) {  // rows past `rows` copy row 0
+    uint32_t pair;
+    const uint16_t* src = stage + (row < rows ? row : 0) * dk;
+    for (int64_t c = 0; c < pairs; ++c) {
+      std::memcpy(&pair, src + 2 * c, sizeof(pair));
+      qp[(c * nv + row / 16) * 16 + row % 16] = pair;
+    }
+  }
 }
 
+#if DH_ATTEND_BF16
 void Bf16PairScores(const uint32_t* qp, int64_t nv, const uint16_t* const* k, int64_t nk,
                     int64_t dk, float scale, float* s, int64_t pitch, LinePrefetch* pf) {
   LinePrefetch none;
@@ -201,11 +172,6 @@ void Bf16PairScores(const uint32_t* qp, int64_t nv, const uint16_t* const* k, in
   if (nv == 1) return PairScoresOf<1>(qp, k, nk, dk, scale, s, pitch, &p.next, p.end, p.per);
   DH_CHECK(nv == 2, "bf16 attention scores take one or two vectors of rows");
   PairScoresOf<2>(qp, k, nk, dk, scale, s, pitch, &p.next, p.end, p.per);
-}
-
-void RoundQueryRows(const float* const* q, int rows, int64_t dk, uint16_t* qb) {
-  DH_CHECK(AttendBf16Dot() && dk % 32 == 0, "bf16 query rows where the bf16 dots do not run");
-  RoundRows(q, rows, dk, qb);
 }
 
 void Bf16RowScores(const uint16_t* qb, int64_t rows, const uint16_t* const* k, int64_t nk,
@@ -224,14 +190,8 @@ void Bf16RowScores(const uint16_t* qb, int64_t rows, const uint16_t* const* k, i
   }
 }
 #else  // no x86: AttendBf16Dot() is false and AttendBlock never calls these
-void PackQueryPairs(const float* const*, int, int64_t, int64_t, uint32_t*) {
-  DH_CHECK(false, "bf16 attention scores are x86 only");
-}
 void Bf16PairScores(const uint32_t*, int64_t, const uint16_t* const*, int64_t, int64_t, float,
                     float*, int64_t, LinePrefetch*) {
-  DH_CHECK(false, "bf16 attention scores are x86 only");
-}
-void RoundQueryRows(const float* const*, int, int64_t, uint16_t*) {
   DH_CHECK(false, "bf16 attention scores are x86 only");
 }
 void Bf16RowScores(const uint16_t*, int64_t, const uint16_t* const*, int64_t, int64_t, float,

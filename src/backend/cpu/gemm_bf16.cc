@@ -614,6 +614,18 @@ void RoundRowsToBf16(const float* x, int64_t x_stride, int64_t m, int64_t k, flo
 #endif
 }
 
+void ConvertRowToBf16(const float* x, int64_t k, uint16_t* out) {
+#if DH_BF16_KERNELS
+  DH_CHECK(Bf16DotAvailable(), "bf16 rounding on a CPU without AVX512-BF16");
+  ConvertRow(x, k, out);
+#else
+  (void)x;
+  (void)k;
+  (void)out;
+  DH_CHECK(false, "bf16 rounding is x86 only");
+#endif
+}
+
 void Bf16DotGemm(const GemmArgs& a, ThreadPool& pool) {
 #if DH_BF16_KERNELS
   if (a.m <= 0 || a.n <= 0) return;

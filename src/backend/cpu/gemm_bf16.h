@@ -70,6 +70,9 @@ bool UseBf16Dot(const GemmArgs& a);
 // them (`vcvtneps2bf16`: nearest even, subnormals to zero) and widened back to f32 into out
 // (k floats per row, contiguous). Call only when Bf16DotRoundsX().
 void RoundRowsToBf16(const float* x, int64_t x_stride, int64_t m, int64_t k, float* out);
+// One row of x (k floats) as the GEMM packs it: bf16, nearest even, into out (k values; with k
+// odd a zero after them, so out holds whole column pairs). Call only when Bf16DotAvailable().
+void ConvertRowToBf16(const float* x, int64_t k, uint16_t* out);
 
 // The GEMM of gemm.h for a with UseBf16Dot(a); runs on all threads of pool.
 void Bf16DotGemm(const GemmArgs& a, ThreadPool& pool);
