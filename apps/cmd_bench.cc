@@ -194,6 +194,10 @@ std::function<int()> SetupModelBench(CLI::App* sub) {
   sub->add_option("--batch,-b", a->batch,
                   "Comma-separated numbers of sequences run together (default 1)");
   sub->add_option("--repeat,-r", a->bench.repeat, "Timed repeats of each test (default 3)");
+  sub->add_flag("--interleave", a->bench.interleave,
+                "Run each test's repeats round by round across the --batch sizes (every batch's "
+                "KV cache held at once) and print each batch's tokens/s over the smallest "
+                "batch's, paired by round, with their median");
   sub->add_option("--warmup", a->bench.warmup, "Untimed runs before each test (default 1)");
   sub->add_option("--seed", a->bench.seed, "Seed for the random prompt tokens (default 0)");
   sub->add_flag("--no-peak", a->no_peak,

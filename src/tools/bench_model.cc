@@ -98,6 +98,13 @@ Result<double> RunDecode(Model& model, Backend& backend, BatchCache& cache, std:
 
 }  // namespace
 
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 BenchStat Summarize(std::vector<double> samples) {
   BenchStat s;
   s.samples = std::move(samples);
@@ -149,55 +156,118 @@ Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend, const Mod
   result.peak_gflops = o.peak_gflops;
   result.bf16_peak_gflops = o.bf16_peak_gflops;
   result.active_weight_bytes_per_token = model.info().active_weight_bytes_per_token;
-  std::mt19937_64 rng(o.seed);
   for (int batch : o.batches) {
     if (batch < 1 || batch > 4096) {
       return InvalidArgument("bench: --batch: expected sizes in [1, 4096], got {}", batch);
     }
+  }
+  std::mt19937_64 rng(o.seed);
+  struct Test {
+    const char* kind;
+    int tokens;
+  };
+  const Test tests[] = {{"pp", o.prompt}, {"tg", o.gen}};
+  // A cache for `batch` sequences, with the context every timed run starts from (the runs only
+  // write after it).
+  auto make_cache = [&](int batch) -> Result<BatchCache> {
     DH_ASSIGN_OR_RETURN(BatchCache cache, MakeCache(model, backend, batch,
                                                     o.depth + std::max({o.prompt, o.gen, 1})));
     if (o.depth > 0) {
-      // The context every timed run starts from; the runs only write after it.
       DH_RETURN_IF_ERROR(RunPrefill(model, backend, cache, rng, batch, o.depth, 0).status());
     }
-    struct Test {
-      const char* kind;
-      int tokens;
-    };
-    for (const Test& t : {Test{"pp", o.prompt}, Test{"tg", o.gen}}) {
-      if (t.tokens == 0) continue;
-      const bool pp = t.kind[0] == 'p';
-      std::vector<double> tps;
-      for (int r = -o.warmup; r < o.repeat; ++r) {
-        if (r == 0 && o.before_timed) o.before_timed();
-        Result<double> s = pp ? RunPrefill(model, backend, cache, rng, batch, t.tokens, o.depth)
-                              : RunDecode(model, backend, cache, rng, batch, t.tokens, o.depth);
-        if (!s.ok()) return s.status();
-        if (r >= 0) tps.push_back(static_cast<double>(t.tokens) * batch / std::max(*s, 1e-9));
+    return cache;
+  };
+  // One run of test t at `batch`, in tokens/s aggregated over the batch.
+  auto run = [&](const Test& t, int batch, BatchCache& cache) -> Result<double> {
+    DH_ASSIGN_OR_RETURN(double s, t.kind[0] == 'p' ? RunPrefill(model, backend, cache, rng, batch,
+                                                                t.tokens, o.depth)
+                                                   : RunDecode(model, backend, cache, rng, batch,
+                                                               t.tokens, o.depth));
+    return static_cast<double>(t.tokens) * batch / std::max(s, 1e-9);
+  };
+  auto add_row = [&](const Test& t, int batch, std::vector<double> tps) {
+    const bool pp = t.kind[0] == 'p';
+    ModelBenchRow row;
+    row.test = o.depth > 0 ? fmt::format("{}{} @ d{}", t.kind, t.tokens, o.depth)
+                           : fmt::format("{}{}", t.kind, t.tokens);
+    row.depth = o.depth;
+    row.batch = batch;
+    row.tokens_per_seq = t.tokens;
+    row.tokens_per_s = Summarize(std::move(tps));
+    row.load_avg_1m = LoadAverage1m();
+    if (pp && o.depth == 0) {  // PromptFlops counts attention from position 0
+      row.gflops = PromptFlops(model, t.tokens) * row.tokens_per_s.mean / t.tokens / 1e9;
+      if (o.peak_gflops > 0) row.peak_fraction = row.gflops / o.peak_gflops;
+      if (o.bf16_peak_gflops > 0) row.bf16_peak_fraction = row.gflops / o.bf16_peak_gflops;
+    } else if (o.bandwidth_gbs > 0) {
+      row.bandwidth_fraction = static_cast<double>(result.active_weight_bytes_per_token) *
+                               row.tokens_per_s.mean / batch / 1e9 / o.bandwidth_gbs;
+    }
+    if (!pp && batch == 1) {
+      result.tg_weight_gbs =
+          static_cast<double>(result.active_weight_bytes_per_token) * row.tokens_per_s.mean / 1e9;
+      if (o.bandwidth_gbs > 0)
+        result.tg_bandwidth_fraction = result.tg_weight_gbs / o.bandwidth_gbs;
+    }
+    result.rows.push_back(std::move(row));
+  };
+  if (!o.interleave) {
+    for (int batch : o.batches) {
+      DH_ASSIGN_OR_RETURN(BatchCache cache, make_cache(batch));
+      for (const Test& t : tests) {
+        if (t.tokens == 0) continue;
+        std::vector<double> tps;
+        for (int r = -o.warmup; r < o.repeat; ++r) {
+          if (r == 0 && o.before_timed) o.before_timed();
+          DH_ASSIGN_OR_RETURN(double v, run(t, batch, cache));
+          if (r >= 0) tps.push_back(v);
+        }
+        add_row(t, batch, std::move(tps));
       }
-      ModelBenchRow row;
-      row.test = o.depth > 0 ? fmt::format("{}{} @ d{}", t.kind, t.tokens, o.depth)
-                             : fmt::format("{}{}", t.kind, t.tokens);
-      row.depth = o.depth;
-      row.batch = batch;
-      row.tokens_per_seq = t.tokens;
-      row.tokens_per_s = Summarize(std::move(tps));
-      row.load_avg_1m = LoadAverage1m();
-      if (pp && o.depth == 0) {  // PromptFlops counts attention from position 0
-        row.gflops = PromptFlops(model, t.tokens) * row.tokens_per_s.mean / t.tokens / 1e9;
-        if (o.peak_gflops > 0) row.peak_fraction = row.gflops / o.peak_gflops;
-        if (o.bf16_peak_gflops > 0) row.bf16_peak_fraction = row.gflops / o.bf16_peak_gflops;
-      } else if (o.bandwidth_gbs > 0) {
-        row.bandwidth_fraction = static_cast<double>(result.active_weight_bytes_per_token) *
-                                 row.tokens_per_s.mean / batch / 1e9 / o.bandwidth_gbs;
+    }
+    return result;
+  }
+  // Interleaved: every batch's cache first, then each test round by round over the batches.
+  const size_t nb = o.batches.size();
+  std::vector<BatchCache> caches;
+  for (int batch : o.batches) {
+    DH_ASSIGN_OR_RETURN(BatchCache cache, make_cache(batch));
+    caches.push_back(std::move(cache));
+  }
+  std::vector<std::vector<double>> tps[2];  // [test][batch index][round]
+  for (int ti = 0; ti < 2; ++ti) {
+    const Test& t = tests[ti];
+    tps[ti].assign(nb, {});
+    if (t.tokens == 0) continue;
+    for (int r = -o.warmup; r < o.repeat; ++r) {
+      if (r == 0 && o.before_timed) o.before_timed();
+      for (size_t bi = 0; bi < nb; ++bi) {
+        DH_ASSIGN_OR_RETURN(double v, run(t, o.batches[bi], caches[bi]));
+        if (r >= 0) tps[ti][bi].push_back(v);
       }
-      if (!pp && batch == 1) {
-        result.tg_weight_gbs =
-            static_cast<double>(result.active_weight_bytes_per_token) * row.tokens_per_s.mean / 1e9;
-        if (o.bandwidth_gbs > 0)
-          result.tg_bandwidth_fraction = result.tg_weight_gbs / o.bandwidth_gbs;
+    }
+  }
+  for (size_t bi = 0; bi < nb; ++bi) {
+    for (int ti = 0; ti < 2; ++ti) {
+      if (tests[ti].tokens != 0) add_row(tests[ti], o.batches[bi], tps[ti][bi]);
+    }
+  }
+  const size_t base = static_cast<size_t>(
+      std::min_element(o.batches.begin(), o.batches.end()) - o.batches.begin());
+  for (int ti = 0; ti < 2; ++ti) {
+    if (tests[ti].tokens == 0) continue;
+    for (size_t bi = 0; bi < nb; ++bi) {
+      if (o.batches[bi] == o.batches[base]) continue;
+      BatchRatio ratio;
+      ratio.test = o.depth > 0 ? fmt::format("{}{} @ d{}", tests[ti].kind, tests[ti].tokens, o.depth)
+                               : fmt::format("{}{}", tests[ti].kind, tests[ti].tokens);
+      ratio.batch = o.batches[bi];
+      ratio.base = o.batches[base];
+      for (int r = 0; r < o.repeat; ++r) {
+        ratio.rounds.push_back(tps[ti][bi][r] / std::max(tps[ti][base][r], 1e-12));
       }
-      result.rows.push_back(std::move(row));
+      ratio.median = Median(ratio.rounds);
+      result.ratios.push_back(std::move(ratio));
     }
   }
   return result;
@@ -229,6 +299,13 @@ std::string FormatModelBench(const ModelBenchResult& r, const Model& model,
                      r.active_weight_bytes_per_token / 1e6);
   out += fmt::format("kv cache: --kv-cache-dtype {}, {} bytes per token\n",
                      KvCacheDtypeName(model.kv_spec().dtype), model.kv_spec().BytesPerToken());
+  for (const BatchRatio& q : r.ratios) {
+    std::string rounds;
+    for (double v : q.rounds) rounds += fmt::format(" {:.2f}", v);
+    out += fmt::format("{}: batch {} / batch {} = {:.2f}x tokens/s (median of {} interleaved "
+                       "rounds:{})\n",
+                       q.test, q.batch, q.base, q.median, q.rounds.size(), rounds);
+  }
   if (r.bandwidth_gbs > 0) {
     out += fmt::format("measured read bandwidth ({} threads): {:.2f} GB/s", threads,
                        r.bandwidth_gbs);
@@ -291,6 +368,15 @@ nlohmann::json ModelBenchJson(const ModelBenchResult& r, const Model& model,
                       {"kv_cache_dtype", std::string(KvCacheDtypeName(model.kv_spec().dtype))},
                       {"kv_bytes_per_token", model.kv_spec().BytesPerToken()},
                       {"results", rows}};
+  nlohmann::json ratios = nlohmann::json::array();
+  for (const BatchRatio& q : r.ratios) {
+    ratios.push_back({{"test", q.test},
+                      {"batch", q.batch},
+                      {"base_batch", q.base},
+                      {"rounds", q.rounds},
+                      {"median", q.median}});
+  }
+  j["batch_ratios"] = ratios;
   j["fma_peak_gflops"] = r.peak_gflops > 0 ? nlohmann::json(r.peak_gflops) : nullptr;
   j["bf16_peak_gflops"] = r.bf16_peak_gflops > 0 ? nlohmann::json(r.bf16_peak_gflops) : nullptr;
   j["read_bandwidth_gbs"] = r.bandwidth_gbs > 0 ? nlohmann::json(r.bandwidth_gbs) : nullptr;

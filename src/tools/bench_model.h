@@ -23,6 +23,10 @@ struct ModelBenchOptions {
   // run (llama-bench's -d): attention then reads depth + position keys per token.
   int depth = 0;
   std::vector<int> batches = {1};
+  // Each test's repeats round by round across the batch sizes (batch 1, batch 8, batch 1, ...),
+  // every batch's KV cache held at once, instead of all of one batch's repeats before the next
+  // batch's: the rows' samples are then taken side by side, and BatchRatio pairs them by round.
+  bool interleave = false;
   int repeat = 3;
   int warmup = 1;  // untimed runs of each test before the timed ones
   uint64_t seed = 0;
@@ -74,8 +78,23 @@ struct ModelBenchRow {
 // active_weight_bytes_per_token x num_parameters / weight_bytes (exact for a single-dtype model).
 double PromptFlops(const Model& model, int64_t tokens);
 
+// With ModelBenchOptions::interleave and several batch sizes: a test's tokens/s at `batch`
+// over its tokens/s at `base` (the smallest batch size asked for), one ratio per round (the two
+// runs of a round are adjacent in time), and their median.
+struct BatchRatio {
+  std::string test;  // the rows' test, e.g. "tg32"
+  int batch = 0;
+  int base = 0;
+  std::vector<double> rounds;
+  double median = 0;
+};
+
+// The median of v (the mean of the middle two for an even count); 0 for none.
+double Median(std::vector<double> v);
+
 struct ModelBenchResult {
   std::vector<ModelBenchRow> rows;
+  std::vector<BatchRatio> ratios;  // interleaved runs only
   double bandwidth_gbs = 0;
   double bandwidth_median_gbs = 0;
   double peak_gflops = 0;

@@ -279,6 +279,81 @@ TEST(ModelBench, RunsPrefillAndDecodeAtSeveralBatchSizes) {
   }
 }
 
+// --interleave: the same rows, in the same order, each test's runs taken round by round over
+// the batch sizes, and each larger batch's tokens/s over the smallest batch's paired by round.
+TEST(ModelBench, InterleavedRunsPairTheBatchSizesByRound) {
+  const fs::path dir = TempDir("interleave");
+  RandomModelOptions o;
+  o.preset = "tiny-llama";
+  o.dtype = DType::kF32;
+  ASSERT_TRUE(WriteRandomModel(o, dir.string()).ok());
+  CpuBackend backend(BackendOptions{.num_threads = 1});
+  auto model = LoadModel(dir.string(), backend, LoadOptions{});
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ModelBenchOptions bo;
+  bo.prompt = 20;
+  bo.gen = 6;
+  bo.depth = 3;
+  bo.batches = {4, 1, 2};  // the base is the smallest size, wherever it stands
+  bo.repeat = 3;
+  bo.interleave = true;
+  int timed_starts = 0;
+  bo.before_timed = [&] { ++timed_starts; };
+  auto r = RunModelBench(**model, backend, bo);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(timed_starts, 2);  // once per test, before its first timed round
+  ASSERT_EQ(r->rows.size(), 6u);
+  const int batches[] = {4, 1, 2};
+  for (size_t i = 0; i < r->rows.size(); ++i) {
+    EXPECT_EQ(r->rows[i].batch, batches[i / 2]);
+    EXPECT_EQ(r->rows[i].test, i % 2 == 0 ? "pp20 @ d3" : "tg6 @ d3");
+    EXPECT_EQ(r->rows[i].tokens_per_s.samples.size(), 3u);
+  }
+  ASSERT_EQ(r->ratios.size(), 4u);  // pp and tg, batches 4 and 2 over batch 1
+  const ModelBenchRow& pp1 = r->rows[2];
+  const ModelBenchRow& tg1 = r->rows[3];
+  for (const BatchRatio& q : r->ratios) {
+    SCOPED_TRACE(q.test + " batch " + std::to_string(q.batch));
+    EXPECT_EQ(q.base, 1);
+    const bool pp = q.test[0] == 'p';
+    const ModelBenchRow& row = r->rows[(q.batch == 4 ? 0 : 4) + (pp ? 0 : 1)];
+    const ModelBenchRow& base = pp ? pp1 : tg1;
+    ASSERT_EQ(q.rounds.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_DOUBLE_EQ(q.rounds[k],
+                       row.tokens_per_s.samples[k] / base.tokens_per_s.samples[k]);
+    }
+    EXPECT_DOUBLE_EQ(q.median, Median(q.rounds));
+  }
+  EXPECT_EQ(r->ratios[0].test, "pp20 @ d3");
+  EXPECT_EQ(r->ratios[0].batch, 4);
+  EXPECT_EQ(r->ratios[1].batch, 2);
+  const std::string text = FormatModelBench(*r, **model, "m", 1);
+  EXPECT_NE(text.find(fmt::format("tg6 @ d3: batch 2 / batch 1 = {:.2f}x tokens/s (median of 3 "
+                                  "interleaved rounds: {:.2f} ",
+                                  r->ratios[3].median, r->ratios[3].rounds[0])),
+            std::string::npos)
+      << text;
+  const nlohmann::json j = ModelBenchJson(*r, **model, "m", 1);
+  ASSERT_EQ(j["batch_ratios"].size(), 4u);
+  EXPECT_EQ(j["batch_ratios"][2]["base_batch"], 1);
+  EXPECT_DOUBLE_EQ(j["batch_ratios"][2]["median"].get<double>(), r->ratios[2].median);
+  // Without --interleave: no ratios (the batches' runs are minutes apart on a long test).
+  bo.interleave = false;
+  bo.repeat = 1;
+  auto plain = RunModelBench(**model, backend, bo);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->rows.size(), 6u);
+  EXPECT_TRUE(plain->ratios.empty());
+  fs::remove_all(dir);
+}
+
+TEST(BenchMedian, OddEvenAndEmpty) {
+  EXPECT_DOUBLE_EQ(Median({3.0, 1.0, 2.0}), 2.0);
+  EXPECT_DOUBLE_EQ(Median({4.0, 1.0, 3.0, 2.0}), 2.5);
+  EXPECT_DOUBLE_EQ(Median({}), 0.0);
+}
+
 TEST(ModelBench, RejectsContextBeyondTheModel) {
   const fs::path dir = TempDir("ctx");
   RandomModelOptions o;
