@@ -167,6 +167,11 @@ Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend, const Mod
     int tokens;
   };
   const Test tests[] = {{"pp", o.prompt}, {"tg", o.gen}};
+  // "pp512", "tg32 @ d4096": a row's test, and its ratios'.
+  auto test_name = [&](const Test& t) {
+    return o.depth > 0 ? fmt::format("{}{} @ d{}", t.kind, t.tokens, o.depth)
+                       : fmt::format("{}{}", t.kind, t.tokens);
+  };
   // A cache for `batch` sequences, with the context every timed run starts from (the runs only
   // write after it).
   auto make_cache = [&](int batch) -> Result<BatchCache> {
@@ -188,8 +193,7 @@ Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend, const Mod
   auto add_row = [&](const Test& t, int batch, std::vector<double> tps) {
     const bool pp = t.kind[0] == 'p';
     ModelBenchRow row;
-    row.test = o.depth > 0 ? fmt::format("{}{} @ d{}", t.kind, t.tokens, o.depth)
-                           : fmt::format("{}{}", t.kind, t.tokens);
+    row.test = test_name(t);
     row.depth = o.depth;
     row.batch = batch;
     row.tokens_per_seq = t.tokens;
@@ -259,8 +263,7 @@ Result<ModelBenchResult> RunModelBench(Model& model, Backend& backend, const Mod
     for (size_t bi = 0; bi < nb; ++bi) {
       if (o.batches[bi] == o.batches[base]) continue;
       BatchRatio ratio;
-      ratio.test = o.depth > 0 ? fmt::format("{}{} @ d{}", tests[ti].kind, tests[ti].tokens, o.depth)
-                               : fmt::format("{}{}", tests[ti].kind, tests[ti].tokens);
+      ratio.test = test_name(tests[ti]);
       ratio.batch = o.batches[bi];
       ratio.base = o.batches[base];
       for (int r = 0; r < o.repeat; ++r) {
