@@ -27,6 +27,16 @@ fs::path TempDir(const std::string& name) {
   return p;
 }
 
+// A random f32 checkpoint of `preset` written to dir and loaded on backend (the bench tests').
+Result<std::unique_ptr<Model>> RandomF32Model(const std::string& preset, const fs::path& dir,
+                                              Backend& backend) {
+  RandomModelOptions o;
+  o.preset = preset;
+  o.dtype = DType::kF32;
+  DH_RETURN_IF_ERROR(WriteRandomModel(o, dir.string()).status());
+  return LoadModel(dir.string(), backend, LoadOptions{});
+}
+
 int64_t Params(const std::string& preset, int layers = 0) {
   RandomModelOptions o;
   o.preset = preset;
@@ -222,12 +232,8 @@ TEST(ModelBench, RunsPrefillAndDecodeAtSeveralBatchSizes) {
   for (const char* preset : {"tiny-llama", "tiny-v3"}) {
     SCOPED_TRACE(preset);
     const fs::path dir = TempDir(preset);
-    RandomModelOptions o;
-    o.preset = preset;
-    o.dtype = DType::kF32;
-    ASSERT_TRUE(WriteRandomModel(o, dir.string()).ok());
     CpuBackend backend(BackendOptions{.num_threads = 1});
-    auto model = LoadModel(dir.string(), backend, LoadOptions{});
+    auto model = RandomF32Model(preset, dir, backend);
     ASSERT_TRUE(model.ok()) << model.status().message();
     ModelBenchOptions bo;
     bo.prompt = 20;  // more than one KV block per sequence
@@ -283,12 +289,8 @@ TEST(ModelBench, RunsPrefillAndDecodeAtSeveralBatchSizes) {
 // the batch sizes, and each larger batch's tokens/s over the smallest batch's paired by round.
 TEST(ModelBench, InterleavedRunsPairTheBatchSizesByRound) {
   const fs::path dir = TempDir("interleave");
-  RandomModelOptions o;
-  o.preset = "tiny-llama";
-  o.dtype = DType::kF32;
-  ASSERT_TRUE(WriteRandomModel(o, dir.string()).ok());
   CpuBackend backend(BackendOptions{.num_threads = 1});
-  auto model = LoadModel(dir.string(), backend, LoadOptions{});
+  auto model = RandomF32Model("tiny-llama", dir, backend);
   ASSERT_TRUE(model.ok()) << model.status().message();
   ModelBenchOptions bo;
   bo.prompt = 20;
