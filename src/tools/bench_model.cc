@@ -12,6 +12,8 @@
 #include <numeric>
 #include <random>
 
+#include "base/stats.h"
+
 namespace dh::tools {
 
 namespace {
@@ -97,13 +99,6 @@ Result<double> RunDecode(Model& model, Backend& backend, BatchCache& cache, std:
 }
 
 }  // namespace
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 BenchStat Summarize(std::vector<double> samples) {
   BenchStat s;

@@ -80,7 +80,7 @@ double PromptFlops(const Model& model, int64_t tokens);
 
 // With ModelBenchOptions::interleave and several batch sizes: a test's tokens/s at `batch`
 // over its tokens/s at `base` (the smallest batch size asked for), one ratio per round (the two
-// runs of a round are adjacent in time), and their median.
+// runs of a round are adjacent in time), and their median (base/stats.h).
 struct BatchRatio {
   std::string test;  // the rows' test, e.g. "tg32"
   int batch = 0;
@@ -88,9 +88,6 @@ struct BatchRatio {
   std::vector<double> rounds;
   double median = 0;
 };
-
-// The median of v (the mean of the middle two for an even count); 0 for none.
-double Median(std::vector<double> v);
 
 struct ModelBenchResult {
   std::vector<ModelBenchRow> rows;

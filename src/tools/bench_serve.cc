@@ -16,6 +16,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "base/stats.h"
 #include "tools/http_target.h"
 
 namespace dh::tools {
@@ -193,14 +194,6 @@ RequestResult SendOne(httplib::Client& client, const std::string& path,
   if (!parser.done() && r.error.empty()) r.error = "stream ended without [DONE]";
   r.success = r.error.empty();
   return r;
-}
-
-double Percentile(const std::vector<double>& sorted, double pct) {
-  if (sorted.empty()) return 0;
-  const double rank = pct / 100.0 * static_cast<double>(sorted.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(rank));
-  const size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - static_cast<double>(lo));
 }
 
 }  // namespace

@@ -218,9 +218,10 @@ TEST(AttentionBlocking, MatchesReferenceOnEveryShapeFormatAndTarget) {
 
 // A bf16 cache where the CPU has vdpbf16ps (AttendBf16Dot): every path rounds the queries to
 // bf16 (the row-vector tiles of prefill and of MLA's 16 heads in decode, decode's few rows of
-// GQA and MHA, each scored on vdpbf16ps; the f32 tiles where dk does not fit those), so they match the reference given the rounded
-// queries (the bound above) and miss the one given the drawn ones by far more; with
-// DH_BF16_DOT=off (ScopedBf16DotForTest) the queries stay f32 and match the drawn ones.
+// GQA and MHA, each scored on vdpbf16ps; the f32 tiles where dk does not fit those), so they
+// match the reference given the rounded queries (the bound above) and miss the one given the
+// drawn ones by far more; with DH_BF16_DOT=off (ScopedBf16DotForTest) the queries stay f32 and
+// match the drawn ones.
 TEST(AttentionBlocking, Bf16CacheScoresRoundTheQueries) {
   if (!cpu::AttendBf16Dot()) GTEST_SKIP() << "no AVX512-BF16 here (or DH_BF16_DOT=off)";
   const BlockCase cases[] = {

@@ -19,6 +19,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_bf16.h"
 #include "base/check.h"
+#include "base/stats.h"
 
 namespace dh {
 
@@ -70,11 +71,10 @@ ReadBandwidth MeasureReadBandwidth(ThreadPool& pool, size_t bytes) {
   }
   // The sum is data dependent, so no rep can be skipped; checking it keeps it observable.
   DH_CHECK(sink.load() != 0 || words == 0, "bandwidth probe summed to zero");
-  std::sort(seconds.begin(), seconds.end());
-  const size_t n = seconds.size();
-  const double median = n % 2 == 1 ? seconds[n / 2] : (seconds[n / 2 - 1] + seconds[n / 2]) / 2;
+  const double best = *std::min_element(seconds.begin(), seconds.end());
+  const double median = Median(seconds);
   ReadBandwidth r;
-  r.best_gbs = static_cast<double>(words * 8) / seconds.front() / 1e9;
+  r.best_gbs = static_cast<double>(words * 8) / best / 1e9;
   r.median_gbs = static_cast<double>(words * 8) / median / 1e9;
   return r;
 }

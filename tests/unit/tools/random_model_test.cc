@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "base/stats.h"
 #include "model/sequence_runner.h"
 #include "tools/bench_model.h"
 
@@ -348,12 +349,6 @@ TEST(ModelBench, InterleavedRunsPairTheBatchSizesByRound) {
   EXPECT_EQ(plain->rows.size(), 6u);
   EXPECT_TRUE(plain->ratios.empty());
   fs::remove_all(dir);
-}
-
-TEST(BenchMedian, OddEvenAndEmpty) {
-  EXPECT_DOUBLE_EQ(Median({3.0, 1.0, 2.0}), 2.0);
-  EXPECT_DOUBLE_EQ(Median({4.0, 1.0, 3.0, 2.0}), 2.5);
-  EXPECT_DOUBLE_EQ(Median({}), 0.0);
 }
 
 TEST(ModelBench, RejectsContextBeyondTheModel) {
