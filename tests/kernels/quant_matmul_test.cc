@@ -541,9 +541,9 @@ TEST_F(QuantMatMulTest, PrepackedTilesMatchPerRowKernel) {
     const std::vector<double> mag = TermMagnitudes(c, rw);
     for (cpu::IntegerDotPath path : paths) {
       const std::string what = std::string(cpu::IntegerDotPathName(path)) + " " + Name(c);
-      // The row layout; the tiles with packed x; the tiles with x by rows (int4 up to
-      // kFewRowsTilesMaxK columns: PrepackedFewRowsInt4, which serves decode; int8 and longer
-      // int4 rows: the row layout again).
+      // The row layout; the tiles with packed x; the tiles with x by rows (int4 where
+      // FewRowsTakeTiles: PrepackedFewRowsInt4, which serves decode; int8 and longer int4 rows
+      // on vnni512: the row layout again).
       Owned by_rows(DType::kF32, {c.m, c.n + 3});
       for (int variant = 0; variant < 3; ++variant) {
         const bool tiled = variant == 1;
@@ -552,7 +552,7 @@ TEST_F(QuantMatMulTest, PrepackedTilesMatchPerRowKernel) {
         cpu::QuantMatMulArgs a = ArgsFor(c, rw, x, c.k, true, dst, c.n + 3);
         if (variant > 0) a.tiles = base;
         // Only the tiles may be read where the kernel takes them at every M.
-        const bool tiles_only = variant == 2 && cpu::FewRowsTakeTiles(c.int4, c.k);
+        const bool tiles_only = variant == 2 && cpu::FewRowsTakeTiles(path, c.int4, c.k);
         if (tiles_only) a.q = nullptr, a.scales = nullptr, a.zeros = nullptr;
         cpu::QuantizedActs acts;
         cpu::QuantizeActs(a, &acts, nullptr, path);
@@ -671,10 +671,11 @@ TEST_F(QuantMatMulTest, PreparedWeightMatchesRowLayout) {
     if (want_tiles) {
       EXPECT_EQ(prepared->packed.nbytes(), cpu::PrepackedBytes(c.int4, c.n, c.k, c.group));
     }
-    // int4 tiles serve every M up to kFewRowsTilesMaxK columns, so the rows are released (this
+    // int4 tiles serve every M where FewRowsTakeTiles, so the rows are released (this
     // test's own memory is not registered, so its bytes stay; the products must not read them:
     // scribbled below).
-    EXPECT_EQ(prepared->rows_released, want_tiles && cpu::FewRowsTakeTiles(c.int4, c.k))
+    EXPECT_EQ(prepared->rows_released,
+              want_tiles && cpu::FewRowsTakeTiles(cpu::ActiveIntegerDotPath(), c.int4, c.k))
         << Name(c);
     Owned x(DType::kF32, {c.m, c.k}), a(DType::kF32, {c.m, c.n}), b(DType::kF32, {c.m, c.n});
     rng.Fill(x, -2.0f, 2.0f);
@@ -825,9 +826,9 @@ TEST_F(QuantMatMulTest, PreparedInt4WeightReleasesItsRows) {
 
 // A 256-bit integer kernel in use (DH_CPU_TIER=avx2|avxvnni, DH_INTEGER_DOT=avx2|avxvnni) makes
 // the copies a CPU of that tier makes: int4 weights get their tiles and read them at every M (so
-// their rows are released), int8 weights get tiles beside their rows (read from 5 rows of x),
-// int4 rows longer than kFewRowsTilesMaxK keep their rows alone (Zen 1's half-width units keep
-// the rows of all); MatMul over the prepared weight gives the row layout's outputs within f32
+// their rows are released, at every row length, unlike vnni512's longer than
+// kFewRowsTilesMaxK), int8 weights get tiles beside their rows (read from 5 rows of x; Zen 1's
+// half-width units keep the rows of all); MatMul over the prepared weight gives the row layout's outputs within f32
 // summation order at one and two rows of x (by rows) and from three (int4) or five (int8) rows
 // over the tiles, x packed.
 TEST_F(QuantMatMulTest, A256BitKernelPrepacksAsItsTierDoes) {
@@ -842,18 +843,16 @@ TEST_F(QuantMatMulTest, A256BitKernelPrepacksAsItsTierDoes) {
                           Case{false, 9, 40, 1536, 32}, Case{false, 4, 37, 256, 128},
                           Case{true, 1, 70, 512, 32}, Case{true, 2, 70, 512, 32},
                           Case{true, 3, 70, 1408, 32}, Case{true, 5, 40, 256, 128},
-                          Case{true, 1, 20, 8960, 32}}) {
+                          Case{true, 1, 20, 8960, 32}, Case{true, 2, 20, 8960, 32},
+                          Case{true, 8, 20, 8960, 32}}) {
       const std::string what = std::string(cpu::IntegerDotPathName(path)) + " " + Name(c);
       RandomWeight rw(rng, c);
-      EXPECT_EQ(cpu::PrepackWanted(c.int4, c.k),
-                (!c.int4 || c.k <= cpu::kFewRowsTilesMaxK) && !cpu::CpuHalfWidthVectorUnits())
-          << what;
+      EXPECT_EQ(cpu::PrepackWanted(c.int4, c.k), !cpu::CpuHalfWidthVectorUnits()) << what;
       Result<Weight> prepared = cpu_.PrepareWeight(rw.w);
       ASSERT_TRUE(prepared.ok()) << prepared.status().message();
       const bool want_tiles = PrepareWeightMakesTiles(c);
       ASSERT_EQ(!prepared->packed.empty(), want_tiles) << what;
-      EXPECT_EQ(prepared->rows_released, want_tiles && cpu::FewRowsTakeTiles(c.int4, c.k))
-          << what;
+      EXPECT_EQ(prepared->rows_released, want_tiles && c.int4) << what;
       Owned x(DType::kF32, {c.m, c.k}), a(DType::kF32, {c.m, c.n}), b(DType::kF32, {c.m, c.n});
       rng.Fill(x, -2.0f, 2.0f);
       const std::vector<double> mag = TermMagnitudes(c, rw);

@@ -10,6 +10,11 @@
 
 namespace DH_IDOT_NS {
 
+// The kernel this copy is (its choices that differ by tier: FewRowsTakeTiles).
+constexpr IntegerDotPath kPath = DH_IDOT_BITS == 512 ? IntegerDotPath::kVnni512
+                                 : DH_IDOT_VNNI      ? IntegerDotPath::kAvxVnni
+                                                     : IntegerDotPath::kAvx2;
+
 #if DH_IDOT_BITS == 512
 static_assert(DH_IDOT_VNNI, "the 512-bit kernel is the AVX512-VNNI one");
 using VecI = __m512i;
@@ -1256,10 +1261,11 @@ DH_IDOT_TARGET inline __attribute__((always_inline)) void FewRowsBlockDots(
 // widens them with one vpmaddwd per block (16 products of codes 0..15 and x codes -127..127 per
 // int16 lane, at most 30480 in magnitude). Zen 5, bench_quant --threads 2 --m 1 from memory,
 // three rounds, against the per-row kernel over the row layout: a V2-Lite expert's down (2048 x
-// 1408) 39.4-45.0 against 46.0-56.6 us, 8960 x 1536 172.8-194.1 against 211.4-225.7; rows longer
-// than kFewRowsTilesMaxK keep the row layout (bench/README.md "Zen 5, session 30"). The 256-bit
-// form, one run: AVX2 1408 x 2048 52.6 -> 37.7 us, 8960 x 1536 173.9 -> 160.2 (AVX-VNNI 46.2 ->
-// 34.1, 168.0 -> 138.0; bench/README.md "Zen 5, session 34").
+// 1408) 39.4-45.0 against 46.0-56.6 us, 8960 x 1536 172.8-194.1 against 211.4-225.7; there
+// rows longer than kFewRowsTilesMaxK keep the row layout (bench/README.md "Zen 5, session 30").
+// The 256-bit form, one run: AVX2 1408 x 2048 52.6 -> 37.7 us, 8960 x 1536 173.9 -> 160.2
+// (AVX-VNNI 46.2 -> 34.1, 168.0 -> 138.0; bench/README.md "Zen 5, session 34"), and at every
+// row length (FewRowsTakeTiles; session 44).
 template <int MR>
 DH_IDOT_TARGET void PrepackedFewRowsInt4(const QuantMatMulArgs& a, const QuantizedActs& x,
                                          int64_t r0, int64_t n_begin, int64_t n_end) {
@@ -1365,7 +1371,7 @@ void DotAll(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t n_begin, i
   }
   if constexpr (kInt4) {
     // Rows of x by rows (fewer than PrepackedMinRows) over int4 tiles: ReadsPrepackedTiles.
-    if (a.tiles != nullptr && FewRowsTakeTiles(kInt4, a.k)) {
+    if (a.tiles != nullptr && (a.q == nullptr || FewRowsTakeTiles(kPath, kInt4, a.k))) {
       int64_t r0 = 0;
       for (; r0 + 2 <= a.m; r0 += 2) PrepackedFewRowsInt4<2>(a, x, r0, n_begin, n_end);
       if (r0 < a.m) PrepackedFewRowsInt4<1>(a, x, r0, n_begin, n_end);

@@ -515,8 +515,9 @@ bool PrepackWanted(bool int4, int64_t k) {
     case IntegerDotPath::kAvx2:
     case IntegerDotPath::kAvxVnni:
       // int8 weights held twice, as on vnni512 (rows for 1-4 rows of x, tiles from 5); int4
-      // where its tiles serve every row count (its rows are then released).
-      return (!int4 || FewRowsTakeTiles(int4, k)) && !CpuHalfWidthVectorUnits();
+      // weights' tiles serve every row count (their rows are then released).
+      return (!int4 || FewRowsTakeTiles(ActiveIntegerDotPath(), int4, k)) &&
+             !CpuHalfWidthVectorUnits();
     case IntegerDotPath::kNone: break;
   }
   return false;
@@ -712,9 +713,11 @@ int64_t PrepackTileCodes512(const uint8_t* q0, int64_t q_stride, int64_t row_byt
 }
 
 namespace {
-// Whether rows of x quantized by rows read a's int4 tiles on `path` (PrepackedFewRowsInt4).
+// Whether rows of x quantized by rows read a's int4 tiles on `path` (PrepackedFewRowsInt4): the
+// path takes them at this length, or the rows are gone.
 bool FewRowsReadTiles(IntegerDotPath path, const QuantMatMulArgs& a) {
-  return a.tiles != nullptr && path != IntegerDotPath::kNone && FewRowsTakeTiles(a.int4, a.k);
+  return a.tiles != nullptr && path != IntegerDotPath::kNone && a.int4 &&
+         (a.q == nullptr || FewRowsTakeTiles(path, a.int4, a.k));
 }
 }  // namespace
 

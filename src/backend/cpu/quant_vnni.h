@@ -183,10 +183,10 @@ bool PrepackSupports(bool int4, int64_t k, int64_t group_size);
 // k columns (0: any): the integer kernel in use is vnni512 (both formats), or a 256-bit one
 // (AVX2, AVX-VNNI) on a CPU with full-width vector units for int8 (held twice, as on vnni512:
 // since session 37, when batches of 5-31 rows ran 1.4-1.5x faster over the tiles than through
-// the per-row kernel) and for int4 rows of up to kFewRowsTilesMaxK columns (there one or two
-// rows of x read the tiles faster than the rows, PrepackedFewRowsInt4, and the rows are
-// released, so the copy costs no memory; longer int4 rows keep their rows alone rather than be
-// held twice; Zen 1's half-width units were not measured over tiles and keep the rows); the
+// the per-row kernel) and for int4 rows of every length (there one or two rows of x read the
+// tiles faster than the rows, PrepackedFewRowsInt4, and the rows are released, so the copy
+// costs no memory: FewRowsTakeTiles; Zen 1's half-width units were not measured over tiles and
+// keep the rows); the
 // integer path was not switched off at start (DH_INTEGER_DOT=off), and DH_PREPACKED_TILES is
 // not "off" (the row layout alone: half the memory of int8 weights held in RAM, the per-call
 // packing back).
@@ -210,20 +210,27 @@ void UnpackTiles(const QuantMatMulArgs& a, int64_t n, int64_t tile_begin, int64_
 
 // Whether the active integer kernel reads a's prepacked tiles for a.m rows of x, so that a range
 // must start at a multiple of kPrepackedRows: from PrepackedMinRows rows (x packed), and an int4
-// weight's tiles at every number of rows (fewer by rows of x, PrepackedFewRowsInt4, on every
-// integer kernel) where k <= kFewRowsTilesMaxK, so that its row layout is not read once the
-// tiles are made (CpuBackend::PrepareWeight then releases it).
+// weight's tiles at every number of rows (fewer by rows of x, PrepackedFewRowsInt4) where
+// FewRowsTakeTiles or where its rows were released (a.q null), so that its row layout is not
+// read once the tiles are made (CpuBackend::PrepareWeight then releases it).
 bool ReadsPrepackedTiles(const QuantMatMulArgs& a);
-// The longest rows one or two rows of x read from int4 tiles. Zen 5, bench_quant --threads 2
-// --m 1 from memory, rows against tiles, three rounds (bench/README.md "Zen 5, session 30"): at
-// K = 1408-8192 the tiles ran at 0.88-1.29x the row layout's speed (1536 x 8192 188.7-206.4
-// against 187.3-214.7 us), at K = 8960 the row layout 1.6x faster (1536 x 8960 131-154 against
-// 228-255 us).
+// The longest rows one or two rows of x read from int4 tiles on vnni512. Zen 5, bench_quant
+// --threads 2 --m 1 from memory, rows against tiles, three rounds (bench/README.md "Zen 5,
+// session 30"): at K = 1408-8192 the tiles ran at 0.88-1.29x the row layout's speed (1536 x 8192
+// 188.7-206.4 against 187.3-214.7 us), at K = 8960 the row layout 1.6x faster (1536 x 8960
+// 131-154 against 228-255 us; session 44: rows of 8448 and 8960 columns read fast, rows of 9216,
+// 10944 and 16384 as fast as the tiles).
 constexpr int64_t kFewRowsTilesMaxK = 8192;
-// Whether one or two rows of x read a weight's prepacked tiles (PrepackedFewRowsInt4, every
-// integer kernel) rather than its rows: int4 rows of up to kFewRowsTilesMaxK columns. Such a
-// weight's tiles serve every row count, so its rows can go.
-constexpr bool FewRowsTakeTiles(bool int4, int64_t k) { return int4 && k <= kFewRowsTilesMaxK; }
+// Whether one or two rows of x read a weight's prepacked tiles (PrepackedFewRowsInt4) rather
+// than its rows on `path`: int4 rows of any length on the 256-bit kernels (AVX2, AVX-VNNI; at
+// 1536 x 8960 from memory the tiles ran 1.3-1.6x faster than the rows at one row of x,
+// 1.1-1.3x at two and 1.2-1.4x at eight: bench/README.md "Zen 5, session 44"), of up to
+// kFewRowsTilesMaxK columns on vnni512. Such a weight's tiles serve every row count, so its rows
+// can go.
+constexpr bool FewRowsTakeTiles(IntegerDotPath path, bool int4, int64_t k) {
+  return int4 && path != IntegerDotPath::kNone &&
+         (path != IntegerDotPath::kVnni512 || k <= kFewRowsTilesMaxK);
+}
 
 // Rows [n_begin, n_end) of the output of `a` with the active integer kernel (needs
 // UseIntegerDot(a) or IntegerDotAvailable() && IntegerDotSupports(...)). Packed acts over a
