@@ -828,9 +828,9 @@ TEST_F(QuantMatMulTest, PreparedInt4WeightReleasesItsRows) {
 // the copies a CPU of that tier makes: int4 weights get their tiles and read them at every M (so
 // their rows are released, at every row length, unlike vnni512's longer than
 // kFewRowsTilesMaxK), int8 weights get tiles beside their rows (read from 5 rows of x; Zen 1's
-// half-width units keep the rows of all); MatMul over the prepared weight gives the row layout's outputs within f32
-// summation order at one and two rows of x (by rows) and from three (int4) or five (int8) rows
-// over the tiles, x packed.
+// half-width units keep the rows of all); MatMul over the prepared weight gives the row
+// layout's outputs within f32 summation order at one and two rows of x (by rows) and from three
+// (int4) or five (int8) rows over the tiles, x packed.
 TEST_F(QuantMatMulTest, A256BitKernelPrepacksAsItsTierDoes) {
   const cpu::IntegerDotPath before = cpu::ActiveIntegerDotPath();
   Rng rng(32);

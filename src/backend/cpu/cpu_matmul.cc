@@ -561,13 +561,14 @@ Result<Weight> CpuBackend::PrepareWeight(const Weight& w) {
 }
 
 // An int4 weight's tiles serve every number of rows of x (ReadsPrepackedTiles: every row length
-// on the 256-bit kernels, up to kFewRowsTilesMaxK on vnni512), so its row layout goes back to the system where this process owns it (the
-// loader's buffers, a compile cache read into memory; not a mapped file, nor a caller's memory):
-// the weight is held once, not twice (DeepSeek-V2-Lite at int4: 17.8 -> 9.6 GiB of anonymous
-// memory; bench/README.md "Zen 5, session 30"). A table also read by rows (an embedding) keeps
-// them, as do int8 (its tiles were 1.5x slower than its rows from one row of x) and longer int4
-// rows on vnni512, and so does every weight while the integer path is switched off (tests switch it at run
-// time; DH_INTEGER_DOT=off at start makes no tiles) or when the backend was told to keep them
+// on the 256-bit kernels, up to kFewRowsTilesMaxK on vnni512), so its row layout goes back to
+// the system where this process owns it (the loader's buffers, a compile cache read into memory;
+// not a mapped file, nor a caller's memory): the weight is held once, not twice
+// (DeepSeek-V2-Lite at int4: 17.8 -> 9.6 GiB of anonymous memory; bench/README.md "Zen 5,
+// session 30"). A table also read by rows (an embedding) keeps them, as do int8 (its tiles were
+// 1.5x slower than its rows from one row of x) and longer int4 rows on vnni512, and so does
+// every weight while the integer path is switched off (tests switch it at run time;
+// DH_INTEGER_DOT=off at start makes no tiles) or when the backend was told to keep them
 // (BackendOptions::release_rows); a hold (HoldReleases) releases them later.
 Weight CpuBackend::ReleaseServedRows(Weight w) {
   if (!TilesServeEveryProduct(w, w.packed.as<const uint8_t>())) return w;

@@ -186,10 +186,9 @@ bool PrepackSupports(bool int4, int64_t k, int64_t group_size);
 // the per-row kernel) and for int4 rows of every length (there one or two rows of x read the
 // tiles faster than the rows, PrepackedFewRowsInt4, and the rows are released, so the copy
 // costs no memory: FewRowsTakeTiles; Zen 1's half-width units were not measured over tiles and
-// keep the rows); the
-// integer path was not switched off at start (DH_INTEGER_DOT=off), and DH_PREPACKED_TILES is
-// not "off" (the row layout alone: half the memory of int8 weights held in RAM, the per-call
-// packing back).
+// keep the rows); the integer path was not switched off at start (DH_INTEGER_DOT=off), and
+// DH_PREPACKED_TILES is not "off" (the row layout alone: half the memory of int8 weights held in
+// RAM, the per-call packing back).
 // DH_CPU_TIER=avx2|avxvnni makes the copies a CPU of that tier would make.
 bool PrepackWanted(bool int4, int64_t k = 0);
 // PrepareWeight carves the copies from shared buffers (backend/buffer_chunks.h), and takes no
