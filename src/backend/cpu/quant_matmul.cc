@@ -335,6 +335,9 @@ void DequantizeRowsImpl(const QuantMatMulArgs& a, int64_t row_begin, int64_t cou
 // most 2^-90.
 constexpr float kFp8HalfShift = 0x1p60f;
 
+// The most weight rows per Fp8Tile on any target (Fp8TileRowsFor, below).
+constexpr int kFp8MaxTileRows = 4;
+
 // FP8 weight rows take x pre-scaled (Fp8MatMulRangeImpl): every weight row of one block of
 // block_rows rows has the same scale per block of columns, so x * scale is formed once per such
 // block (M x K multiplies per block_rows weight rows) and the weight vectors need no multiply.
@@ -348,7 +351,7 @@ constexpr float kFp8HalfShift = 0x1p60f;
 template <int MR, int NR>
 HWY_INLINE void Fp8Tile(const uint8_t* HWY_RESTRICT q, int64_t q_stride,
                         const float* HWY_RESTRICT xp, int64_t xk, int64_t kv,
-                        float (*sums)[4]) {
+                        float (*sums)[kFp8MaxTileRows], int n0) {
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
   VF acc[MR][NR];
@@ -377,16 +380,26 @@ HWY_INLINE void Fp8Tile(const uint8_t* HWY_RESTRICT q, int64_t q_stride,
   for (int r = 0; r < MR; ++r) {
 #pragma GCC unroll 4
     for (int n = 0; n < NR; ++n) {
-      sums[r][n] = hn::GetLane(hn::SumOfLanes(df, acc[r][n])) * kFp8HalfShift;
+      sums[r][n0 + n] = hn::GetLane(hn::SumOfLanes(df, acc[r][n])) * kFp8HalfShift;
     }
   }
 }
 
-// Weight rows per Fp8Tile: 4 where 32 vector registers hold the 16 accumulators of 4 x 4 rows
-// beside the weight vectors (AVX-512), else 2 (AVX2's 16 registers: 8 accumulators).
-constexpr int kFp8TileRows = HWY_MAX_BYTES >= 64 ? 4 : 2;
+// Weight rows per Fp8Tile for MR rows of x: 4 where 32 vector registers hold the 16
+// accumulators of 4 x 4 rows beside the weight vectors (AVX-512), and on 16 registers (AVX2) 4
+// for one or two rows of x, 2 for more (8 accumulators). With 2 weight rows per tile at every
+// MR (AVX2 until session 44) one row of x ran 2 multiply-add chains, bound by their latency: 4
+// ran 1.5-1.7x faster in cache, 1.25-1.35x from memory (bench/README.md "Zen 5, session 44";
+// 8 rows per tile on AVX-512 ran no faster than 4). Each output keeps one accumulator summed in
+// column order whatever the tile, so a row's bits do not depend on the rows of x or weights
+// beside it.
+template <int MR>
+constexpr int Fp8TileRowsFor() {
+  if (HWY_MAX_BYTES >= 64) return 4;
+  return MR <= 2 ? 4 : 2;
+}
 
-// Weight rows [j0, j0 + nr) (nr <= kFp8TileRows, one block of block_rows) against x rows
+// Weight rows [j0, j0 + nr) (nr <= kFp8MaxTileRows, one block of block_rows) against x rows
 // [r0, r0 + MR), pre-scaled at xp (row r0's first): the outputs, with the last k % L columns
 // added one code at a time.
 template <int MR>
@@ -395,16 +408,31 @@ HWY_INLINE void Fp8Rows(const Fp8MatMulArgs& a, const float* HWY_RESTRICT xp, in
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
   const int64_t kv = a.k / L * L;
+  constexpr int kMax = Fp8TileRowsFor<MR>();
   const uint8_t* q = a.q + j0 * a.q_stride;
-  float sums[MR][4];
-  if (kFp8TileRows >= 4 && nr == 4) {
-    Fp8Tile<MR, kFp8TileRows>(q, a.q_stride, xp, xk, kv, sums);
-  } else if (kFp8TileRows >= 4 && nr == 3) {
-    Fp8Tile<MR, 3>(q, a.q_stride, xp, xk, kv, sums);
-  } else if (nr == 2) {
-    Fp8Tile<MR, 2>(q, a.q_stride, xp, xk, kv, sums);
-  } else {
-    Fp8Tile<MR, 1>(q, a.q_stride, xp, xk, kv, sums);
+  float sums[MR][kFp8MaxTileRows];
+  for (int n0 = 0; n0 < nr;) {
+    const int64_t left = nr - n0;
+    const uint8_t* qn = q + n0 * a.q_stride;
+    if constexpr (kMax >= 4) {
+      if (left >= 4) {
+        Fp8Tile<MR, 4>(qn, a.q_stride, xp, xk, kv, sums, n0);
+        n0 += 4;
+        continue;
+      }
+      if (left == 3) {
+        Fp8Tile<MR, 3>(qn, a.q_stride, xp, xk, kv, sums, n0);
+        n0 += 3;
+        continue;
+      }
+    }
+    if (left >= 2) {
+      Fp8Tile<MR, 2>(qn, a.q_stride, xp, xk, kv, sums, n0);
+      n0 += 2;
+    } else {
+      Fp8Tile<MR, 1>(qn, a.q_stride, xp, xk, kv, sums, n0);
+      n0 += 1;
+    }
   }
   for (int64_t n = 0; n < nr; ++n) {
     const float bias = a.bias ? a.bias[j0 + n] : 0.0f;
@@ -420,7 +448,7 @@ HWY_INLINE void Fp8Rows(const Fp8MatMulArgs& a, const float* HWY_RESTRICT xp, in
 
 // Every weight row of [n_begin, n_end) against every row of x: per block of block_rows weight
 // rows, x times that block's column scales (and 2^60) into a per-thread buffer (M x K), then
-// tiles of kFp8TileRows weight rows against up to 4 rows of x at a time. Zen 5, 8960 x 1536 from
+// tiles of up to 8 weight rows (Fp8TileRowsFor) against up to 4 rows of x at a time. Zen 5, 8960 x 1536 from
 // memory, two threads, against the f16-decoding row kernel (M <= 3) and the GEMM over decoded
 // panels (M >= 4) it replaced, three rounds (bench/README.md "Zen 5, session 38"): M = 1 426 ->
 // 346 us, 2 1203 -> 356, 4 1710 -> 443, 8 2174 -> 1072, 16 3119 -> 1760, 32 4872 -> 3294.
@@ -446,8 +474,8 @@ void Fp8MatMulRangeImpl(const Fp8MatMulArgs& a, int64_t n_begin, int64_t n_end) 
       }
     }
     const int64_t j_end = std::min(n_end, b0 + br);
-    for (int64_t j = std::max(n_begin, b0); j < j_end; j += kFp8TileRows) {
-      const int64_t nr = std::min<int64_t>(kFp8TileRows, j_end - j);
+    for (int64_t j = std::max(n_begin, b0); j < j_end; j += kFp8MaxTileRows) {
+      const int64_t nr = std::min<int64_t>(kFp8MaxTileRows, j_end - j);
       int64_t r0 = 0;
       for (; r0 + 4 <= m; r0 += 4) Fp8Rows<4>(a, xp + r0 * k, k, r0, j, nr);
       switch (m - r0) {
@@ -460,7 +488,7 @@ void Fp8MatMulRangeImpl(const Fp8MatMulArgs& a, int64_t n_begin, int64_t n_end) 
   }
 }
 
-int64_t Fp8FusedMaxRowsImpl() { return kFp8TileRows >= 4 ? 32 : 8; }
+int64_t Fp8FusedMaxRowsImpl() { return HWY_MAX_BYTES >= 64 ? 32 : 8; }
 
 // Columns [c0, c0 + n) of rows [row_begin, row_begin + count) into out (count x n); c0 starts a
 // block.
