@@ -448,10 +448,11 @@ HWY_INLINE void Fp8Rows(const Fp8MatMulArgs& a, const float* HWY_RESTRICT xp, in
 
 // Every weight row of [n_begin, n_end) against every row of x: per block of block_rows weight
 // rows, x times that block's column scales (and 2^60) into a per-thread buffer (M x K), then
-// tiles of up to 8 weight rows (Fp8TileRowsFor) against up to 4 rows of x at a time. Zen 5, 8960 x 1536 from
-// memory, two threads, against the f16-decoding row kernel (M <= 3) and the GEMM over decoded
-// panels (M >= 4) it replaced, three rounds (bench/README.md "Zen 5, session 38"): M = 1 426 ->
-// 346 us, 2 1203 -> 356, 4 1710 -> 443, 8 2174 -> 1072, 16 3119 -> 1760, 32 4872 -> 3294.
+// tiles of up to 4 weight rows (Fp8TileRowsFor) against up to 4 rows of x at a time. Zen 5,
+// 8960 x 1536 from memory, two threads, against the f16-decoding row kernel (M <= 3) and the
+// GEMM over decoded panels (M >= 4) it replaced, three rounds (bench/README.md "Zen 5, session
+// 38"): M = 1 426 -> 346 us, 2 1203 -> 356, 4 1710 -> 443, 8 2174 -> 1072, 16 3119 -> 1760, 32
+// 4872 -> 3294.
 void Fp8MatMulRangeImpl(const Fp8MatMulArgs& a, int64_t n_begin, int64_t n_end) {
   const int64_t k = a.k, m = a.m, bc = a.block_cols, br = a.block_rows;
   thread_local std::vector<float> scaled;  // grown once per thread
