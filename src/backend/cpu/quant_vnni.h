@@ -217,15 +217,14 @@ bool ReadsPrepackedTiles(const QuantMatMulArgs& a);
 // --threads 2 --m 1 from memory, rows against tiles, three rounds (bench/README.md "Zen 5,
 // session 30"): at K = 1408-8192 the tiles ran at 0.88-1.29x the row layout's speed (1536 x 8192
 // 188.7-206.4 against 187.3-214.7 us), at K = 8960 the row layout 1.6x faster (1536 x 8960
-// 131-154 against 228-255 us; session 44: rows of 8448 and 8960 columns read fast, rows of 9216,
-// 10944 and 16384 as fast as the tiles).
+// 131-154 against 228-255 us; session 44: that is the rows' luck with 8448 and 8960 columns;
+// at 9216-18944 columns the tiles ran within ~7 % of the rows).
 constexpr int64_t kFewRowsTilesMaxK = 8192;
 // Whether one or two rows of x read a weight's prepacked tiles (PrepackedFewRowsInt4) rather
 // than its rows on `path`: int4 rows of any length on the 256-bit kernels (AVX2, AVX-VNNI; at
-// 1536 x 8960 from memory the tiles ran 1.3-1.6x faster than the rows at one row of x,
-// 1.1-1.3x at two and 1.2-1.4x at eight: bench/README.md "Zen 5, session 44"), of up to
-// kFewRowsTilesMaxK columns on vnni512. Such a weight's tiles serve every row count, so its rows
-// can go.
+// 1536 x 8960 from memory the tiles ran 1.0-1.2x the rows' speed at one row of x, 1.1-1.4x at
+// two and 1.2-1.5x at eight: bench/README.md "Zen 5, session 44"), of up to kFewRowsTilesMaxK
+// columns on vnni512. Such a weight's tiles serve every row count, so its rows can go.
 constexpr bool FewRowsTakeTiles(IntegerDotPath path, bool int4, int64_t k) {
   return int4 && path != IntegerDotPath::kNone &&
          (path != IntegerDotPath::kVnni512 || k <= kFewRowsTilesMaxK);
