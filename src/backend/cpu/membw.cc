@@ -71,8 +71,9 @@ ReadBandwidth MeasureReadBandwidth(ThreadPool& pool, size_t bytes) {
   }
   // The sum is data dependent, so no rep can be skipped; checking it keeps it observable.
   DH_CHECK(sink.load() != 0 || words == 0, "bandwidth probe summed to zero");
-  const double best = *std::min_element(seconds.begin(), seconds.end());
-  const double median = Median(seconds);
+  std::sort(seconds.begin(), seconds.end());
+  const double best = seconds.front();
+  const double median = Percentile(seconds, 50);
   ReadBandwidth r;
   r.best_gbs = static_cast<double>(words * 8) / best / 1e9;
   r.median_gbs = static_cast<double>(words * 8) / median / 1e9;

@@ -1371,7 +1371,7 @@ void DotAll(const QuantMatMulArgs& a, const QuantizedActs& x, int64_t n_begin, i
   }
   if constexpr (kInt4) {
     // Rows of x by rows (fewer than PrepackedMinRows) over int4 tiles: ReadsPrepackedTiles.
-    if (a.tiles != nullptr && (a.q == nullptr || FewRowsTakeTiles(kPath, kInt4, a.k))) {
+    if (FewRowsReadTiles(kPath, a)) {
       int64_t r0 = 0;
       for (; r0 + 2 <= a.m; r0 += 2) PrepackedFewRowsInt4<2>(a, x, r0, n_begin, n_end);
       if (r0 < a.m) PrepackedFewRowsInt4<1>(a, x, r0, n_begin, n_end);

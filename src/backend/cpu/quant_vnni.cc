@@ -712,15 +712,6 @@ int64_t PrepackTileCodes512(const uint8_t* q0, int64_t q_stride, int64_t row_byt
   return 0;
 }
 
-namespace {
-// Whether rows of x quantized by rows read a's int4 tiles on `path` (PrepackedFewRowsInt4): the
-// path takes them at this length, or the rows are gone.
-bool FewRowsReadTiles(IntegerDotPath path, const QuantMatMulArgs& a) {
-  return a.tiles != nullptr && path != IntegerDotPath::kNone && a.int4 &&
-         (a.q == nullptr || FewRowsTakeTiles(path, a.int4, a.k));
-}
-}  // namespace
-
 bool ReadsPrepackedTiles(const QuantMatMulArgs& a) {
   // x packed (QuantizeActs), or by rows.
   return a.tiles != nullptr &&

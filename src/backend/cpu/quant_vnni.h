@@ -229,6 +229,12 @@ constexpr bool FewRowsTakeTiles(IntegerDotPath path, bool int4, int64_t k) {
   return int4 && path != IntegerDotPath::kNone &&
          (path != IntegerDotPath::kVnni512 || k <= kFewRowsTilesMaxK);
 }
+// Whether rows of x quantized by rows read a's int4 tiles on `path` (PrepackedFewRowsInt4): the
+// path takes them at this length, or the rows are gone (a.q null).
+inline bool FewRowsReadTiles(IntegerDotPath path, const QuantMatMulArgs& a) {
+  return a.tiles != nullptr && a.int4 && path != IntegerDotPath::kNone &&
+         (a.q == nullptr || FewRowsTakeTiles(path, a.int4, a.k));
+}
 
 // Rows [n_begin, n_end) of the output of `a` with the active integer kernel (needs
 // UseIntegerDot(a) or IntegerDotAvailable() && IntegerDotSupports(...)). Packed acts over a
